@@ -1,0 +1,334 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""An in-memory stand-in for the ``Hypervisor`` seam, for unit tests and fault injection.
+
+It implements exactly the seam's methods and behaves like libvirt 9.0 where
+the flows branch on it: the error codes of missing domains, pools and
+volumes, "already running"/"not running" as VIR_ERR_OPERATION_INVALID,
+metadata handed back without its namespace, volume XML with paths and
+backing stores, and a pool refresh that reads a qcow2 header's virtual size.
+Any method can be made to fail (``fail``), and uploads can be cut off after
+some bytes (``cut_upload_after``). ``calls`` records every call by name so
+tests can assert how many libvirt round trips a flow costs.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import struct
+
+from lxml import etree
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+
+NOSTATE, RUNNING, BLOCKED, PAUSED, SHUTDOWN, SHUTOFF, CRASHED, PMSUSPENDED = range(8)
+
+
+class FakeVolume:
+    def __init__(self, pool, name, fmt, capacity, backing_path=None, backing_format=None, content=b""):
+        self.pool = pool
+        self.name = name
+        self.format = fmt
+        self.capacity = capacity
+        self.backing_path = backing_path
+        self.backing_format = backing_format
+        self.content = bytearray(content)
+
+    @property
+    def path(self):
+        return "%s/%s" % (self.pool.path, self.name)
+
+    def to_xml(self):
+        vol = etree.Element("volume", type="file")
+        etree.SubElement(vol, "name").text = self.name
+        etree.SubElement(vol, "key").text = self.path
+        etree.SubElement(vol, "capacity", unit="bytes").text = str(self.capacity)
+        etree.SubElement(vol, "allocation", unit="bytes").text = str(len(self.content))
+        target = etree.SubElement(vol, "target")
+        etree.SubElement(target, "path").text = self.path
+        etree.SubElement(target, "format", type=self.format)
+        if self.backing_path:
+            backing = etree.SubElement(vol, "backingStore")
+            etree.SubElement(backing, "path").text = self.backing_path
+            etree.SubElement(backing, "format", type=self.backing_format or "raw")
+        return etree.tostring(vol, encoding="unicode")
+
+
+class FakePool:
+    def __init__(self, name, path):
+        self.name = name
+        self.path = path
+        self.volumes = {}
+
+
+class FakeDomain:
+    def __init__(self, name, xml, state=SHUTOFF):
+        self.name = name
+        self.xml = xml
+        self.state = state
+        self.autostart = False
+        self.addresses = {}  # source (ADDRESS_SOURCE_*) -> interfaceAddresses() result
+        self.agent_error = None
+        self.honours_acpi = True
+
+
+def _qcow2_virtual_size(content):
+    if len(content) >= 32 and bytes(content[:4]) == b"QFI\xfb":
+        return struct.unpack(">Q", bytes(content[24:32]))[0]
+    return None
+
+
+def _strip_namespaces(element):
+    for node in element.iter():
+        if isinstance(node.tag, str) and node.tag.startswith("{"):
+            node.tag = etree.QName(node).localname
+    etree.cleanup_namespaces(element)
+    return element
+
+
+class FakeHypervisor:
+    def __init__(self, hostname="hv1", uri="qemu:///system"):
+        self.uri = uri
+        self._hostname = hostname
+        self.pools = {}
+        self.domains = {}
+        self.calls = []
+        self.undefine_supported_flags = 7
+        self._failures = {}
+        self._upload_cuts = {}
+
+    # --- test controls ------------------------------------------------------------
+
+    def add_pool(self, name="default", path=None):
+        pool = FakePool(name, path or "/var/lib/libvirt/images/%s" % name)
+        self.pools[name] = pool
+        return pool
+
+    def add_volume(self, pool_name, name, content=b"", fmt="raw", capacity=None, backing_path=None, backing_format=None):
+        pool = self.pools[pool_name]
+        vol = FakeVolume(pool, name, fmt, len(content) if capacity is None else capacity, backing_path, backing_format, content)
+        pool.volumes[name] = vol
+        return vol
+
+    def add_domain(self, name, xml=None, state=SHUTOFF):
+        dom = FakeDomain(name, xml or "<domain type='kvm'><name>%s</name></domain>" % name, state)
+        self.domains[name] = dom
+        return dom
+
+    def fail(self, method, code=errors.VIR_ERR_INTERNAL_ERROR, message="injected failure", times=None, when=None):
+        """Make ``method`` raise libvirt error ``code`` (``times`` times, or always).
+
+        ``when`` is an optional predicate over the call's arguments.
+        """
+        self._failures.setdefault(method, []).append([code, message, times, when])
+
+    def cut_upload_after(self, volume_name, nbytes):
+        """The next upload to ``volume_name`` dies after ``nbytes`` bytes, like a killed stream."""
+        self._upload_cuts[volume_name] = nbytes
+
+    def volume(self, pool_name, name):
+        return self.pools[pool_name].volumes.get(name)
+
+    def _enter(self, method, *args):
+        self.calls.append(method)
+        for failure in self._failures.get(method, []):
+            code, message, times, when = failure
+            if times == 0 or (when is not None and not when(*args)):
+                continue
+            if times is not None:
+                failure[2] = times - 1
+            raise errors.classify(code, message, "fake %s" % method)
+
+    @staticmethod
+    def _error(code, message):
+        return errors.classify(code, message, "fake")
+
+    # --- the seam ---------------------------------------------------------------------
+
+    def close(self):
+        self.calls.append("close")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def hostname(self):
+        self._enter("hostname")
+        return self._hostname
+
+    def lookup_domain(self, name):
+        self._enter("lookup_domain", name)
+        if name not in self.domains:
+            raise self._error(errors.VIR_ERR_NO_DOMAIN, "Domain not found: no domain with matching name '%s'" % name)
+        return self.domains[name]
+
+    def list_domains(self):
+        self._enter("list_domains")
+        return list(self.domains.values())
+
+    def define_domain(self, xml):
+        self._enter("define_domain", xml)
+        name = etree.fromstring(xml.encode("utf-8")).findtext("name")
+        dom = self.domains.get(name)
+        if dom is None:
+            dom = self.domains[name] = FakeDomain(name, xml)
+        else:
+            dom.xml = xml
+        return dom
+
+    def _live(self, dom):
+        if self.domains.get(dom.name) is not dom:
+            raise self._error(errors.VIR_ERR_NO_DOMAIN, "Domain not found: '%s'" % dom.name)
+        return dom
+
+    def domain_name(self, dom):
+        return dom.name
+
+    def domain_state(self, dom):
+        self._enter("domain_state", dom)
+        return self._live(dom).state
+
+    def domain_xml(self, dom):
+        self._enter("domain_xml", dom)
+        return self._live(dom).xml
+
+    def domain_metadata(self, dom, uri):
+        self._enter("domain_metadata", dom, uri)
+        root = etree.fromstring(self._live(dom).xml.encode("utf-8"))
+        for element in root.iterfind("metadata/*"):
+            if etree.QName(element).namespace == uri:
+                # libvirt 9.0 returns the element without its namespace.
+                return etree.tostring(_strip_namespaces(element), encoding="unicode")
+        return None
+
+    def start_domain(self, dom):
+        self._enter("start_domain", dom)
+        if self._live(dom).state in (RUNNING, BLOCKED, PAUSED):
+            raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is already running")
+        dom.state = RUNNING
+
+    def shutdown_domain(self, dom):
+        self._enter("shutdown_domain", dom)
+        if self._live(dom).state not in (RUNNING, BLOCKED, PAUSED):
+            raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
+        if dom.honours_acpi:
+            dom.state = SHUTOFF
+
+    def destroy_domain(self, dom):
+        self._enter("destroy_domain", dom)
+        if self._live(dom).state in (SHUTOFF, NOSTATE):
+            raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
+        dom.state = SHUTOFF
+
+    def undefine_domain(self, dom, flags):
+        self._enter("undefine_domain", dom, flags)
+        self._live(dom)
+        if flags & ~self.undefine_supported_flags:
+            raise self._error(errors.VIR_ERR_NO_SUPPORT, "this function is not supported by the connection driver: undefine flags")
+        del self.domains[dom.name]
+
+    def domain_autostart(self, dom):
+        self._enter("domain_autostart", dom)
+        return self._live(dom).autostart
+
+    def set_domain_autostart(self, dom, enabled):
+        self._enter("set_domain_autostart", dom, enabled)
+        self._live(dom).autostart = bool(enabled)
+
+    def domain_addresses(self, dom, source):
+        self._enter("domain_addresses", dom, source)
+        self._live(dom)
+        if source == 1 and dom.agent_error is not None:
+            raise self._error(dom.agent_error, "Guest agent is not responding: QEMU guest agent is not connected")
+        if dom.state not in (RUNNING, BLOCKED):
+            raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
+        return dom.addresses.get(source, {})
+
+    def lookup_pool(self, name):
+        self._enter("lookup_pool", name)
+        if name not in self.pools:
+            raise self._error(errors.VIR_ERR_NO_STORAGE_POOL, "Storage pool not found: no storage pool with matching name '%s'" % name)
+        return self.pools[name]
+
+    def refresh_pool(self, pool):
+        self._enter("refresh_pool", pool)
+        for vol in pool.volumes.values():
+            size = _qcow2_virtual_size(vol.content) if vol.format == "qcow2" else None
+            if size is not None:
+                vol.capacity = size
+
+    def list_volumes(self, pool):
+        self._enter("list_volumes", pool)
+        return list(pool.volumes.values())
+
+    def lookup_volume(self, pool, name):
+        self._enter("lookup_volume", pool, name)
+        if name not in pool.volumes:
+            raise self._error(errors.VIR_ERR_NO_STORAGE_VOL, "Storage volume not found: no storage vol with matching name '%s'" % name)
+        return pool.volumes[name]
+
+    def volume_name(self, vol):
+        return vol.name
+
+    def _live_volume(self, vol):
+        if vol.pool.volumes.get(vol.name) is not vol:
+            raise self._error(errors.VIR_ERR_NO_STORAGE_VOL, "Storage volume not found: '%s'" % vol.name)
+        return vol
+
+    def volume_path(self, vol):
+        self._enter("volume_path", vol)
+        return self._live_volume(vol).path
+
+    def volume_xml(self, vol):
+        self._enter("volume_xml", vol)
+        return self._live_volume(vol).to_xml()
+
+    def create_volume(self, pool, xml):
+        self._enter("create_volume", pool, xml)
+        root = etree.fromstring(xml.encode("utf-8"))
+        name = root.findtext("name")
+        if name in pool.volumes:
+            raise self._error(errors.VIR_ERR_STORAGE_VOL_EXIST, "storage volume '%s' exists already" % name)
+        capacity = root.find("capacity")
+        if capacity.get("unit", "bytes") != "bytes":
+            raise AssertionError("the collection always gives capacities in bytes, got %r" % capacity.get("unit"))
+        fmt = root.find("target/format")
+        backing = root.find("backingStore")
+        vol = FakeVolume(
+            pool,
+            name,
+            fmt.get("type") if fmt is not None else "raw",
+            int(capacity.text),
+            backing.findtext("path") if backing is not None else None,
+            backing.find("format").get("type") if backing is not None and backing.find("format") is not None else None,
+        )
+        pool.volumes[name] = vol
+        return vol
+
+    def delete_volume(self, vol):
+        self._enter("delete_volume", vol)
+        del self._live_volume(vol).pool.volumes[vol.name]
+
+    def upload_volume(self, vol, chunks):
+        self._enter("upload_volume", vol)
+        self._live_volume(vol)
+        cut = self._upload_cuts.pop(vol.name, None)
+        vol.content = bytearray()
+        for chunk in chunks:
+            if cut is not None and len(vol.content) + len(chunk) > cut:
+                vol.content += chunk[: cut - len(vol.content)]
+                raise self._error(errors.VIR_ERR_RPC, "stream aborted: connection reset")
+            vol.content += chunk
+
+    def download_volume(self, vol, limit=None):
+        self._enter("download_volume", vol)
+        data = bytes(self._live_volume(vol).content)
+        if limit:
+            data = data[:limit]
+        for start in range(0, len(data), 65536):
+            yield data[start:start + 65536]
