@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent
+# and squid. tests/lab/images.py hashes this file: any edit here rebuilds the cached image.
+#
+# Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR   (as root; WORKDIR is created and removed)
+set -euo pipefail
+
+output=$1
+workdir=$2
+suite=bookworm
+mirror=http://deb.debian.org/debian
+disk_size_mib=2048
+partition_offset=$((1024 * 1024))
+# A fixed filesystem UUID keeps the image reproducible and lets the boot loader and fstab name
+# the root without probing.
+root_uuid=6c0f2a39-8a51-4d8e-9c5e-3f0e0e6a1b52
+packages=(
+  linux-image-cloud-amd64 systemd-sysv udev kmod
+  ifupdown isc-dhcp-client iproute2 netbase
+  cloud-init cloud-guest-utils fdisk sudo openssh-server
+  qemu-guest-agent squid
+)
+
+rootdir=$workdir/root
+disk=$workdir/disk.raw
+mnt=$workdir/mnt
+
+cleanup() {
+  for m in "$rootdir/dev/pts" "$rootdir/dev" "$rootdir/sys" "$rootdir/proc" "$mnt"; do
+    if mountpoint -q "$m"; then umount -l "$m"; fi
+  done
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+rm -rf "$workdir"
+mkdir -p "$rootdir" "$mnt"
+
+echo "== debootstrap $suite"
+debootstrap --variant=minbase "$suite" "$rootdir" "$mirror"
+
+# Nothing in the image needs documentation or translations; dropping them keeps the image small.
+cat > "$rootdir/etc/dpkg/dpkg.cfg.d/01-egress-lab-nodoc" <<'CFG'
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+CFG
+# Services must not start inside the build chroot.
+printf '#!/bin/sh\nexit 101\n' > "$rootdir/usr/sbin/policy-rc.d"
+chmod +x "$rootdir/usr/sbin/policy-rc.d"
+
+mount -t proc proc "$rootdir/proc"
+mount -t sysfs sys "$rootdir/sys"
+mount --bind /dev "$rootdir/dev"
+mount --bind /dev/pts "$rootdir/dev/pts"
+
+echo "== apt-get install ${packages[*]}"
+chroot "$rootdir" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+chroot "$rootdir" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${packages[@]}"
+chroot "$rootdir" apt-get clean
+
+echo "== configure"
+# NoCloud is the datasource the collection's seed ISO (label cidata) speaks.
+cat > "$rootdir/etc/cloud/cloud.cfg.d/90-egress-lab-datasource.cfg" <<'CFG'
+datasource_list: [ NoCloud, None ]
+CFG
+# The lab network is 198.18.0.0/15 (RFC 2544 benchmarking space); squid's stock rules admit only
+# localhost. Debian's squid.conf includes conf.d/ before its final "deny all".
+cat > "$rootdir/etc/squid/conf.d/egress-lab.conf" <<'CFG'
+acl egress_lab src 198.18.0.0/15
+http_access allow egress_lab
+CFG
+cat > "$rootdir/etc/fstab" <<CFG
+UUID=$root_uuid / ext4 errors=remount-ro 0 1
+CFG
+printf 'auto lo\niface lo inet loopback\n\nsource /etc/network/interfaces.d/*\n' \
+  > "$rootdir/etc/network/interfaces"
+echo localhost > "$rootdir/etc/hostname"
+: > "$rootdir/etc/resolv.conf"
+# Every clone must get its own machine-id and SSH host keys on first boot.
+: > "$rootdir/etc/machine-id"
+rm -f "$rootdir/var/lib/dbus/machine-id" "$rootdir"/etc/ssh/ssh_host_*
+rm -f "$rootdir/usr/sbin/policy-rc.d"
+rm -rf "$rootdir"/var/lib/apt/lists/* "$rootdir"/var/cache/apt/*.bin "$rootdir"/var/log/*.log
+
+kernel=$(cd "$rootdir/boot" && ls vmlinuz-* | sort -V | tail -n1)
+initrd=initrd.img-${kernel#vmlinuz-}
+test -f "$rootdir/boot/$initrd"
+mkdir -p "$rootdir/boot/extlinux"
+cat > "$rootdir/boot/extlinux/extlinux.conf" <<CFG
+DEFAULT debian
+TIMEOUT 0
+PROMPT 0
+LABEL debian
+  KERNEL /boot/$kernel
+  INITRD /boot/$initrd
+  APPEND root=UUID=$root_uuid ro console=tty0 console=ttyS0,115200n8
+CFG
+
+for m in "$rootdir/dev/pts" "$rootdir/dev" "$rootdir/sys" "$rootdir/proc"; do umount "$m"; done
+
+echo "== disk"
+truncate -s "${disk_size_mib}M" "$disk"
+echo "start=$((partition_offset / 512)), type=83, bootable" | sfdisk -q "$disk"
+partition_kib=$(( (disk_size_mib * 1024) - (partition_offset / 1024) ))
+# syslinux cannot read ext4's 64bit layout; a 2 GiB filesystem does not need it.
+mkfs.ext4 -q -F -L root -U "$root_uuid" -O ^64bit -E offset=$partition_offset \
+  -d "$rootdir" "$disk" "${partition_kib}k"
+mount -o loop,offset=$partition_offset "$disk" "$mnt"
+extlinux --install "$mnt/boot/extlinux"
+umount "$mnt"
+dd if=/usr/lib/syslinux/mbr/mbr.bin of="$disk" bs=440 count=1 conv=notrunc status=none
+
+echo "== qcow2"
+qemu-img convert -c -f raw -O qcow2 "$disk" "$output.partial"
+mv "$output.partial" "$output"
+echo "== built $output"

@@ -1,0 +1,75 @@
+"""Bring the whole lab up or down, idempotently, and describe it to tests."""
+
+import dataclasses
+import os
+
+from tests.lab import config, images, libvirt_host, mirror, network
+
+
+@dataclasses.dataclass(frozen=True)
+class Lab:
+    """What a test needs to know about the running lab."""
+
+    uri: str
+    pool: str
+    pool_dir: str
+    bridge: str
+    netns: str
+    netns_address: str
+    mirror_url: str
+    cache_dir: str
+    virt_type: str
+    cpu_mode: str
+    images: dict  # name -> {"url", "sha256", "size", "path"}
+
+
+def describe():
+    return Lab(uri=config.LIBVIRT_URI, pool=config.POOL_NAME, pool_dir=config.POOL_DIR,
+               bridge=config.BRIDGE, netns=config.NETNS, netns_address=config.NETNS_ADDRESS,
+               mirror_url=config.MIRROR_URL, cache_dir=config.CACHE_DIR,
+               virt_type=config.VIRT_TYPE, cpu_mode=config.CPU_MODE, images=images.image_info())
+
+
+def up():
+    """Bring every part of the lab up; return the list of things that had to change."""
+    os.makedirs(config.RUN_DIR, exist_ok=True)
+    actions = []
+    actions += libvirt_host.ensure_daemons()
+    actions += libvirt_host.ensure_pool()
+    actions += network.ensure_network()
+    actions += images.ensure_images()
+    actions += mirror.ensure_mirror()
+    return actions
+
+
+def down():
+    """Remove the lab's domains, pool, network and mirror. libvirtd keeps running."""
+    actions = []
+    actions += mirror.stop_mirror()
+    if libvirt_host.daemons_running():
+        actions += libvirt_host.remove_lab_domains()
+        actions += libvirt_host.remove_pool()
+    actions += network.remove_network()
+    return actions
+
+
+def status():
+    """{component: description}; a component that is down says so."""
+    daemons = libvirt_host.daemons_running()
+    state = {
+        "libvirt daemons": "running" if daemons else "not running",
+        "pool %s" % config.POOL_NAME: (libvirt_host.pool_state() or "undefined") if daemons else "unknown",
+        "bridge %s" % config.BRIDGE: "present" if network.link_exists(config.BRIDGE) else "absent",
+        "netns %s" % config.NETNS: "present" if network.netns_exists() else "absent",
+        "dnsmasq": "running" if network.dnsmasq_pid() else "not running",
+        "mirror %s" % config.MIRROR_URL: "running" if mirror.mirror_pid() else "not running",
+        "image %s" % config.GUEST_IMAGE: "current" if images.guest_image_current() else "missing or stale",
+    }
+    if daemons:
+        state["lab domains"] = ", ".join(libvirt_host.lab_domains()) or "none"
+    return state
+
+
+def is_up(state):
+    return all(value in ("running", "present", "current") for key, value in state.items()
+               if key != "lab domains")

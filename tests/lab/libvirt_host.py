@@ -1,0 +1,117 @@
+"""libvirt on the lab host: the daemons, the lab's storage pool, and the lab's domains."""
+
+import os
+import subprocess
+import time
+
+from tests.lab import config
+from tests.lab.shell import LabError, read_pidfile, report, run, succeeds
+
+LIBVIRT_SOCKET = "/run/libvirt/libvirt-sock"
+# (binary, pid file) in start order: libvirtd's qemu driver hands guest consoles to virtlogd.
+DAEMONS = (("virtlogd", "/run/virtlogd.pid"), ("libvirtd", "/run/libvirtd.pid"))
+
+
+def virsh(*args, check=True):
+    return run(["virsh", "-q", "-c", config.LIBVIRT_URI] + list(args), check=check)
+
+
+def daemons_running():
+    return all(read_pidfile(pidfile) for _, pidfile in DAEMONS)
+
+
+def ensure_daemons():
+    """Start virtlogd and libvirtd when they are not running (these machines have no systemd)."""
+    actions = []
+    for binary, pidfile in DAEMONS:
+        if read_pidfile(pidfile):
+            continue
+        # -d daemonizes; the daemon writes its own pid file.
+        subprocess.run([binary, "-d"], check=True)
+        actions.append("started %s" % binary)
+    if actions:
+        _wait_for_libvirt()
+    for action in actions:
+        report(action)
+    return actions
+
+
+def _wait_for_libvirt(timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(LIBVIRT_SOCKET) and succeeds(["virsh", "-c", config.LIBVIRT_URI, "version"]):
+            return
+        time.sleep(0.2)
+    raise LabError("libvirtd did not answer on %s within %ds" % (LIBVIRT_SOCKET, timeout))
+
+
+def pool_state():
+    """'running', 'inactive' or None when the pool is not defined."""
+    result = virsh("pool-info", config.POOL_NAME, check=False)
+    if result.returncode != 0:
+        return None
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "State":
+            return value.strip()
+    raise LabError("virsh pool-info %s printed no State: %s" % (config.POOL_NAME, result.stdout))
+
+
+def pool_autostart():
+    result = virsh("pool-info", config.POOL_NAME, check=False)
+    return any(line.split(":", 1)[0].strip() == "Autostart" and line.split(":", 1)[1].strip() == "yes"
+               for line in result.stdout.splitlines())
+
+
+def ensure_pool():
+    actions = []
+    state = pool_state()
+    if state is None:
+        virsh("pool-define-as", config.POOL_NAME, "dir", "--target", config.POOL_DIR)
+        actions.append("defined pool %s (%s)" % (config.POOL_NAME, config.POOL_DIR))
+    if not os.path.isdir(config.POOL_DIR):
+        virsh("pool-build", config.POOL_NAME)
+        actions.append("built pool directory %s" % config.POOL_DIR)
+    if state != "running":
+        virsh("pool-start", config.POOL_NAME)
+        actions.append("started pool %s" % config.POOL_NAME)
+    if not pool_autostart():
+        virsh("pool-autostart", config.POOL_NAME)
+        actions.append("set pool %s to autostart" % config.POOL_NAME)
+    for action in actions:
+        report(action)
+    return actions
+
+
+def lab_domains():
+    result = virsh("list", "--all", "--name")
+    return [name for name in result.stdout.split()
+            if name.startswith(config.LAB_DOMAIN_PREFIXES)]
+
+
+def remove_lab_domains():
+    actions = []
+    for name in lab_domains():
+        if virsh("domstate", name).stdout.strip() != "shut off":
+            virsh("destroy", name, check=False)
+        virsh("undefine", name, "--managed-save", "--snapshots-metadata")
+        actions.append("removed domain %s" % name)
+    for action in actions:
+        report(action)
+    return actions
+
+
+def remove_pool():
+    state = pool_state()
+    if state is None:
+        return []
+    if state != "running":
+        virsh("pool-start", config.POOL_NAME)
+    # pool-delete only removes an empty directory; every volume in the lab pool belongs to the lab.
+    for volume in virsh("vol-list", config.POOL_NAME, "--name").stdout.split():
+        virsh("vol-delete", volume, "--pool", config.POOL_NAME)
+    virsh("pool-destroy", config.POOL_NAME)
+    virsh("pool-delete", config.POOL_NAME)
+    virsh("pool-undefine", config.POOL_NAME)
+    report("removed pool %s" % config.POOL_NAME)
+    return ["removed pool %s" % config.POOL_NAME]
