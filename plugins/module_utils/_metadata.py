@@ -1,0 +1,171 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The collection's private element inside a domain's ``<metadata>``.
+
+libvirt has no labels, but it keeps any namespaced XML under ``<metadata>``
+and hands it back through virDomainGetMetadata. That is how a VM says it is
+managed by this collection, who owns it (uid), when it was created (orphan
+cleanup works oldest first) and which spec it was built from (drift).
+
+Three spellings reach the parser. A domain defined with the element keeps
+it namespaced in its XML (default namespace or prefix), but libvirt 9.0's
+virDomainGetMetadata(ELEMENT, URI) returns it with no namespace at all
+(``<instance><managed>true</managed>...``, measured). The URI was already
+matched by libvirt in that call, so the unqualified form is trusted.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml, to_string
+
+METADATA_URI = "https://github.com/egress-proxies/kvm/metadata/1"
+METADATA_PREFIX = "egressproxy"
+INSTANCE_TAG = "instance"
+
+OLDEST = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+
+_RFC3339 = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
+    r"(?P<offset>[Zz]|[+-]\d{2}:\d{2})")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# XML 1.0 cannot carry control characters, surrogates or U+FFFE/U+FFFF.
+_NOT_XML_TEXT = re.compile("[\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+_MAX_UID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class InstanceMetadata:
+    """What the element says. Fields are None when the element lacks them."""
+
+    managed: bool
+    uid: Optional[str]
+    created_at_raw: Optional[str]
+    spec_digest: Optional[str] = None
+
+    @property
+    def created_at(self):
+        """createdAt as an aware UTC datetime.
+
+        A missing or malformed value reads as the oldest possible time, so a
+        corrupt timestamp can never protect a VM from cleanup forever.
+        """
+        return parse_rfc3339(self.created_at_raw)
+
+
+def format_rfc3339(moment):
+    """Render an aware datetime as RFC 3339 in UTC with second precision (``2026-11-29T18:00:00Z``)."""
+    if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
+        raise ValidationError("createdAt must be a timezone-aware datetime, got %r" % (moment,))
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text):
+    """Parse an RFC 3339 timestamp into an aware UTC datetime; OLDEST when missing or malformed."""
+    match = _RFC3339.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return OLDEST
+    offset = match.group("offset").upper()
+    # fromisoformat in Python 3.9 takes neither "Z" nor arbitrary fraction lengths.
+    fraction = (match.group("fraction") or ".0")[1:7].ljust(6, "0")
+    iso = "%sT%s.%s%s" % (match.group("date"), match.group("time"), fraction, "+00:00" if offset == "Z" else offset)
+    try:
+        moment = datetime.datetime.fromisoformat(iso)
+        return moment.astimezone(datetime.timezone.utc)
+    except (ValueError, OverflowError):
+        return OLDEST
+
+
+def _validate_uid(uid):
+    if not isinstance(uid, str) or not uid or len(uid) > _MAX_UID_LENGTH or uid != uid.strip() or _NOT_XML_TEXT.search(uid):
+        raise ValidationError(
+            "owner uid %r is not valid: use 1-%d characters without control characters "
+            "or leading/trailing whitespace" % (uid, _MAX_UID_LENGTH))
+    return uid
+
+
+def _validate_spec_digest(spec_digest):
+    if spec_digest is None:
+        return None
+    if not isinstance(spec_digest, str) or not _SHA256_HEX.fullmatch(spec_digest.lower()):
+        raise ValidationError("spec digest %r is not a sha256 digest: use 64 hex digits" % (spec_digest,))
+    return spec_digest.lower()
+
+
+def build_instance_element(uid, created_at, spec_digest=None):
+    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest.
+
+    ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest of the VM spec.
+    """
+    texts = [
+        ("managed", "true"),
+        ("uid", _validate_uid(uid)),
+        ("createdAt", format_rfc3339(created_at)),
+    ]
+    digest = _validate_spec_digest(spec_digest)
+    if digest is not None:
+        texts.append(("specDigest", digest))
+    root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
+    for tag, text in texts:
+        etree.SubElement(root, etree.QName(METADATA_URI, tag)).text = text
+    return root
+
+
+def build_instance_xml(uid, created_at, spec_digest=None):
+    """build_instance_element serialised; what virDomainSetMetadata takes."""
+    return to_string(build_instance_element(uid, created_at, spec_digest))
+
+
+def _instance_from_element(element):
+    qname = etree.QName(element)
+    if qname.localname != INSTANCE_TAG or qname.namespace not in (None, METADATA_URI):
+        raise PermanentError(
+            "domain metadata element is <%s>, expected <%s> in namespace %s" % (element.tag, INSTANCE_TAG, METADATA_URI))
+    texts = {}
+    for child in element:
+        if not isinstance(child.tag, str):
+            continue  # processing instructions
+        child_name = etree.QName(child)
+        if child_name.namespace in (None, METADATA_URI) and child_name.localname not in texts:
+            texts[child_name.localname] = (child.text or "").strip() or None
+    return InstanceMetadata(
+        managed=texts.get("managed") == "true",
+        uid=texts.get("uid"),
+        created_at_raw=texts.get("createdAt"),
+        spec_digest=texts.get("specDigest"),
+    )
+
+
+def parse_instance_metadata(xml_string):
+    """Parse the element as virDomainGetMetadata returns it, in any of the three spellings.
+
+    Raises PermanentError for text that is not XML, a root other than
+    ``instance`` or a foreign namespace. A present but unmanaged element
+    parses with ``managed=False``.
+    """
+    return _instance_from_element(parse_xml(xml_string, "domain metadata"))
+
+
+def instance_metadata_from_domain_xml(domain_xml):
+    """Find our element under ``/domain/metadata`` of a full domain XML; None when the domain has none."""
+    return instance_metadata_from_domain_element(parse_xml(domain_xml, "domain XML"))
+
+
+def instance_metadata_from_domain_element(domain):
+    """instance_metadata_from_domain_xml for an already parsed ``<domain>`` root element."""
+    if domain.tag != "domain":
+        raise PermanentError("domain XML has root <%s>, expected <domain>" % (domain.tag,))
+    found = domain.xpath(
+        "metadata/*[local-name() = $tag and namespace-uri() = $uri]", tag=INSTANCE_TAG, uri=METADATA_URI)
+    if not found:
+        return None
+    return _instance_from_element(found[0])
