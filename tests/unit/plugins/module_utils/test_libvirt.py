@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError, TransientError
+
+
+@pytest.mark.parametrize(
+    "uri, remote",
+    [
+        ("qemu:///system", False),
+        ("qemu:///session", False),
+        ("qemu+ssh://root@hv1/system", True),
+        ("qemu+ssh://hv1/system?keyfile=/k", True),
+        ("qemu+tcp://hv1/system", True),
+        ("qemu+unix:///system?socket=/run/x", True),
+        ("qemu://hv1/system", True),
+    ],
+)
+def test_remote_uris_are_recognised(uri, remote):
+    assert _libvirt.is_remote_uri(uri) is remote
+
+
+def test_flag_values_are_libvirts():
+    libvirt = pytest.importorskip("libvirt", reason="libvirt-python is only in the dev venv")
+    assert _libvirt.UNDEFINE_ALL == (
+        libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+    )
+    assert _libvirt.ADDRESS_SOURCE_AGENT == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT
+    assert _libvirt.ADDRESS_SOURCE_ARP == libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_ARP
+    assert _libvirt.METADATA_ELEMENT == libvirt.VIR_DOMAIN_METADATA_ELEMENT
+    assert _libvirt.METADATA_AFFECT_CONFIG == libvirt.VIR_DOMAIN_AFFECT_CONFIG
+
+
+def test_open_failure_is_typed_and_names_the_uri():
+    pytest.importorskip("libvirt", reason="libvirt-python is only in the dev venv")
+    # test:///default is libvirt's built-in mock driver; an unknown scheme fails inside libvirt itself.
+    with pytest.raises((NotFoundError, TransientError)) as caught:
+        _libvirt.Hypervisor.open("nosuchdriver:///nowhere")
+    assert "nosuchdriver:///nowhere" in caught.value.message
+
+
+def test_seam_against_libvirts_test_driver():
+    pytest.importorskip("libvirt", reason="libvirt-python is only in the dev venv")
+    with _libvirt.Hypervisor.open("test:///default") as hypervisor:
+        dom = hypervisor.lookup_domain("test")
+        assert hypervisor.domain_name(dom) == "test"
+        assert hypervisor.domain_state(dom) == 1
+        assert hypervisor.domain_metadata(dom, "https://example.invalid/none") is None
+        with pytest.raises(NotFoundError) as caught:
+            hypervisor.lookup_domain("absent")
+        assert caught.value.code == 42
+        pool = hypervisor.lookup_pool("default-pool")
+        assert hypervisor.list_volumes(pool) == []
