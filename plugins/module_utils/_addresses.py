@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The guest's IPv4 address, from the host's ARP table first and the guest agent second.
+
+Both sources fail routinely while a guest boots: the ARP table has no entry
+until the guest has sent traffic, and the agent is not connected until
+qemu-guest-agent runs. Those answers mean "no IP yet", not "the lookup
+failed", and are kept per source so a user waiting for an address can see
+why there is none. Any other libvirt error (the domain vanished, the
+connection died) propagates: it is not something a retry of the address
+lookup alone would fix, and hiding it would report a healthy-looking
+"no IP" for a broken hypervisor.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from collections import OrderedDict, namedtuple
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
+    VIR_ERR_AGENT_UNRESPONSIVE,
+    VIR_ERR_AGENT_UNSYNCED,
+    VIR_ERR_ARGUMENT_UNSUPPORTED,
+    VIR_ERR_NO_SUPPORT,
+    VIR_ERR_OPERATION_INVALID,
+    KvmError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
+    ADDRESS_SOURCE_AGENT,
+    ADDRESS_SOURCE_ARP,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import first_routable_ipv4
+
+SOURCE_ARP = "arp"
+SOURCE_AGENT = "agent"
+
+NO_ADDRESS_YET = "no address yet"
+NO_ROUTABLE_ADDRESS_YET = "no routable IPv4 yet"
+DOMAIN_NOT_RUNNING = "domain not running"
+
+AddressLookup = namedtuple("AddressLookup", ["ip", "sources"])
+AddressLookup.__doc__ = """The outcome of domain_ipv4.
+
+``ip`` is the first routable IPv4 found, or None. ``sources`` maps each
+source asked, in the order asked (``arp``, then ``agent``), to what it
+said: the address itself, or why it gave none. A source that was not asked
+(ARP already answered, or the domain is not running) is absent.
+"""
+
+# Codes that mean "this source has no address for us (yet)", with the words
+# the user sees. Only the unsupported codes carry libvirt's message too:
+# they cover several situations (an old libvirt without the ARP source, a
+# domain defined without a guest agent channel) that only the message tells apart.
+_NO_ADDRESS_CODES = {
+    VIR_ERR_AGENT_UNRESPONSIVE: ("guest agent not responding", "VIR_ERR_AGENT_UNRESPONSIVE", False),
+    VIR_ERR_AGENT_UNSYNCED: ("guest agent not in sync yet", "VIR_ERR_AGENT_UNSYNCED", False),
+    VIR_ERR_OPERATION_INVALID: (DOMAIN_NOT_RUNNING, None, False),
+    VIR_ERR_NO_SUPPORT: ("not supported", "VIR_ERR_NO_SUPPORT", True),
+    VIR_ERR_ARGUMENT_UNSUPPORTED: ("not available", "VIR_ERR_ARGUMENT_UNSUPPORTED", True),
+}
+
+
+def _describe(error):
+    words, code_name, with_message = _NO_ADDRESS_CODES[error.code]
+    if code_name is None:
+        return words
+    if with_message and error.libvirt_message:
+        return "%s (%s: %s)" % (words, code_name, error.libvirt_message)
+    return "%s (%s)" % (words, code_name)
+
+
+def _ask(hypervisor, dom, source):
+    """(interfaces, None) from one source, or (None, why) when it has no address for us."""
+    try:
+        return hypervisor.domain_addresses(dom, source), None
+    except KvmError as error:
+        if error.code not in _NO_ADDRESS_CODES:
+            raise
+        return None, error
+
+
+def domain_ipv4(hypervisor, dom, mac=None):
+    """Look up the first routable IPv4 of a domain: ARP first, then the guest agent.
+
+    ``mac`` restricts the search to the NIC with that MAC address, so an
+    address of another interface inside the guest (a container bridge, a
+    VPN) is never taken for the proxy's. Costs one libvirt call when ARP
+    knows the address or the domain is not running, two otherwise.
+    Returns an AddressLookup; raises the typed error of any libvirt failure
+    that is not one of the "no address from this source" answers.
+    """
+    sources = OrderedDict()
+    for name, source in ((SOURCE_ARP, ADDRESS_SOURCE_ARP), (SOURCE_AGENT, ADDRESS_SOURCE_AGENT)):
+        interfaces, error = _ask(hypervisor, dom, source)
+        if error is not None:
+            sources[name] = _describe(error)
+            if error.code == VIR_ERR_OPERATION_INVALID:
+                # Neither source answers for a domain that is not running
+                # (the agent needs it running, ARP needs it active).
+                break
+            continue
+        ip = first_routable_ipv4(interfaces, hwaddr=mac)
+        if ip is not None:
+            sources[name] = ip
+            return AddressLookup(ip=ip, sources=sources)
+        sources[name] = NO_ROUTABLE_ADDRESS_YET if interfaces else NO_ADDRESS_YET
+    return AddressLookup(ip=None, sources=sources)
