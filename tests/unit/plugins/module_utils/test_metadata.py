@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lxml import etree
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+    METADATA_PREFIX,
+    METADATA_URI,
+    OLDEST,
+    InstanceMetadata,
+    build_instance_element,
+    build_instance_xml,
+    format_rfc3339,
+    instance_metadata_from_domain_xml,
+    parse_instance_metadata,
+    parse_rfc3339,
+)
+
+UTC = datetime.timezone.utc
+CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
+DIGEST = "ab" * 32
+NS = "{%s}" % METADATA_URI
+
+
+def test_build_field_by_field():
+    root = etree.fromstring(build_instance_xml("uid-1", CREATED, DIGEST))
+    assert root.tag == NS + "instance"
+    assert root.prefix == METADATA_PREFIX
+    assert [(child.tag, child.text) for child in root] == [
+        (NS + "managed", "true"),
+        (NS + "uid", "uid-1"),
+        (NS + "createdAt", "2026-11-29T18:00:00Z"),
+        (NS + "specDigest", DIGEST),
+    ]
+
+
+def test_build_without_spec_digest_omits_it():
+    root = build_instance_element("uid-1", CREATED)
+    assert root.find(NS + "specDigest") is None
+
+
+def test_created_at_is_rendered_in_utc():
+    cest = datetime.timezone(datetime.timedelta(hours=2))
+    local = datetime.datetime(2026, 9, 4, 12, 30, 15, 999999, tzinfo=cest)
+    assert format_rfc3339(local) == "2026-09-04T10:30:15Z"
+
+
+@pytest.mark.parametrize("bad", [datetime.datetime(2026, 1, 1), "2026-01-01T00:00:00Z", None])
+def test_created_at_must_be_an_aware_datetime(bad):
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        build_instance_element("uid-1", bad)
+
+
+@pytest.mark.parametrize("uid", ["", " x", "x ", "a\x00b", "a\x1bb", "x" * 257, None])
+def test_bad_uids_are_rejected(uid):
+    with pytest.raises(ValidationError, match="owner uid"):
+        build_instance_element(uid, CREATED)
+
+
+@pytest.mark.parametrize("digest", ["abc", "x" * 64, DIGEST + "0"])
+def test_bad_spec_digests_are_rejected(digest):
+    with pytest.raises(ValidationError, match="spec digest"):
+        build_instance_element("uid-1", CREATED, digest)
+
+
+def test_spec_digest_is_lowercased():
+    assert parse_instance_metadata(build_instance_xml("u", CREATED, DIGEST.upper())).spec_digest == DIGEST
+
+
+@pytest.mark.parametrize("uid", ["<uid/>", "a&amp;b", 'a"b', "a']]>b", "</egressproxy:uid><egressproxy:managed>x", "\u00fcid \u2603"])
+def test_markup_in_uid_comes_back_verbatim(uid):
+    raw = build_instance_xml(uid, CREATED)
+    root = etree.fromstring(raw)
+    assert len(root) == 3
+    parsed = parse_instance_metadata(raw)
+    assert parsed.uid == uid
+    assert parsed.managed
+
+
+@given(st.text(min_size=1, max_size=64).filter(
+    lambda s: s == s.strip() and not any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF or ord(c) in (0xFFFE, 0xFFFF) for c in s)))
+def test_any_valid_uid_round_trips(uid):
+    parsed = parse_instance_metadata(build_instance_xml(uid, CREATED))
+    assert parsed == InstanceMetadata(managed=True, uid=uid, created_at_raw="2026-11-29T18:00:00Z", spec_digest=None)
+
+
+# The three spellings that reach the parser: what virDomainGetMetadata returns
+# on libvirt 9.0 (no namespace), the default-namespace form a domain keeps in
+# its XML, and a prefixed form.
+SPELLINGS = {
+    "unqualified": "<instance><managed>true</managed><uid>u-1</uid>"
+                   "<createdAt>2026-11-29T18:00:00Z</createdAt><specDigest>%s</specDigest></instance>" % DIGEST,
+    "default namespace": '<instance xmlns="%s">\n  <managed>true</managed>\n  <uid>u-1</uid>\n'
+                         "  <createdAt>2026-11-29T18:00:00Z</createdAt>\n  <specDigest>%s</specDigest>\n</instance>"
+                         % (METADATA_URI, DIGEST),
+    "prefixed": '<op:instance xmlns:op="%s"><op:managed>true</op:managed><op:uid>u-1</op:uid>'
+                "<op:createdAt>2026-11-29T18:00:00Z</op:createdAt><op:specDigest>%s</op:specDigest></op:instance>"
+                % (METADATA_URI, DIGEST),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_all_three_spellings_parse(spelling):
+    parsed = parse_instance_metadata(SPELLINGS[spelling])
+    assert parsed == InstanceMetadata(managed=True, uid="u-1", created_at_raw="2026-11-29T18:00:00Z", spec_digest=DIGEST)
+    assert parsed.created_at == CREATED
+
+
+def test_bytes_with_xml_declaration_parse():
+    raw = b'<?xml version="1.0" encoding="UTF-8"?>\n' + SPELLINGS["unqualified"].encode()
+    assert parse_instance_metadata(raw).uid == "u-1"
+    assert parse_instance_metadata(raw.decode()).uid == "u-1"
+
+
+def test_unmanaged_and_incomplete_elements():
+    parsed = parse_instance_metadata("<instance><managed>false</managed><uid>u</uid></instance>")
+    assert not parsed.managed and parsed.uid == "u" and parsed.created_at_raw is None
+    assert parsed.created_at == OLDEST
+    assert not parse_instance_metadata("<instance/>").managed
+    assert not parse_instance_metadata("<instance><managed>TRUE</managed></instance>").managed
+
+
+def test_children_of_foreign_namespaces_are_ignored():
+    raw = ('<instance xmlns="%s" xmlns:x="urn:other"><x:uid>evil</x:uid><uid>u-1</uid><managed>true</managed></instance>'
+           % METADATA_URI)
+    parsed = parse_instance_metadata(raw)
+    assert parsed.uid == "u-1" and parsed.managed
+
+
+@pytest.mark.parametrize("raw", [
+    '<foo xmlns="urn:other"><managed>true</managed></foo>',
+    '<instance xmlns="urn:other"><managed>true</managed></instance>',
+    "<foo><managed>true</managed></foo>",
+    "not xml",
+    "",
+])
+def test_foreign_or_broken_metadata_is_a_permanent_error(raw):
+    with pytest.raises(PermanentError):
+        parse_instance_metadata(raw)
+
+
+def test_entities_are_never_expanded():
+    external = '<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><instance><uid>&e;</uid></instance>'
+    assert parse_instance_metadata(external).uid is None
+    internal = '<!DOCTYPE x [<!ENTITY e "injected">]><instance><uid>a&e;</uid></instance>'
+    assert parse_instance_metadata(internal).uid == "a"
+
+
+@pytest.mark.parametrize("raw", [
+    "yesterday", "", "   ", "2026-11-29", "2026-11-29T18:00:00", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z",
+    "2026-11-29T25:00:00Z", "0001-01-01T00:00:00+01:00", "２０２６-11-29T18:00:00Z",
+])
+def test_malformed_created_at_reads_as_oldest(raw):
+    assert parse_rfc3339(raw) == OLDEST
+    assert InstanceMetadata(managed=True, uid="u", created_at_raw=raw).created_at == OLDEST
+
+
+def test_oldest_sorts_before_everything():
+    assert OLDEST < CREATED and OLDEST.tzinfo is not None
+    assert parse_rfc3339(None) == OLDEST
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("2026-11-29T18:00:00Z", CREATED),
+    ("2026-11-29t18:00:00z", CREATED),
+    ("2026-11-29T19:00:00+01:00", CREATED),
+    ("2026-11-29T18:00:00.5Z", CREATED.replace(microsecond=500000)),
+    ("2026-11-29T18:00:00.123456789Z", CREATED.replace(microsecond=123456)),
+    (" 2026-11-29T18:00:00Z\n", CREATED),
+])
+def test_rfc3339_variants(raw, expected):
+    parsed = parse_rfc3339(raw)
+    assert parsed == expected and parsed.utcoffset() == datetime.timedelta(0)
+
+
+@given(st.datetimes(min_value=datetime.datetime(1970, 1, 1), max_value=datetime.datetime(9000, 1, 1), timezones=st.just(UTC)))
+def test_created_at_round_trips_to_the_second(moment):
+    parsed = parse_instance_metadata(build_instance_xml("u", moment))
+    assert parsed.created_at == moment.replace(microsecond=0)
+
+
+def _domain(metadata_children):
+    return "<domain type='kvm'><name>p</name><metadata>%s</metadata></domain>" % metadata_children
+
+
+def test_from_domain_xml_finds_our_element_among_others():
+    ours = build_instance_xml("u-9", CREATED)
+    raw = _domain('<other:instance xmlns:other="urn:other"><uid>not-ours</uid></other:instance>' + ours)
+    parsed = instance_metadata_from_domain_xml(raw)
+    assert parsed.uid == "u-9" and parsed.managed and parsed.created_at == CREATED
+
+
+@pytest.mark.parametrize("spelling", ["default namespace", "prefixed"])
+def test_from_domain_xml_reads_the_namespaced_spellings(spelling):
+    assert instance_metadata_from_domain_xml(_domain(SPELLINGS[spelling])).uid == "u-1"
+
+
+@pytest.mark.parametrize("raw", [
+    "<domain><name>p</name></domain>",
+    _domain(""),
+    _domain(SPELLINGS["unqualified"]),  # in a full domain XML only the namespaced element is ours
+    _domain('<instance xmlns="urn:other"><managed>true</managed></instance>'),
+])
+def test_from_domain_xml_without_our_element_is_none(raw):
+    assert instance_metadata_from_domain_xml(raw) is None
+
+
+def test_from_domain_xml_rejects_non_domains():
+    with pytest.raises(PermanentError, match="expected <domain>"):
+        instance_metadata_from_domain_xml("<volume/>")
