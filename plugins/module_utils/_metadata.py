@@ -66,7 +66,9 @@ def format_rfc3339(moment):
     """Render an aware datetime as RFC 3339 in UTC with second precision (``2026-11-29T18:00:00Z``)."""
     if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
         raise ValidationError("createdAt must be a timezone-aware datetime, got %r" % (moment,))
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    utc = moment.astimezone(datetime.timezone.utc)
+    # Not strftime: glibc's %Y does not zero-pad years before 1000, and OLDEST is year 1.
+    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second)
 
 
 def parse_rfc3339(text):

@@ -56,6 +56,11 @@ def test_created_at_is_rendered_in_utc():
     assert format_rfc3339(local) == "2026-09-04T10:30:15Z"
 
 
+def test_oldest_renders_as_a_four_digit_year_and_parses_back():
+    assert format_rfc3339(OLDEST) == "0001-01-01T00:00:00Z"
+    assert parse_rfc3339(format_rfc3339(OLDEST)) == OLDEST
+
+
 @pytest.mark.parametrize("bad", [datetime.datetime(2026, 1, 1), "2026-01-01T00:00:00Z", None])
 def test_created_at_must_be_an_aware_datetime(bad):
     with pytest.raises(ValidationError, match="timezone-aware"):
