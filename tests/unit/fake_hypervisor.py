@@ -257,9 +257,13 @@ class FakeHypervisor:
 
     def refresh_pool(self, pool):
         self._enter("refresh_pool", pool)
+        # Like a directory pool: libvirt probes every file, so a volume created
+        # raw whose bytes are a qcow2 image reads back as qcow2 with the
+        # virtual size of its header (measured on libvirt 9.0).
         for vol in pool.volumes.values():
-            size = _qcow2_virtual_size(vol.content) if vol.format == "qcow2" else None
+            size = _qcow2_virtual_size(vol.content)
             if size is not None:
+                vol.format = "qcow2"
                 vol.capacity = size
 
     def list_volumes(self, pool):
