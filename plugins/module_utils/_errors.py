@@ -87,7 +87,7 @@ class KvmError(Exception):
     kind = "error"
 
     def __init__(self, message, code=None, libvirt_message=None):
-        super(KvmError, self).__init__(message)
+        super().__init__(message)
         self.message = message
         self.code = code
         self.libvirt_message = libvirt_message

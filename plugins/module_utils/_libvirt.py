@@ -111,13 +111,13 @@ class Hypervisor:
         try:
             conn = libvirt.open(uri)
         except libvirt.libvirtError as exc:
-            raise _typed(exc, "connecting to hypervisor %s" % uri)
+            raise _typed(exc, "connecting to hypervisor %s" % uri) from exc
         if remote:
             try:
                 conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
             except libvirt.libvirtError as exc:
                 conn.close()
-                raise _typed(exc, "enabling keepalive on %s" % uri)
+                raise _typed(exc, "enabling keepalive on %s" % uri) from exc
         return cls(conn, uri)
 
     def close(self):
@@ -139,7 +139,7 @@ class Hypervisor:
         try:
             return func(*args)
         except libvirt.libvirtError as exc:
-            raise _typed(exc, context)
+            raise _typed(exc, context) from exc
 
     # --- host ---------------------------------------------------------------
 
@@ -176,7 +176,7 @@ class Hypervisor:
             error = _typed(exc, "reading the metadata of domain '%s'" % dom.name())
             if error.has_code(VIR_ERR_NO_DOMAIN_METADATA):
                 return None
-            raise error
+            raise error from exc
 
     def start_domain(self, dom):
         self._call("starting domain '%s'" % dom.name(), dom.create)

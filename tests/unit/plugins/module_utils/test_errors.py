@@ -29,7 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors 
 )
 def test_classify_maps_codes_to_the_three_kinds(code, expected):
     error = errors.classify(code, "libvirt said no", "looking up domain 'p1'")
-    assert type(error) is expected
+    assert error.__class__ is expected
     assert error.code == code
     assert error.libvirt_message == "libvirt said no"
     assert error.message == "looking up domain 'p1': libvirt said no"
