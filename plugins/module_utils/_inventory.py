@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What runs where: the listing shared by kvm_proxy_info and the kvm_proxies inventory plugin.
+
+Each domain costs a small constant number of libvirt calls: its XML once
+(which carries name, vcpus, memory, disks, NICs and our metadata element, so
+the metadata is never fetched separately), its state, its autostart flag,
+and one or two address lookups when it is running. A domain without our
+metadata costs only the XML read before it is left out.
+
+Partial views are handled as in the reference's ListByTag: a domain that
+vanishes mid-listing or cannot be read is skipped with a warning, because
+one bad domain must not hide all the others; a hypervisor that cannot be
+reached fails the listing, so a cleanup built on it never acts on a
+partial view of the fleet.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
+    KvmError,
+    NotFoundError,
+    TransientError,
+    ValidationError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import format_rfc3339
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id, validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active, libvirt_state_name, map_state
+
+
+def resolve_host(hypervisor, host=None):
+    """The hypervisor's name in ids: ``host`` when given (validated), else libvirt's host name."""
+    if host is not None:
+        return validate_host_name(host)
+    return validate_host_name(hypervisor.hostname())
+
+
+def _domain_id(host, name):
+    # Domains made outside this collection may carry names the collection
+    # would never create (uppercase, underscores); they get no id, since no
+    # module of this collection could act on one.
+    try:
+        return format_domain_id(host, name)
+    except ValidationError:
+        return None
+
+
+def _created_at(metadata):
+    if metadata is None or metadata.created_at_raw is None:
+        return None
+    # A malformed timestamp reads as the oldest possible time, as it does for cleanup ordering.
+    return format_rfc3339(metadata.created_at)
+
+
+def inspect_domain(hypervisor, dom, host, domain_info=None):
+    """Build the entry of one domain.
+
+    ``domain_info`` is the DomainInfo parsed from the domain's XML when the
+    caller already read it (list_proxies does, to filter on the metadata);
+    otherwise the XML is read here. Raises the typed error of any failed
+    libvirt call (NotFoundError when the domain vanished) and PermanentError
+    for unreadable XML or metadata.
+    """
+    if domain_info is None:
+        domain_info = parse_domain_xml(hypervisor.domain_xml(dom))
+    metadata = domain_info.metadata
+    state = hypervisor.domain_state(dom)
+    autostart = hypervisor.domain_autostart(dom)
+    ip = None
+    ip_sources = {}
+    if is_active(state):
+        macs = domain_info.macs()
+        lookup = domain_ipv4(hypervisor, dom, mac=macs[0] if macs else None)
+        ip = lookup.ip
+        ip_sources = dict(lookup.sources)
+    return {
+        "id": _domain_id(host, domain_info.name),
+        "name": domain_info.name,
+        "host": host,
+        "state": map_state(state, ip),
+        "libvirt_state": libvirt_state_name(state),
+        "ip": ip,
+        "ip_sources": ip_sources,
+        "managed": bool(metadata is not None and metadata.managed),
+        "uid": metadata.uid if metadata is not None else None,
+        "created_at": _created_at(metadata),
+        "spec_digest": metadata.spec_digest if metadata is not None else None,
+        "vcpus": domain_info.vcpus,
+        "memory_mib": domain_info.memory_mib,
+        "disks": [
+            {"device": disk.device, "target": disk.target, "pool": disk.pool, "volume": disk.volume, "path": disk.path}
+            for disk in domain_info.disks
+        ],
+        "macs": domain_info.macs(),
+        "autostart": autostart,
+    }
+
+
+def _wanted(entry, uid, include_unmanaged):
+    if uid is not None:
+        return entry["managed"] and entry["uid"] == uid
+    return entry["managed"] or include_unmanaged
+
+
+def get_proxy(hypervisor, host, name, uid=None):
+    """The entry of domain ``name``, or None when there is no such domain (or it is not owned by ``uid``).
+
+    Unlike list_proxies, a domain asked for by name is returned whether or
+    not this collection manages it (``managed`` tells), and any failure to
+    read it fails: the caller asked about this one domain.
+    """
+    try:
+        dom = hypervisor.lookup_domain(name)
+        entry = inspect_domain(hypervisor, dom, host)
+    except NotFoundError:
+        # Absent, or deleted between the lookup and the reads.
+        return None
+    return entry if _wanted(entry, uid, include_unmanaged=True) else None
+
+
+def list_proxies(hypervisor, host, uid=None, include_unmanaged=False):
+    """Entries of the domains carrying this collection's metadata, sorted by name, and warnings.
+
+    ``uid`` keeps only the domains of that owner (unmanaged domains have
+    none); ``include_unmanaged`` adds every other domain, marked
+    ``managed: false``. Returns ``(entries, warnings)``: a domain that
+    vanished or could not be read is left out and explained in a warning.
+    Raises the typed error when the hypervisor cannot be listed, or stops
+    answering while its domains are read.
+    """
+    entries = []
+    warnings = []
+    for dom in hypervisor.list_domains():
+        name = hypervisor.domain_name(dom)
+        try:
+            domain_info = parse_domain_xml(hypervisor.domain_xml(dom))
+            metadata = domain_info.metadata
+            if not (include_unmanaged or (metadata is not None and metadata.managed)):
+                continue
+            entry = inspect_domain(hypervisor, dom, host, domain_info)
+        except NotFoundError as error:
+            warnings.append("skipped domain '%s' on %s: it disappeared while it was being read (%s)" % (name, host, error.message))
+            continue
+        except KvmError as error:
+            warnings.append("skipped domain '%s' on %s: it could not be read: %s" % (name, host, error.message))
+            _ensure_answering(hypervisor, host, name, error)
+            continue
+        if _wanted(entry, uid, include_unmanaged):
+            entries.append(entry)
+    entries.sort(key=lambda entry: entry["name"])
+    return entries, warnings
+
+
+def _ensure_answering(hypervisor, host, name, domain_error):
+    """Raise when the failure on one domain was really the connection dying.
+
+    A broken connection fails every later call too; without this check the
+    remaining domains would each be "skipped" and the listing would look
+    complete but empty, the partial view a cleanup must never act on.
+    """
+    try:
+        hypervisor.hostname()
+    except KvmError as error:
+        raise TransientError(
+            "hypervisor %s stopped answering while domain '%s' was being read (%s); %s"
+            % (host, name, domain_error.message, error.message),
+            code=error.code,
+            libvirt_message=error.libvirt_message,
+        ) from error

@@ -1,0 +1,366 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The reference's Get and ListByTag cases, over the fake seam."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import (
+    get_proxy,
+    inspect_domain,
+    list_proxies,
+    resolve_host,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import METADATA_URI, build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
+    BLOCKED,
+    CRASHED,
+    NOSTATE,
+    PAUSED,
+    PMSUSPENDED,
+    RUNNING,
+    SHUTDOWN,
+    SHUTOFF,
+    FakeHypervisor,
+)
+
+CREATED = datetime.datetime(2026, 9, 4, 14, 4, 0, tzinfo=datetime.timezone.utc)
+DIGEST = "ab" * 32
+
+
+def ipv4(addr, prefix=24):
+    return {"type": 0, "addr": addr, "prefix": prefix}
+
+
+def mac_of(name):
+    return "52:54:00:00:00:%02x" % (sum(name.encode()) % 256)
+
+
+def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, created=CREATED):
+    xml = build_domain_xml(DomainParams(
+        name=name,
+        metadata=build_instance_element(uid, created, DIGEST),
+        vcpus=2,
+        memory_mib=512,
+        pool="default",
+        overlay_volume=overlay_volume_name(name),
+        seed_volume=seed_volume_name(name),
+        bridge="br0",
+        mac=mac_of(name),
+        virt_type="qemu",
+        cpu_mode="none",
+    ))
+    dom = hypervisor.add_domain(name, xml, state=state)
+    if arp is not None:
+        dom.addresses[ADDRESS_SOURCE_ARP] = {"vnet0": {"hwaddr": mac_of(name), "addrs": [ipv4(arp)]}}
+    if agent is not None:
+        dom.addresses[ADDRESS_SOURCE_AGENT] = {"eth0": {"hwaddr": mac_of(name), "addrs": [ipv4(agent)]}}
+    return dom
+
+
+def hand_made_domain(hypervisor, name, state=RUNNING, metadata=""):
+    xml = (
+        "<domain type='kvm'><name>%s</name><metadata>%s</metadata><memory unit='KiB'>1048576</memory><vcpu>1</vcpu>"
+        "<devices><disk type='file' device='disk'><source file='/srv/%s.img'/><target dev='vda' bus='virtio'/></disk>"
+        "</devices></domain>" % (name, metadata, name)
+    )
+    return hypervisor.add_domain(name, xml, state=state)
+
+
+@pytest.fixture
+def hv1():
+    return FakeHypervisor(hostname="hv1.example.net")
+
+
+# --- Get ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state, arp, agent, want_state, want_ip", [
+    (RUNNING, "198.18.0.150", None, "Running", "198.18.0.150"),
+    (RUNNING, None, "198.18.0.151", "Running", "198.18.0.151"),
+    (RUNNING, None, None, "Provisioning", None),
+    (RUNNING, None, "169.254.10.10", "Provisioning", None),
+    (SHUTOFF, "198.18.0.150", None, "Stopped", None),
+])
+def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip):
+    managed_domain(hv1, "proxy-one", "uid-1", state=state, arp=arp, agent=agent)
+    entry = get_proxy(hv1, "nas1", "proxy-one")
+    assert entry == {
+        "id": "hosts/nas1/domains/proxy-one",
+        "name": "proxy-one",
+        "host": "nas1",
+        "state": want_state,
+        "libvirt_state": "running" if state == RUNNING else "shutoff",
+        "ip": want_ip,
+        "ip_sources": entry["ip_sources"],
+        "managed": True,
+        "uid": "uid-1",
+        "created_at": "2026-09-04T14:04:00Z",
+        "spec_digest": DIGEST,
+        "vcpus": 2,
+        "memory_mib": 512,
+        "disks": [
+            {"device": "disk", "target": "vda", "pool": "default", "volume": "proxy-one.qcow2", "path": None},
+            {"device": "cdrom", "target": "sda", "pool": "default", "volume": "proxy-one-seed.iso", "path": None},
+        ],
+        "macs": [mac_of("proxy-one")],
+        "autostart": False,
+    }
+    if state == RUNNING:
+        assert list(entry["ip_sources"]) == (["arp"] if arp else ["arp", "agent"])
+    else:
+        assert entry["ip_sources"] == {}
+
+
+def test_get_costs_a_constant_number_of_calls_and_never_reads_metadata_separately(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING, agent="198.18.0.151")
+    get_proxy(hv1, "nas1", "proxy-one")
+    assert hv1.calls == ["lookup_domain", "domain_xml", "domain_state", "domain_autostart", "domain_addresses", "domain_addresses"]
+
+
+def test_get_unmanaged_domain_has_no_uid(hv1):
+    hand_made_domain(hv1, "hand-made")
+    entry = get_proxy(hv1, "nas1", "hand-made")
+    assert entry["managed"] is False
+    assert entry["uid"] is None
+    assert entry["created_at"] is None
+    assert entry["spec_digest"] is None
+    assert entry["disks"] == [{"device": "disk", "target": "vda", "pool": None, "volume": None, "path": "/srv/hand-made.img"}]
+    assert entry["memory_mib"] == 1024
+
+
+def test_get_missing_domain_is_none(hv1):
+    assert get_proxy(hv1, "nas1", "proxy-one") is None
+
+
+def test_get_domain_deleted_between_lookup_and_reads_is_none(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    hv1.fail("domain_state", errors.VIR_ERR_NO_DOMAIN, "Domain not found")
+    assert get_proxy(hv1, "nas1", "proxy-one") is None
+
+
+def test_get_with_another_owner_is_none(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    assert get_proxy(hv1, "nas1", "proxy-one", uid="uid-2") is None
+    assert get_proxy(hv1, "nas1", "proxy-one", uid="uid-1")["name"] == "proxy-one"
+
+
+def test_get_state_read_failure_raises(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING)
+    hv1.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "boom")
+    with pytest.raises(errors.TransientError, match="boom"):
+        get_proxy(hv1, "nas1", "proxy-one")
+
+
+def test_get_unreadable_definition_raises(hv1):
+    hv1.add_domain("proxy-one", "<domain><name>proxy-one</name><vcpu>many</vcpu></domain>")
+    with pytest.raises(errors.PermanentError, match="vcpu"):
+        get_proxy(hv1, "nas1", "proxy-one")
+
+
+def test_malformed_created_at_reads_as_the_oldest_time(hv1):
+    metadata = "<instance xmlns='%s'><managed>true</managed><uid>u</uid><createdAt>yesterday</createdAt></instance>" % METADATA_URI
+    hand_made_domain(hv1, "proxy-one", metadata=metadata)
+    assert get_proxy(hv1, "nas1", "proxy-one")["created_at"] == "0001-01-01T00:00:00Z"
+
+
+def test_prefixed_metadata_in_the_domain_xml_is_recognised(hv1):
+    metadata = "<ep:instance xmlns:ep='%s'><ep:managed>true</ep:managed><ep:uid>u-7</ep:uid></ep:instance>" % METADATA_URI
+    hand_made_domain(hv1, "proxy-one", metadata=metadata)
+    entry = get_proxy(hv1, "nas1", "proxy-one")
+    assert (entry["managed"], entry["uid"]) == (True, "u-7")
+
+
+@pytest.mark.parametrize("state, ip, want", [
+    (RUNNING, "10.0.0.1", "Running"),
+    (RUNNING, None, "Provisioning"),
+    (BLOCKED, "10.0.0.1", "Running"),
+    (PAUSED, None, "Stopped"),
+    (SHUTDOWN, None, "Stopped"),
+    (SHUTOFF, None, "Stopped"),
+    (CRASHED, None, "Stopped"),
+    (PMSUSPENDED, None, "Stopped"),
+    (NOSTATE, None, "Provisioning"),
+])
+def test_mapping_table(hv1, state, ip, want):
+    dom = managed_domain(hv1, "proxy-one", "uid-1", state=state, arp=ip)
+    entry = inspect_domain(hv1, dom, "nas1")
+    assert (entry["state"], entry["ip"]) == (want, ip)
+
+
+def test_addresses_are_only_asked_of_active_domains(hv1):
+    dom = managed_domain(hv1, "proxy-one", "uid-1", state=NOSTATE)
+    inspect_domain(hv1, dom, "nas1")
+    assert "domain_addresses" not in hv1.calls
+
+
+def test_domain_names_the_collection_would_not_create_get_no_id(hv1):
+    hand_made_domain(hv1, "Windows_10")
+    entry = get_proxy(hv1, "nas1", "Windows_10")
+    assert entry["id"] is None
+    assert entry["name"] == "Windows_10"
+
+
+# --- ListByTag ------------------------------------------------------------------------------------
+
+
+def test_list_across_hosts():
+    nas1, nas2 = FakeHypervisor("nas1"), FakeHypervisor("nas2")
+    managed_domain(nas1, "proxy-one", "uid-1", state=RUNNING, arp="192.168.1.10")
+    hand_made_domain(nas1, "hand-made")
+    managed_domain(nas2, "proxy-two", "uid-2")
+    hand_made_domain(nas2, "foreign", metadata="<instance xmlns='%s'><managed>false</managed></instance>" % METADATA_URI)
+
+    listed = []
+    for hypervisor in (nas1, nas2):
+        entries, warnings = list_proxies(hypervisor, resolve_host(hypervisor))
+        assert warnings == []
+        listed.extend(entries)
+    assert [(e["id"], e["state"], e["ip"], e["uid"], e["created_at"]) for e in listed] == [
+        ("hosts/nas1/domains/proxy-one", "Running", "192.168.1.10", "uid-1", "2026-09-04T14:04:00Z"),
+        ("hosts/nas2/domains/proxy-two", "Stopped", None, "uid-2", "2026-09-04T14:04:00Z"),
+    ]
+
+
+def test_list_is_sorted_by_name(hv1):
+    for name in ("proxy-c", "proxy-a", "proxy-b"):
+        managed_domain(hv1, name, "uid-1")
+    entries, _ = list_proxies(hv1, "nas1")
+    assert [e["name"] for e in entries] == ["proxy-a", "proxy-b", "proxy-c"]
+
+
+def test_list_includes_unmanaged_on_request(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    hand_made_domain(hv1, "hand-made", state=SHUTOFF)
+    entries, _ = list_proxies(hv1, "nas1", include_unmanaged=True)
+    assert [(e["name"], e["managed"], e["uid"]) for e in entries] == [("hand-made", False, None), ("proxy-one", True, "uid-1")]
+
+
+def test_list_filters_by_owner(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    managed_domain(hv1, "proxy-two", "uid-2")
+    hand_made_domain(hv1, "hand-made")
+    entries, _ = list_proxies(hv1, "nas1", uid="uid-2", include_unmanaged=True)
+    assert [e["name"] for e in entries] == ["proxy-two"]
+
+
+def test_list_on_an_empty_hypervisor(hv1):
+    assert list_proxies(hv1, "nas1") == ([], [])
+
+
+def test_list_call_counts_per_domain(hv1):
+    managed_domain(hv1, "proxy-run", "uid-1", state=RUNNING, arp="198.18.0.150")
+    managed_domain(hv1, "proxy-off", "uid-1", state=SHUTOFF)
+    hand_made_domain(hv1, "hand-made")
+    list_proxies(hv1, "nas1")
+    # One listing; the unmanaged domain costs its XML read only; metadata comes from that XML.
+    assert hv1.calls == [
+        "list_domains",
+        "domain_xml", "domain_state", "domain_autostart", "domain_addresses",
+        "domain_xml", "domain_state", "domain_autostart",
+        "domain_xml",
+    ]
+
+
+def test_list_of_a_hundred_domains_costs_the_same_per_domain(hv1):
+    for index in range(100):
+        managed_domain(hv1, "proxy-%03d" % index, "uid-1", state=RUNNING, arp="198.18.1.%d" % index)
+    entries, _ = list_proxies(hv1, "nas1")
+    assert len(entries) == 100
+    assert len(hv1.calls) == 1 + 100 * 4
+    assert hv1.calls.count("domain_xml") == 100
+
+
+def _only(name):
+    return lambda dom, *_args: dom.name == name
+
+
+@pytest.mark.parametrize("method, code", [
+    ("domain_xml", errors.VIR_ERR_NO_DOMAIN),
+    ("domain_state", errors.VIR_ERR_NO_DOMAIN),
+    ("domain_autostart", errors.VIR_ERR_NO_DOMAIN),
+    ("domain_addresses", errors.VIR_ERR_NO_DOMAIN),
+])
+def test_list_skips_a_domain_deleted_mid_listing(hv1, method, code):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING)
+    managed_domain(hv1, "proxy-two", "uid-2", state=RUNNING, arp="198.18.0.150")
+    hv1.fail(method, code, "Domain not found: no domain with matching name 'proxy-one'", when=_only("proxy-one"))
+    entries, warnings = list_proxies(hv1, "nas1")
+    assert [e["name"] for e in entries] == ["proxy-two"]
+    assert len(warnings) == 1
+    assert "'proxy-one'" in warnings[0] and "disappeared" in warnings[0] and "nas1" in warnings[0]
+    assert "hostname" not in hv1.calls
+
+
+def test_list_skips_a_domain_undefined_after_the_listing(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    managed_domain(hv1, "proxy-two", "uid-2")
+    listed = list(hv1.domains.values())
+    del hv1.domains["proxy-one"]
+    hv1.list_domains = lambda: listed
+    entries, warnings = list_proxies(hv1, "nas1")
+    assert [e["name"] for e in entries] == ["proxy-two"]
+    assert "disappeared" in warnings[0]
+
+
+@pytest.mark.parametrize("setup, words", [
+    (lambda hv: hv.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "boom", when=_only("proxy-one")), "boom"),
+    (lambda hv: hv.fail("domain_xml", errors.VIR_ERR_OPERATION_TIMEOUT, "cannot acquire state change lock", when=_only("proxy-one")),
+     "state change lock"),
+    (lambda hv: hv.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "agent exploded", when=_only("proxy-one")), "agent exploded"),
+    (lambda hv: hv.add_domain("proxy-one", "<domain><name>proxy-one</name>"), "not well-formed"),
+    (lambda hv: hv.add_domain("proxy-one", "<domain><name>proxy-one</name><memory unit='parsecs'>1</memory></domain>"), "unreadable size"),
+])
+def test_list_skips_an_unreadable_domain_with_a_warning(hv1, setup, words):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING)
+    setup(hv1)
+    managed_domain(hv1, "proxy-two", "uid-2")
+    entries, warnings = list_proxies(hv1, "nas1")
+    assert [(e["name"], e["uid"]) for e in entries] == [("proxy-two", "uid-2")]
+    assert len(warnings) == 1
+    assert "'proxy-one'" in warnings[0] and "could not be read" in warnings[0] and words in warnings[0]
+    # The hypervisor was checked to still answer after the failure.
+    assert hv1.calls.count("hostname") == 1
+
+
+def test_list_fails_when_the_connection_dies_mid_listing(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    managed_domain(hv1, "proxy-two", "uid-2")
+    hv1.fail("domain_state", errors.VIR_ERR_RPC, "Cannot recv data: Connection reset by peer")
+    hv1.fail("hostname", errors.VIR_ERR_INTERNAL_ERROR, "client socket is closed")
+    with pytest.raises(errors.TransientError) as caught:
+        list_proxies(hv1, "nas1")
+    message = caught.value.message
+    assert "hypervisor nas1 stopped answering" in message
+    assert "Connection reset by peer" in message and "client socket is closed" in message
+
+
+def test_list_fails_when_the_hypervisor_cannot_be_listed(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1")
+    hv1.fail("list_domains", errors.VIR_ERR_RPC, "End of file while reading data")
+    with pytest.raises(errors.TransientError, match="End of file"):
+        list_proxies(hv1, "nas1")
+
+
+# --- host -----------------------------------------------------------------------------------------
+
+
+def test_host_defaults_to_libvirts_host_name(hv1):
+    assert resolve_host(hv1) == "hv1.example.net"
+    assert resolve_host(hv1, "nas1") == "nas1"
+
+
+def test_bad_host_is_refused(hv1):
+    with pytest.raises(errors.ValidationError, match="not a valid host name"):
+        resolve_host(hv1, "nas1/../x")
