@@ -1,5 +1,6 @@
 """libvirt on the lab host: the daemons, the lab's storage pool, and the lab's domains."""
 
+import grp
 import os
 import subprocess
 import time
@@ -8,6 +9,7 @@ from tests.lab import config
 from tests.lab.shell import LabError, read_pidfile, report, run, succeeds
 
 LIBVIRT_SOCKET = "/run/libvirt/libvirt-sock"
+KVM_DEVICE = "/dev/kvm"
 # (binary, pid file) in start order: libvirtd's qemu driver hands guest consoles to virtlogd.
 DAEMONS = (("virtlogd", "/run/virtlogd.pid"), ("libvirtd", "/run/libvirtd.pid"))
 
@@ -20,17 +22,39 @@ def daemons_running():
     return all(read_pidfile(pidfile) for _, pidfile in DAEMONS)
 
 
+def ensure_kvm_device_group():
+    """Give /dev/kvm to group kvm, as udev does on a normal Debian host.
+
+    On these machines the node arrives owned by an unrelated group. libvirtd's capability probe
+    (run as root) then sees KVM while its cache check (as libvirt-qemu, group kvm) does not, so it
+    re-probes QEMU forever and every domain define hangs. Guests still run under TCG (type qemu):
+    nested KVM is broken here.
+    """
+    if not os.path.exists(KVM_DEVICE):
+        return []
+    try:
+        kvm_gid = grp.getgrnam("kvm").gr_gid
+    except KeyError:
+        return []
+    if os.stat(KVM_DEVICE).st_gid == kvm_gid:
+        return []
+    os.chown(KVM_DEVICE, -1, kvm_gid)
+    return ["gave %s to group kvm" % KVM_DEVICE]
+
+
 def ensure_daemons():
     """Start virtlogd and libvirtd when they are not running (these machines have no systemd)."""
-    actions = []
+    actions = ensure_kvm_device_group()
+    started = []
     for binary, pidfile in DAEMONS:
         if read_pidfile(pidfile):
             continue
         # -d daemonizes; the daemon writes its own pid file.
         subprocess.run([binary, "-d"], check=True)
-        actions.append("started %s" % binary)
-    if actions:
+        started.append("started %s" % binary)
+    if started:
         _wait_for_libvirt()
+    actions += started
     for action in actions:
         report(action)
     return actions
