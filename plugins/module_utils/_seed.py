@@ -1,0 +1,447 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The cloud-init NoCloud seed: render its files, build the ISO, read it back, keep a pool volume equal to it.
+
+Public API (kvm_seed and kvm_proxy call it):
+
+``DEFAULT_VENDOR_DATA``
+    cloud-config that installs and starts qemu-guest-agent, placed as
+    vendor-data unless the caller gives its own.
+``seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None)``
+    The files of the seed as an ordered ``{file name: bytes}``: ``user-data``
+    (verbatim), ``meta-data`` (``meta_data`` merged over instance-id =
+    local-hostname = name), ``vendor-data``, and ``network-config`` when given.
+``build_iso(files)`` -> bytes
+    The ISO image, built in memory: label ``cidata``, Rock Ridge and Joliet
+    names equal to the file names (what Linux isofs, and so cloud-init, shows).
+``read_iso(data)`` -> ``{file name: bytes}``
+    The files of a seed image; raises UnreadableSeedError (a PermanentError)
+    when the bytes are not a complete ``cidata`` image.
+``ensure_seed(hypervisor, pool_name, name, files, check_mode=False)`` -> SeedResult
+    Make volume ``<name>-seed.iso`` in the pool hold exactly ``files``.
+``remove_seed(hypervisor, pool_name, name, check_mode=False)`` -> bool
+    Delete the seed volume; False when the pool or the volume is missing.
+``PYCDLIB_REQUIREMENT``
+    The (library, install hint, import error) triple for KvmModule's
+    ``requirements``, for every module that builds seeds.
+
+Two builds of the same files differ in a few bytes: pycdlib stamps the
+current time into the volume descriptor and every directory record and
+offers no way to fix it. So nothing here compares images by their bytes;
+an existing seed is read back, parsed, and compared file by file.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import io
+import json
+import re
+import struct
+import traceback
+from collections import OrderedDict
+
+try:
+    import pycdlib
+    from pycdlib.pycdlibexception import PyCdlibException
+
+    PYCDLIB_IMPORT_ERROR = None
+except ImportError:
+    pycdlib = None
+    PYCDLIB_IMPORT_ERROR = traceback.format_exc()
+
+    class PyCdlibException(Exception):
+        """Stands in so the except clauses below stay valid; never raised without pycdlib."""
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
+    KvmError,
+    NotFoundError,
+    PermanentError,
+    ValidationError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
+    seed_volume_name,
+    validate_pool_name,
+    validate_vm_name,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+    VolumeSpec,
+    build_volume_xml,
+    parse_volume_xml,
+)
+
+PYCDLIB_REQUIREMENT = ("pycdlib", "python3-pycdlib on Debian/Ubuntu, pycdlib from PyPI", PYCDLIB_IMPORT_ERROR)
+
+# The volume label cloud-init's NoCloud datasource looks for.
+SEED_LABEL = "cidata"
+
+USER_DATA = "user-data"
+META_DATA = "meta-data"
+VENDOR_DATA = "vendor-data"
+NETWORK_CONFIG = "network-config"
+
+# cloud-init merges vendor-data under the user's own user-data, so stock
+# images grow a guest agent (through which the VM's address can be read
+# before ARP has seen any traffic) without the user-data having to know.
+DEFAULT_VENDOR_DATA = """#cloud-config
+packages:
+  - qemu-guest-agent
+runcmd:
+  - [systemctl, enable, --now, qemu-guest-agent]
+"""
+
+_SECTOR = 2048
+_PVD_OFFSET = 16 * _SECTOR
+UPLOAD_CHUNK = 256 * 1024
+
+# Seed file names: what NoCloud reads, and anything alike. They must map to
+# distinct ISO 9660 names ('-' becomes '_'), hence no '_' of their own, and
+# fit the 30 characters ISO 9660 allows a file identifier.
+_FILE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,28}")
+
+# Characters JSON leaves raw but YAML 1.1 (which cloud-init reads meta-data
+# and network-config with) treats as line breaks or refuses outright. They
+# are written as \\u escapes, which JSON and YAML read alike. Everything they
+# could appear in is a string, so the escapes never land outside one.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+class UnreadableSeedError(PermanentError):
+    """Bytes that are not a complete NoCloud seed image (truncated, corrupt, or something else)."""
+
+    kind = "unreadable_seed"
+
+
+def _render_json(data):
+    """Deterministic JSON (sorted keys) that YAML 1.1 loaders read back to the same data."""
+    text = json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    return _YAML_UNSAFE.sub(lambda match: "\\u%04x" % ord(match.group()), text) + "\n"
+
+
+def _to_bytes(value, what):
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValidationError("%s cannot be written as UTF-8: %s" % (what, exc)) from exc
+    raise ValidationError("%s must be a string, got %s" % (what, type(value).__name__))
+
+
+def render_meta_data(name, meta_data=None):
+    """The meta-data file: ``meta_data`` merged over instance-id = local-hostname = ``name``.
+
+    A fixed instance-id is what keeps cloud-init from taking a reboot for a
+    new instance. The file is JSON, which is YAML too, so it needs no YAML
+    library where the module runs and renders the same every time.
+    """
+    merged = {"instance-id": validate_vm_name(name), "local-hostname": name}
+    if meta_data is not None:
+        if not isinstance(meta_data, dict):
+            raise ValidationError("meta_data must be a dictionary, got %s" % type(meta_data).__name__)
+        for key in meta_data:
+            if not isinstance(key, str):
+                raise ValidationError("meta_data keys must be strings, got %r" % (key,))
+        merged.update(meta_data)
+    try:
+        return _render_json(merged).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError("meta_data cannot be written as YAML: %s" % exc) from exc
+
+
+def render_network_config(network_config):
+    """The network-config file: a string verbatim, a dictionary rendered like meta-data."""
+    if isinstance(network_config, dict):
+        try:
+            return _render_json(network_config).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("network_config cannot be written as YAML: %s" % exc) from exc
+    return _to_bytes(network_config, "network_config")
+
+
+def seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None):
+    """The seed's files, in the order they are written: ``{file name: bytes}``.
+
+    ``user_data`` is written verbatim (cloud-config, a script, or empty: an
+    empty file is still present, as NoCloud requires). ``vendor_data`` None
+    means DEFAULT_VENDOR_DATA; an empty string means an empty vendor-data.
+    ``network_config`` None leaves the file out, so cloud-init keeps its
+    default (DHCP on the first NIC).
+    """
+    files = OrderedDict()
+    files[USER_DATA] = _to_bytes(user_data if user_data is not None else "", "user_data")
+    files[META_DATA] = render_meta_data(name, meta_data)
+    files[VENDOR_DATA] = _to_bytes(DEFAULT_VENDOR_DATA if vendor_data is None else vendor_data, "vendor_data")
+    if network_config is not None:
+        files[NETWORK_CONFIG] = render_network_config(network_config)
+    return files
+
+
+def _iso9660_name(name):
+    # ISO 9660 proper only knows A-Z, 0-9 and '_'; the exact names live in
+    # the Rock Ridge and Joliet records, which every reader that matters uses.
+    return "/%s.;1" % name.upper().replace("-", "_")
+
+
+def _check_files(files):
+    for name, content in files.items():
+        if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+            raise ValidationError(
+                "seed file name %r is not valid: use 1-29 lowercase letters, digits and '-', "
+                "starting with a letter or digit" % (name,))
+        if not isinstance(content, bytes):
+            raise ValidationError("seed file %r must be bytes, got %s" % (name, type(content).__name__))
+
+
+def build_iso(files):
+    """The NoCloud seed image holding ``files`` (``{file name: bytes}``), built in memory."""
+    if pycdlib is None:
+        raise PermanentError("building a seed image needs the Python library pycdlib: %s" % PYCDLIB_REQUIREMENT[1])
+    _check_files(files)
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, vol_ident=SEED_LABEL, joliet=3, rock_ridge="1.09")
+    for name, content in files.items():
+        iso.add_fp(io.BytesIO(content), len(content), _iso9660_name(name), rr_name=name, joliet_path="/" + name)
+    out = io.BytesIO()
+    iso.write_fp(out)
+    iso.close()
+    return out.getvalue()
+
+
+def _primary_volume_descriptor(data):
+    """(label, declared image size in bytes) from the ISO 9660 primary volume descriptor."""
+    pvd = data[_PVD_OFFSET:_PVD_OFFSET + _SECTOR]
+    if len(pvd) < _SECTOR or pvd[0:1] != b"\x01" or pvd[1:6] != b"CD001":
+        raise UnreadableSeedError("no ISO 9660 primary volume descriptor (%d bytes read)" % len(data))
+    label = pvd[40:72].decode("ascii", "replace").rstrip(" \x00")
+    space_size = struct.unpack("<I", pvd[80:84])[0]
+    block_size = struct.unpack("<H", pvd[128:130])[0]
+    return label, space_size * block_size
+
+
+def _entry_name(record, namespace):
+    if namespace == "rr":
+        return record.rock_ridge.name().decode("utf-8")
+    if namespace == "joliet":
+        return record.file_identifier().decode("utf-16_be").split(";")[0]
+    # What Linux isofs shows for plain ISO 9660 names (map=normal).
+    return record.file_identifier().decode("ascii").split(";")[0].rstrip(".").lower()
+
+
+def _read_root(iso, data):
+    if iso.has_rock_ridge():
+        namespace, children = "rr", iso.list_children(rr_path="/")
+    elif iso.has_joliet():
+        namespace, children = "joliet", iso.list_children(joliet_path="/")
+    else:
+        namespace, children = "iso9660", iso.list_children(iso_path="/")
+    files = {}
+    for record in children:
+        if record is None or record.is_dot() or record.is_dotdot():
+            continue
+        name = _entry_name(record, namespace)
+        if record.is_dir() or record.is_symlink() or not record.is_file():
+            raise UnreadableSeedError("the image holds %r, which is not a plain file" % (name,))
+        if name in files:
+            raise UnreadableSeedError("the image holds %r twice" % (name,))
+        length = record.get_data_length()
+        start = record.extent_location() * _SECTOR
+        if length and start + length > len(data):
+            raise UnreadableSeedError("file %r ends at byte %d, past the end of the image (%d bytes)"
+                                      % (name, start + length, len(data)))
+        files[name] = bytes(data[start:start + length]) if length else b""
+    return files
+
+
+# pycdlib raises its own exceptions for what it recognises as broken, and
+# plain Python ones where corrupt fields reach its parsing code unchecked.
+# Only the parsing of bytes read from a volume is guarded by this tuple.
+_PARSE_ERRORS = (PyCdlibException, struct.error, ValueError, IndexError, KeyError, TypeError, AttributeError,
+                 UnicodeError, RecursionError)
+
+
+def read_iso(data):
+    """The files of the seed image ``data`` as ``{file name: bytes}``.
+
+    Raises UnreadableSeedError when the image is shorter than its own
+    volume descriptor declares (an upload that was cut off), unparsable,
+    not labelled ``cidata``, or holds anything but plain files at its root.
+    """
+    if pycdlib is None:
+        raise PermanentError("reading a seed image needs the Python library pycdlib: %s" % PYCDLIB_REQUIREMENT[1])
+    label, declared_size = _primary_volume_descriptor(data)
+    if len(data) < declared_size:
+        raise UnreadableSeedError("the image is truncated: %d of the %d bytes its volume descriptor declares"
+                                  % (len(data), declared_size))
+    if label.lower() != SEED_LABEL:
+        raise UnreadableSeedError("the image is labelled %r, not %r" % (label, SEED_LABEL))
+    iso = pycdlib.PyCdlib()
+    try:
+        iso.open_fp(io.BytesIO(data))
+        try:
+            return _read_root(iso, data)
+        finally:
+            iso.close()
+    except UnreadableSeedError:
+        raise
+    except _PARSE_ERRORS as exc:
+        raise UnreadableSeedError("the image cannot be parsed: %s: %s" % (type(exc).__name__, exc)) from exc
+
+
+def file_summary(files):
+    """``[{name, sha256, size}]`` for ``{file name: bytes}``, in the files' order."""
+    return [{"name": name, "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
+            for name, content in files.items()]
+
+
+def changed_file_names(current, desired):
+    """Names of files added, removed or modified going from ``current`` to ``desired``; sorted."""
+    return sorted(name for name in set(current) | set(desired) if current.get(name) != desired.get(name))
+
+
+class SeedResult:
+    """What ensure_seed found and did (or, in check mode, would do).
+
+    ``previous`` is the summary of the files found on the volume (None when
+    there was no volume or it could not be read), ``reason`` why it is
+    (re)built (None when unchanged), ``actions`` what was done in order.
+    """
+
+    def __init__(self, volume, path, size, changed, changed_files, files, previous, reason, actions):
+        self.volume = volume
+        self.path = path
+        self.size = size
+        self.changed = changed
+        self.changed_files = changed_files
+        self.files = files
+        self.previous = previous
+        self.reason = reason
+        self.actions = actions
+
+    def as_dict(self):
+        return {
+            "changed": self.changed,
+            "volume": self.volume,
+            "path": self.path,
+            "size": self.size,
+            "changed_files": list(self.changed_files),
+            "files": [dict(entry) for entry in self.files],
+            "actions": list(self.actions),
+        }
+
+
+def _download_limit(desired_size):
+    # A seed with the same files as the desired one is about the same size,
+    # whichever ISO writer made it (writers pad differently). A volume far
+    # larger cannot hold the same seed and is not read into memory at all.
+    return 2 * desired_size + 1024 * 1024
+
+
+def _lookup_volume(hypervisor, pool, volume_name):
+    try:
+        return hypervisor.lookup_volume(pool, volume_name)
+    except NotFoundError:
+        return None
+
+
+def _read_current(hypervisor, vol, volume_name, desired_size):
+    """(capacity, files or None, why the files could not be read or None)."""
+    capacity = parse_volume_xml(hypervisor.volume_xml(vol)).capacity_bytes
+    limit = _download_limit(desired_size)
+    if capacity is not None and capacity > limit:
+        return capacity, None, "volume %s is %d bytes, too large to be a seed of these files" % (volume_name, capacity)
+    data = b"".join(hypervisor.download_volume(vol, limit=capacity if capacity else limit))
+    try:
+        return capacity, read_iso(data), None
+    except UnreadableSeedError as exc:
+        return capacity, None, "volume %s is not a readable seed: %s" % (volume_name, exc.message)
+
+
+def _chunks(data):
+    view = memoryview(data)
+    for start in range(0, len(view), UPLOAD_CHUNK):
+        yield view[start:start + UPLOAD_CHUNK]
+
+
+def _write(hypervisor, pool, pool_name, vol, volume_name, image):
+    """Replace ``vol`` (or nothing) with a raw volume holding ``image``; return the new volume."""
+    if vol is not None:
+        hypervisor.delete_volume(vol)
+    new_vol = hypervisor.create_volume(pool, build_volume_xml(VolumeSpec(volume_name, len(image), "raw")))
+    try:
+        hypervisor.upload_volume(new_vol, _chunks(image))
+    except KvmError as error:
+        # The volume now holds part of a seed. It is removed when the
+        # connection still allows it; if not, the next run reads it back,
+        # finds it truncated and rebuilds it, so it is never used as is.
+        try:
+            hypervisor.delete_volume(new_vol)
+            fate = "the partial volume was removed"
+        except KvmError:
+            fate = "the partial volume is left in place and will be rebuilt on the next run"
+        raise type(error)(
+            "uploading seed volume %s to pool %s failed (%s): %s" % (volume_name, pool_name, fate, error.message),
+            code=error.code, libvirt_message=error.libvirt_message) from error
+    return new_vol
+
+
+def ensure_seed(hypervisor, pool_name, name, files, check_mode=False):
+    """Make volume ``<name>-seed.iso`` in pool ``pool_name`` a seed holding exactly ``files``.
+
+    The existing volume is read back through libvirt (at most its capacity),
+    parsed and compared file by file: the same files leave it untouched.
+    Different files, or a volume that is not a complete seed (an upload cut
+    off earlier leaves one), are replaced: delete, create a raw volume of
+    the image's size, upload. A truncated seed is never kept, since a VM
+    booted from it would come up without its cloud-init configuration. In
+    check mode only reads happen and the result predicts the change.
+    """
+    validate_pool_name(pool_name)
+    volume_name = seed_volume_name(name)
+    image = build_iso(files)
+    desired = file_summary(files)
+    pool = hypervisor.lookup_pool(pool_name)
+    vol = _lookup_volume(hypervisor, pool, volume_name)
+
+    current = None
+    if vol is None:
+        reason = "volume %s does not exist" % volume_name
+    else:
+        capacity, current, reason = _read_current(hypervisor, vol, volume_name, len(image))
+        if current is not None:
+            if not changed_file_names(current, files):
+                return SeedResult(volume_name, hypervisor.volume_path(vol), capacity, False, [], desired,
+                                  file_summary(current), None, [])
+            reason = "the files on volume %s differ" % volume_name
+
+    changed_files = changed_file_names(current or {}, files)
+    actions = (["delete volume %s" % volume_name] if vol is not None else []) + [
+        "create volume %s (%d bytes)" % (volume_name, len(image)),
+        "upload seed to volume %s" % volume_name,
+    ]
+    path = None if vol is None else hypervisor.volume_path(vol)
+    if not check_mode:
+        path = hypervisor.volume_path(_write(hypervisor, pool, pool_name, vol, volume_name, image))
+    return SeedResult(volume_name, path, len(image), True, changed_files, desired,
+                      None if current is None else file_summary(current), reason, actions)
+
+
+def remove_seed(hypervisor, pool_name, name, check_mode=False):
+    """Delete volume ``<name>-seed.iso``; True when it existed. A missing pool or volume is nothing to do."""
+    validate_pool_name(pool_name)
+    volume_name = seed_volume_name(name)
+    try:
+        pool = hypervisor.lookup_pool(pool_name)
+    except NotFoundError:
+        return False
+    vol = _lookup_volume(hypervisor, pool, volume_name)
+    if vol is None:
+        return False
+    if not check_mode:
+        hypervisor.delete_volume(vol)
+    return True
