@@ -1,0 +1,285 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: kvm_proxy_info
+short_description: List the egress-proxy VMs on a libvirt hypervisor
+version_added: 0.1.0
+description:
+  - Answers the question of what runs where. It reports every domain on the hypervisor that carries this collection's
+    metadata, with its state, IPv4 address, owner, creation time, size, disks, autostart flag and spec digest.
+  - With O(name), reports that one domain, or an empty list and RV(found=false) when there is none.
+  - The state is the collection's mapping of libvirt's state. V(Running) means running or blocked B(and) a
+    routable IPv4 is known; V(Provisioning) means running without an address yet, or a state libvirt could not
+    determine (C(nostate)); V(Stopped) is everything else (shut off, paused, crashed, suspended, shutting down).
+  - The address comes from the host's ARP table first and the guest agent second. A guest that has sent no traffic
+    yet or whose agent is not up yet simply has no address; RV(proxies[].ip_sources) says what each source answered.
+  - A domain that disappears while the hypervisor is listed, or whose definition or state cannot be read, is left out
+    with a warning, so one broken domain does not hide the others. A hypervisor that cannot be reached, or stops
+    answering during the listing, fails the task, so nothing built on this result acts on a partial view.
+author:
+  - Contributors to the egress_proxies.kvm collection
+options:
+  name:
+    description:
+      - Report only the domain of this name.
+      - The domain is reported whether or not this collection manages it; RV(proxies[].managed) tells.
+      - When there is no such domain, the task succeeds with RV(proxies=[]) and RV(found=false).
+    type: str
+  uid:
+    description:
+      - Report only the VMs recorded as owned by this uid (the O(egress_proxies.kvm.kvm_proxy#module:uid) they were created with).
+      - Domains not managed by this collection have no owner, so they never match.
+    type: str
+  include_unmanaged:
+    description:
+      - Also report the domains that do not carry this collection's metadata, with RV(proxies[].managed=false).
+      - Ignored with O(name), which reports the named domain either way.
+    type: bool
+    default: false
+  host:
+    description:
+      - The hypervisor's name in the returned ids (C(hosts/<host>/domains/<name>)).
+      - Use the name other tasks and the inventory use for this hypervisor, so ids compare equal across results.
+      - Defaults to the host name libvirt reports for the hypervisor.
+    type: str
+extends_documentation_fragment:
+  - egress_proxies.kvm.common
+  - egress_proxies.kvm.attributes
+  - egress_proxies.kvm.attributes.action_group
+  - egress_proxies.kvm.attributes.info_module
+notes:
+  - Each domain costs a small constant number of libvirt calls (its definition once, which also carries the
+    metadata; its state; its autostart flag; one or two address lookups when it runs), whatever the size of the fleet.
+  - The list is sorted by domain name.
+seealso:
+  - module: egress_proxies.kvm.kvm_proxy
+    description: Create, replace, stop and delete the proxy VMs this module lists.
+  - plugin: egress_proxies.kvm.kvm_proxies
+    plugin_type: inventory
+    description: The same listing as Ansible inventory hosts, across several hypervisors.
+"""
+
+EXAMPLES = r"""
+- name: List the proxies on the hypervisor the play runs on
+  egress_proxies.kvm.kvm_proxy_info:
+  register: fleet
+
+- name: Show where each proxy runs and how to reach it
+  ansible.builtin.debug:
+    msg: "{{ item.id }} is {{ item.state }} at {{ item.ip | default('no address yet', true) }}"
+  loop: "{{ fleet.proxies }}"
+  loop_control:
+    label: "{{ item.name }}"
+
+- name: Look at one proxy from the controller, over SSH
+  egress_proxies.kvm.kvm_proxy_info:
+    name: proxy-eu-1
+    uri: qemu+ssh://root@nas1.example.net/system
+    host: nas1
+  delegate_to: localhost
+  register: proxy
+
+- name: Fail unless it is up
+  ansible.builtin.assert:
+    that:
+      - proxy.found
+      - proxy.proxies[0].state == 'Running'
+    fail_msg: "proxy-eu-1 is {{ proxy.proxies[0].state | default('absent') }}"
+
+- name: The proxies of one owner, oldest first (a cleanup starts there)
+  egress_proxies.kvm.kvm_proxy_info:
+    uid: 6f1c2a7e-4b1d-4f7a-9d8e-0c3b5a1e2f44
+  register: owned
+
+- name: Delete that owner's stopped proxies
+  egress_proxies.kvm.kvm_proxy:
+    name: "{{ item.name }}"
+    state: absent
+    uid: 6f1c2a7e-4b1d-4f7a-9d8e-0c3b5a1e2f44
+  loop: "{{ owned.proxies | selectattr('state', 'equalto', 'Stopped') | sort(attribute='created_at') }}"
+  loop_control:
+    label: "{{ item.id }}"
+
+- name: Everything defined on the hypervisor, including hand-made domains
+  egress_proxies.kvm.kvm_proxy_info:
+    include_unmanaged: true
+  register: everything
+
+# Ad hoc, from the command line:
+#   ansible hypervisors -m egress_proxies.kvm.kvm_proxy_info
+#   ansible hypervisors -m egress_proxies.kvm.kvm_proxy_info -a 'name=proxy-eu-1'
+"""
+
+RETURN = r"""
+host:
+  description: The hypervisor's name used in the ids (O(host), or libvirt's host name).
+  returned: always
+  type: str
+  sample: nas1
+found:
+  description: Whether at least one domain matched. With O(name), whether that domain exists (and matches O(uid)).
+  returned: always
+  type: bool
+  sample: true
+proxies:
+  description: One entry per domain, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description:
+        - C(hosts/<host>/domains/<name>), the id the other modules of this collection take.
+        - V(null) for a domain whose name this collection could not have created (uppercase, underscores and so on).
+      type: str
+      sample: hosts/nas1/domains/proxy-eu-1
+    name:
+      description: The libvirt domain name (for the proxies, also the guest's host name).
+      type: str
+      sample: proxy-eu-1
+    host:
+      description: The hypervisor's name, as in RV(host).
+      type: str
+      sample: nas1
+    state:
+      description:
+        - V(Running) (running or blocked, with a routable IPv4), V(Provisioning) (running without an address yet, or
+          libvirt's C(nostate)), or V(Stopped) (anything else).
+      type: str
+      sample: Running
+    libvirt_state:
+      description:
+        - libvirt's own state, as C(virsh domstate) names it without spaces.
+        - One of C(nostate), C(running), C(blocked), C(paused), C(shutdown), C(shutoff), C(crashed), C(pmsuspended).
+      type: str
+      sample: running
+    ip:
+      description: The first routable IPv4 of the domain's NIC, from ARP or the guest agent; V(null) when none is known.
+      type: str
+      sample: 198.18.0.123
+    ip_sources:
+      description:
+        - What each address source answered, in the order asked (C(arp), then C(agent)); empty for a domain that is not running.
+        - A value is either the address or why there is none, such as C(no address yet) or
+          C(guest agent not responding (VIR_ERR_AGENT_UNRESPONSIVE)).
+      type: dict
+      sample: {"arp": "no address yet", "agent": "198.18.0.123"}
+    managed:
+      description: Whether the domain carries this collection's metadata with the managed flag set.
+      type: bool
+      sample: true
+    uid:
+      description: The owner recorded when the VM was created; V(null) for unmanaged domains.
+      type: str
+      sample: 6f1c2a7e-4b1d-4f7a-9d8e-0c3b5a1e2f44
+    created_at:
+      description:
+        - When the VM was created, RFC 3339 in UTC; V(null) for unmanaged domains.
+        - A malformed timestamp in the metadata reads as C(0001-01-01T00:00:00Z), the oldest possible time.
+      type: str
+      sample: "2026-09-04T14:04:00Z"
+    spec_digest:
+      description: The sha256 of the spec the VM was built from (kvm_proxy compares it to detect drift); V(null) when absent.
+      type: str
+      sample: 3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855a
+    vcpus:
+      description: Virtual CPUs in the domain definition.
+      type: int
+      sample: 1
+    memory_mib:
+      description: Memory of the domain definition, in MiB.
+      type: int
+      sample: 512
+    disks:
+      description: The domain's disks in device order.
+      type: list
+      elements: dict
+      contains:
+        device:
+          description: C(disk) or C(cdrom).
+          type: str
+          sample: disk
+        target:
+          description: The guest device name.
+          type: str
+          sample: vda
+        pool:
+          description: The storage pool of a pool-backed disk; V(null) for a disk given by path.
+          type: str
+          sample: default
+        volume:
+          description: The volume of a pool-backed disk; V(null) for a disk given by path.
+          type: str
+          sample: proxy-eu-1.qcow2
+        path:
+          description: The file or device of a disk given by path; V(null) for a pool-backed disk.
+          type: str
+          sample: null
+      sample:
+        - {"device": "disk", "target": "vda", "pool": "default", "volume": "proxy-eu-1.qcow2", "path": null}
+        - {"device": "cdrom", "target": "sda", "pool": "default", "volume": "proxy-eu-1-seed.iso", "path": null}
+    macs:
+      description: MAC addresses of the domain's NICs in device order; the address lookup uses the first one.
+      type: list
+      elements: str
+      sample: ["52:54:00:12:34:56"]
+    autostart:
+      description: Whether libvirt starts the domain when the hypervisor boots.
+      type: bool
+      sample: true
+"""
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str"),
+    uid=dict(type="str"),
+    include_unmanaged=dict(type="bool", default=False),
+    host=dict(type="str"),
+)
+
+
+class ProxyInfo:
+    """Reads the hypervisor; changes nothing."""
+
+    def __init__(self, kvm):
+        self.kvm = kvm
+        self.params = kvm.params
+
+    def validate(self):
+        if self.params["host"] is not None:
+            validate_host_name(self.params["host"])
+        if self.params["name"] is not None and not self.params["name"]:
+            raise ValidationError("name must not be empty; leave it out to list every proxy")
+
+    def run(self, hypervisor):
+        host = resolve_host(hypervisor, self.params["host"])
+        if self.params["name"] is not None:
+            entry = get_proxy(hypervisor, host, self.params["name"], uid=self.params["uid"])
+            proxies = [] if entry is None else [entry]
+        else:
+            proxies, warnings = list_proxies(hypervisor, host, uid=self.params["uid"], include_unmanaged=self.params["include_unmanaged"])
+            for warning in warnings:
+                self.kvm.module.warn(warning)
+        return dict(changed=False, host=host, found=bool(proxies), proxies=proxies)
+
+
+def main():
+    kvm = KvmModule(ARGUMENT_SPEC, requirements=[("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)])
+    info = ProxyInfo(kvm)
+    kvm.run(info.run, validate=info.validate)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_proxy_info's main() over the fake seam."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
+from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_info
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import hand_made_domain, managed_domain
+
+# Every seam method that changes the hypervisor; an info module calls none of them.
+MUTATING = {
+    "define_domain", "start_domain", "shutdown_domain", "destroy_domain", "undefine_domain", "set_domain_autostart",
+    "refresh_pool", "create_volume", "delete_volume", "upload_volume",
+}
+
+
+@pytest.fixture
+def hypervisor():
+    hv = FakeHypervisor(hostname="nas1.example.net")
+    managed_domain(hv, "proxy-one", "uid-1", state=RUNNING, arp="198.18.0.150")
+    managed_domain(hv, "proxy-two", "uid-2", state=SHUTOFF)
+    hand_made_domain(hv, "hand-made")
+    return hv
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, hypervisor):
+    """run(args, check_mode=False) -> (result dict, the URIs opened)."""
+
+    def run_module(args, check_mode=False, open_error=None):
+        opened = []
+
+        def fake_open(uri):
+            opened.append(uri)
+            if open_error is not None:
+                raise open_error
+            return hypervisor
+
+        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
+        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
+        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
+        module_args = dict(args)
+        if check_mode:
+            module_args["_ansible_check_mode"] = True
+        with patch_module_args(module_args), pytest.raises(SystemExit):
+            kvm_proxy_info.main()
+        return json.loads(capsys.readouterr().out), opened
+
+    return run_module
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_lists_the_managed_proxies_and_changes_nothing(run, hypervisor, check_mode):
+    result, opened = run({}, check_mode=check_mode)
+    assert opened == ["qemu:///system"]
+    assert result["changed"] is False
+    assert result["found"] is True
+    assert result["host"] == "nas1.example.net"
+    assert [(p["id"], p["state"], p["ip"], p["uid"]) for p in result["proxies"]] == [
+        ("hosts/nas1.example.net/domains/proxy-one", "Running", "198.18.0.150", "uid-1"),
+        ("hosts/nas1.example.net/domains/proxy-two", "Stopped", None, "uid-2"),
+    ]
+    assert "warnings" not in result
+    assert not MUTATING.intersection(hypervisor.calls)
+    assert hypervisor.calls[-1] == "close"
+
+
+def test_host_and_uri_are_used(run):
+    result, opened = run({"host": "nas1", "uri": "qemu+ssh://root@nas1/system"})
+    assert opened == ["qemu+ssh://root@nas1/system"]
+    assert result["host"] == "nas1"
+    assert result["proxies"][0]["id"] == "hosts/nas1/domains/proxy-one"
+
+
+def test_uid_filter(run):
+    result, _ = run({"uid": "uid-2"})
+    assert [p["name"] for p in result["proxies"]] == ["proxy-two"]
+
+
+def test_uid_without_proxies_is_not_found(run):
+    result, _ = run({"uid": "nobody"})
+    assert (result["found"], result["proxies"]) == (False, [])
+
+
+def test_include_unmanaged(run):
+    result, _ = run({"include_unmanaged": True})
+    assert [(p["name"], p["managed"]) for p in result["proxies"]] == [("hand-made", False), ("proxy-one", True), ("proxy-two", True)]
+
+
+def test_by_name(run, hypervisor):
+    result, _ = run({"name": "proxy-one"})
+    assert result["found"] is True
+    assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
+    assert "list_domains" not in hypervisor.calls
+
+
+def test_by_name_absent_is_found_false_not_a_failure(run):
+    result, _ = run({"name": "proxy-nine"})
+    assert result.get("failed") is not True
+    assert (result["changed"], result["found"], result["proxies"]) == (False, False, [])
+
+
+def test_by_name_reports_an_unmanaged_domain_as_such(run):
+    result, _ = run({"name": "hand-made"})
+    assert result["found"] is True
+    assert (result["proxies"][0]["managed"], result["proxies"][0]["uid"]) == (False, None)
+
+
+def test_unreadable_domain_is_a_warning_not_a_failure(run, hypervisor):
+    hypervisor.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "cannot read state", when=lambda dom: dom.name == "proxy-two")
+    result, _ = run({})
+    assert result.get("failed") is not True
+    assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
+    assert len(result["warnings"]) == 1
+    # ansible-core 2.19 sends warnings as structured summaries; older releases as plain strings.
+    warning = json.dumps(result["warnings"][0])
+    assert "proxy-two" in warning and "cannot read state" in warning
+
+
+def test_unreachable_hypervisor_fails_and_names_it(run):
+    error = errors.classify(errors.VIR_ERR_SYSTEM_ERROR, "Cannot recv data: ssh: connect to host nas1 port 22: Connection refused",
+                            "connecting to hypervisor qemu+ssh://root@nas1/system")
+    result, _ = run({"uri": "qemu+ssh://root@nas1/system"}, open_error=error)
+    assert result["failed"] is True
+    assert "qemu+ssh://root@nas1/system" in result["msg"]
+    assert "Connection refused" in result["msg"]
+    assert result["libvirt_code"] == errors.VIR_ERR_SYSTEM_ERROR
+
+
+def test_listing_failure_fails_the_task(run, hypervisor):
+    hypervisor.fail("list_domains", errors.VIR_ERR_RPC, "End of file while reading data")
+    result, _ = run({})
+    assert result["failed"] is True
+    assert "End of file while reading data" in result["msg"]
+    assert "proxies" not in result
+
+
+def test_connection_dying_mid_listing_fails_the_task(run, hypervisor):
+    hypervisor.fail("domain_autostart", errors.VIR_ERR_RPC, "Connection reset by peer")
+    hypervisor.fail("hostname", errors.VIR_ERR_INTERNAL_ERROR, "client socket is closed", when=lambda: "domain_autostart" in hypervisor.calls)
+    result, _ = run({})
+    assert result["failed"] is True
+    assert "stopped answering" in result["msg"]
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"host": "nas1/../../x"}, "not a valid host name"),
+    ({"name": ""}, "name must not be empty"),
+])
+def test_bad_input_fails_before_connecting(run, args, words):
+    result, opened = run(args)
+    assert result["failed"] is True
+    assert words in result["msg"]
+    assert opened == []
