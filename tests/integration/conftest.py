@@ -15,8 +15,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from tests.lab import config  # noqa: I001 - needs the sys.path entry above
-from tests.lab import lab as lab_control
+from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entry above
 
 BUILD_DIR = os.path.join(REPO_ROOT, "build")
 # ansible finds the collection through a symlink here. scripts/sanity owns
@@ -48,7 +47,7 @@ def _collections_path():
 
 
 class AnsibleRun:
-    """rc, raw stdout/stderr, and for playbooks the json callback's parsed result."""
+    """rc, raw stdout/stderr, and for playbooks the parsed output of callback_plugins/json_results.py."""
 
     def __init__(self, completed, parse_json):
         self.rc = completed.returncode
@@ -78,7 +77,8 @@ def _ansible_env(tmp_dir, json_output):
         "ANSIBLE_PYTHON_INTERPRETER": HYPERVISOR_PYTHON,
     })
     if json_output:
-        env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
+        env["ANSIBLE_CALLBACK_PLUGINS"] = os.path.join(REPO_ROOT, "tests", "integration", "callback_plugins")
+        env["ANSIBLE_STDOUT_CALLBACK"] = "json_results"
     return env
 
 
@@ -119,3 +119,79 @@ def run_ansible(tmp_path):
         return AnsibleRun(completed, parse_json=False)
 
     return run
+
+
+SSHD_HOST = "127.0.0.1"
+SSHD_PORT = 2222
+
+
+class Sshd:
+    """A private sshd on 127.0.0.1:2222 that lets root in with a generated test key."""
+
+    def __init__(self, key_path):
+        self.host = SSHD_HOST
+        self.port = SSHD_PORT
+        self.user = "root"
+        self.key_path = key_path
+        # Host key checking is off: the host key is regenerated with every fresh build/ directory.
+        self.ssh_args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
+        self.uri = "qemu+ssh://%s@%s:%d/system?keyfile=%s&no_verify=1" % (self.user, self.host, self.port, key_path)
+
+    def inventory_line(self, name="hypervisor-ssh"):
+        return ("%s ansible_host=%s ansible_port=%d ansible_user=%s ansible_ssh_private_key_file=%s "
+                "ansible_ssh_common_args='%s' ansible_python_interpreter=%s") % (
+            name, self.host, self.port, self.user, self.key_path, self.ssh_args, HYPERVISOR_PYTHON)
+
+
+def _port_open(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def sshd():
+    """Start /usr/sbin/sshd on 127.0.0.1:2222 (keys and config under build/ssh) for the test session."""
+    if _port_open(SSHD_HOST, SSHD_PORT):
+        pytest.fail("%s:%d is already in use; the test sshd needs it" % (SSHD_HOST, SSHD_PORT))
+    ssh_dir = os.path.join(BUILD_DIR, "ssh")
+    os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
+    host_key = os.path.join(ssh_dir, "ssh_host_ed25519_key")
+    client_key = os.path.join(ssh_dir, "id_ed25519")
+    for key, comment in ((host_key, "egress-lab test sshd"), (client_key, "egress-lab test client")):
+        if not os.path.exists(key):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", key], check=True)
+    authorized_keys = os.path.join(ssh_dir, "authorized_keys")
+    shutil.copyfile(client_key + ".pub", authorized_keys)
+    config_path = os.path.join(ssh_dir, "sshd_config")
+    with open(config_path, "w") as handle:
+        handle.write("\n".join([
+            "ListenAddress %s:%d" % (SSHD_HOST, SSHD_PORT),
+            "HostKey %s" % host_key,
+            "AuthorizedKeysFile %s" % authorized_keys,
+            "PidFile %s" % os.path.join(ssh_dir, "sshd.pid"),
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            # build/ lives in a checkout whose directory modes sshd's strict checks would reject.
+            "StrictModes no",
+            "Subsystem sftp internal-sftp",
+            "",
+        ]))
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    log_path = os.path.join(ssh_dir, "sshd.log")
+    process = subprocess.Popen(["/usr/sbin/sshd", "-D", "-f", config_path, "-E", log_path])
+    deadline = time.monotonic() + 10
+    while not _port_open(SSHD_HOST, SSHD_PORT):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("test sshd did not start; see %s" % log_path)
+        time.sleep(0.1)
+    try:
+        yield Sshd(client_key)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
