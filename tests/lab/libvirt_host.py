@@ -132,8 +132,9 @@ def remove_pool():
     if state != "running":
         virsh("pool-start", config.POOL_NAME)
     # pool-delete only removes an empty directory; every volume in the lab pool belongs to the lab.
-    for volume in virsh("vol-list", config.POOL_NAME, "--name").stdout.split():
-        virsh("vol-delete", volume, "--pool", config.POOL_NAME)
+    for line in virsh("vol-list", config.POOL_NAME).stdout.splitlines():
+        # "name   path"; lab volume names never contain spaces (tests/lab and _names.py derive them).
+        virsh("vol-delete", line.split()[0], "--pool", config.POOL_NAME)
     virsh("pool-destroy", config.POOL_NAME)
     virsh("pool-delete", config.POOL_NAME)
     virsh("pool-undefine", config.POOL_NAME)
