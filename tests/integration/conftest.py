@@ -11,16 +11,30 @@ import time
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# pytest puts this directory, not the repository root, on sys.path; tests.lab lives at the root.
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entry above
-
 BUILD_DIR = os.path.join(REPO_ROOT, "build")
-# ansible finds the collection through a symlink here. scripts/sanity owns
-# build/ansible_collections (a real copy, which ansible-test needs); this tree is separate.
+# ansible, and the tests' own imports of ansible_collections.egress_proxies.kvm, find the
+# collection through a symlink here. scripts/sanity owns build/ansible_collections (a real copy,
+# which ansible-test needs); this tree is separate. scripts/test makes the same link.
 COLLECTIONS_DIR = os.path.join(BUILD_DIR, "collections")
+
+
+def _link_collection():
+    link = os.path.join(COLLECTIONS_DIR, "ansible_collections", "egress_proxies", "kvm")
+    if os.path.realpath(link) != REPO_ROOT:
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(REPO_ROOT, link)
+
+
+_link_collection()
+# pytest puts this directory, not the repository root, on sys.path; tests.lab lives at the root.
+for path in (REPO_ROOT, COLLECTIONS_DIR):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entries above
+
 VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
 # Modules run on the distro Python with Debian's python3-libvirt, lxml, pycdlib and requests,
 # exactly as on a real hypervisor.
@@ -34,16 +48,6 @@ def lab():
         pytest.fail("integration tests drive qemu:///system, bridges and netns; run them as root")
     lab_control.up()
     return lab_control.describe()
-
-
-def _collections_path():
-    link = os.path.join(COLLECTIONS_DIR, "ansible_collections", "egress_proxies", "kvm")
-    if os.path.realpath(link) != REPO_ROOT:
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        if os.path.lexists(link):
-            os.unlink(link)
-        os.symlink(REPO_ROOT, link)
-    return COLLECTIONS_DIR
 
 
 class AnsibleRun:
@@ -67,7 +71,7 @@ class AnsibleRun:
 def _ansible_env(tmp_dir, json_output):
     env = dict(os.environ)
     env.update({
-        "ANSIBLE_COLLECTIONS_PATH": _collections_path(),
+        "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_DIR,
         "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
         "ANSIBLE_LOCAL_TEMP": os.path.join(tmp_dir, "ansible-local"),
         "ANSIBLE_HOST_KEY_CHECKING": "false",

@@ -19,7 +19,7 @@ def virsh(*args, check=True):
 
 
 def daemons_running():
-    return all(read_pidfile(pidfile) for _, pidfile in DAEMONS)
+    return all(read_pidfile(pidfile) for pidfile in dict(DAEMONS).values())
 
 
 def ensure_kvm_device_group():
@@ -69,22 +69,24 @@ def _wait_for_libvirt(timeout=30.0):
     raise LabError("libvirtd did not answer on %s within %ds" % (LIBVIRT_SOCKET, timeout))
 
 
-def pool_state():
-    """'running', 'inactive' or None when the pool is not defined."""
+def _pool_info():
+    """virsh pool-info as {field: value}, or None when the pool is not defined."""
     result = virsh("pool-info", config.POOL_NAME, check=False)
     if result.returncode != 0:
         return None
-    for line in result.stdout.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "State":
-            return value.strip()
-    raise LabError("virsh pool-info %s printed no State: %s" % (config.POOL_NAME, result.stdout))
+    fields = (line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in fields}
+
+
+def pool_state():
+    """'running', 'inactive' or None when the pool is not defined."""
+    info = _pool_info()
+    return None if info is None else info.get("State")
 
 
 def pool_autostart():
-    result = virsh("pool-info", config.POOL_NAME, check=False)
-    return any(line.split(":", 1)[0].strip() == "Autostart" and line.split(":", 1)[1].strip() == "yes"
-               for line in result.stdout.splitlines())
+    info = _pool_info()
+    return info is not None and info.get("Autostart") == "yes"
 
 
 def ensure_pool():

@@ -56,8 +56,8 @@ def ensure_network():
              "peer", "name", config.VETH_NETNS_END, "netns", config.NETNS])
         actions.append("created veth %s <-> %s:%s" % (
             config.VETH_BRIDGE_END, config.NETNS, config.VETH_NETNS_END))
-    if "master %s" % config.BRIDGE not in run(["ip", "-o", "link", "show", "dev",
-                                                config.VETH_BRIDGE_END]).stdout:
+    veth_link = run(["ip", "-o", "link", "show", "dev", config.VETH_BRIDGE_END]).stdout
+    if "master %s" % config.BRIDGE not in veth_link:
         run(["ip", "link", "set", config.VETH_BRIDGE_END, "master", config.BRIDGE])
         actions.append("enslaved %s to %s" % (config.VETH_BRIDGE_END, config.BRIDGE))
     if not _link_is_up(config.VETH_BRIDGE_END):
