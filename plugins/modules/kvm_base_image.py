@@ -1,0 +1,366 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: kvm_base_image
+short_description: Cache a cloud image in a libvirt storage pool, streamed and verified
+version_added: 0.1.0
+description:
+  - Downloads a distro cloud image (qcow2 or raw) over HTTP(S) straight into a volume of a libvirt storage pool,
+    through libvirt's upload stream. Nothing is buffered in memory or written to a temporary file, and no path on
+    the hypervisor's filesystem is needed, so it works on every pool type and against remote hypervisors.
+  - The sha256 of the body is computed on the way; a mismatch with O(checksum) deletes the volume and fails.
+    The pool is then refreshed so libvirt reads the image's real virtual size, and a marker volume
+    C(<base>.sha256) recording the verified digest is written last.
+  - The image is ready when its base volume and a well-formed marker exist and, with O(checksum), the marker
+    records that checksum. A ready image is never downloaded again. The leftovers of an interrupted run
+    (a base without marker, a marker without base) are removed before fetching again.
+  - With O(checksum) the base volume is content-addressed, C(base-<name>-<first 16 hex of sha256>.<format>), so a
+    new release is cached next to the old one and never overwrites a file that VM disks back onto. Without
+    O(checksum) it is C(base-<name>.<format>) and is kept as first downloaded.
+  - No base volume that another volume of the pool uses as its backing store is ever deleted by this module.
+  - Concurrent runs for the same image and pool on the same machine (parallel playbooks, async tasks) download once:
+    the second waits for the first and then finds the image ready.
+author:
+  - egress_proxies.kvm contributors
+extends_documentation_fragment:
+  - egress_proxies.kvm.common
+  - egress_proxies.kvm.attributes
+  - egress_proxies.kvm.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts whether the image would be downloaded and which volumes would be removed, without changing the pool.
+      - A O(checksum) of the form C(sha256:<URL>) is still fetched in check mode, because the digest names the volume.
+  diff_mode:
+    support: full
+    details:
+      - Shows the base volume, its sha256 and its state (V(absent), V(incomplete) or V(present)) before and after;
+        with O(prune=true) or O(state=absent) also the image's base volumes in the pool.
+  idempotent:
+    support: full
+options:
+  name:
+    description:
+      - Name of the image in the cache, part of the volume names, for example V(debian-13) or V(ubuntu-24.04).
+      - 1-128 lowercase letters, digits, C(.), C(_) or C(-), starting with a letter or digit, and not ending in C(-)
+        followed by 16 hex digits (that is how cached volumes carry their checksum).
+    type: str
+    required: true
+  url:
+    description:
+      - Where to download the image from. Only C(http://) and C(https://) URLs are accepted, and redirects to any
+        other scheme are refused.
+      - The server must send C(Content-Length), which every distro mirror does.
+      - Required with O(state=present), and with O(state=absent) when O(checksum) names a checksum file.
+    type: str
+  checksum:
+    description:
+      - The image's expected sha256, as V(sha256:<64 hex digits>), or V(sha256:<URL>) of a C(SHA256SUMS) file as distro
+        mirrors publish them; the entry for the file name of O(url) is used.
+      - Only sha256 is supported. Debian publishes C(SHA512SUMS) only, so pin its images with V(sha256:<64 hex digits>).
+      - With a checksum file that follows a C(current) or C(latest) release, a new release is downloaded into a new base
+        volume on the next run; the old one stays until pruned (O(prune)).
+      - Without a checksum the first download is kept forever, whatever the URL serves later.
+    type: str
+  format:
+    description:
+      - Disk format of the image. The first bytes of the download are checked against it.
+      - Ubuntu's C(.img) cloud images are qcow2.
+    type: str
+    choices: [qcow2, raw]
+    default: qcow2
+  pool:
+    description:
+      - Name of the libvirt storage pool that holds the base volumes. It must exist.
+    type: str
+    default: default
+  state:
+    description:
+      - V(present) caches the image.
+      - V(absent) removes cached copies of the image with their markers; with O(checksum) only that content's base
+        in O(format), without it every base of O(name) whatever its checksum or format. It fails without removing
+        anything when a base to remove is the backing store of a volume in the pool, and names those volumes.
+    type: str
+    choices: [present, absent]
+    default: present
+  prune:
+    description:
+      - With O(state=present), also remove the other cached copies of O(name) (older checksums, the other format,
+        leftovers of interrupted runs) that no volume of the pool uses as its backing store.
+      - Copies still in use are kept and reported in RV(kept) with the volumes that use them.
+    type: bool
+    default: false
+  validate_certs:
+    description:
+      - Verify the TLS certificate of HTTPS servers (the image's and the checksum file's).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait for an HTTP server to connect or to send the next bytes (not for the whole download).
+    type: int
+    default: 60
+  retries:
+    description:
+      - How many times a download is retried after an HTTP 5xx answer, a network error or a body cut short,
+        waiting 2, 4, 8... seconds (at most 60) in between. HTTP 4xx answers are not retried.
+    type: int
+    default: 3
+  lock_timeout:
+    description:
+      - Seconds to wait for another run on this machine that is caching the same image into the same pool.
+    type: int
+    default: 3600
+notes:
+  - The lock that makes concurrent runs download once lives on the machine the module runs on (under C(/run/lock)).
+    Runs from different machines against the same hypervisor over C(qemu+ssh://) do not see each other's lock;
+    run the module on the hypervisor itself, or serialise those runs, when they may cache the same image at once.
+  - Only the volumes of O(pool) are checked for a backing store on a base volume. A base used by a disk in another
+    pool, or attached to a VM directly, is not seen as in use.
+  - The base volume is created with the size of the download and libvirt's upload writes the image into it verbatim,
+    so the cached volume is byte for byte the published image; RV(size) is its virtual size after the pool refresh.
+seealso:
+  - module: egress_proxies.kvm.kvm_proxy
+    description: Creates VMs whose disks are overlays on a cached base image.
+  - module: egress_proxies.kvm.kvm_seed
+    description: Builds the cloud-init seed volume of a VM.
+  - name: Ubuntu cloud images
+    description: Ubuntu's cloud images and their SHA256SUMS files.
+    link: https://cloud-images.ubuntu.com/
+  - name: Debian official cloud images
+    description: Debian's cloud images (checksums published as SHA512SUMS).
+    link: https://cloud.debian.org/images/cloud/
+"""
+
+EXAMPLES = r"""
+# Debian publishes SHA512SUMS only: pin the sha256 of the release you validated
+# (sha256sum debian-13-generic-amd64.qcow2). When "latest" moves on, the task fails
+# with a checksum mismatch until you update the pin; use a dated directory under
+# trixie/ instead of latest/ to keep fetching the pinned release.
+- name: Cache Debian 13 (trixie), pinned to a validated release
+  egress_proxies.kvm.kvm_base_image:
+    name: debian-13
+    url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2
+    checksum: "sha256:{{ debian_13_sha256 }}"
+    pool: default
+
+- name: Cache Ubuntu 24.04 (noble), verified against Canonical's SHA256SUMS
+  egress_proxies.kvm.kvm_base_image:
+    name: ubuntu-24.04
+    url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img
+    checksum: sha256:https://cloud-images.ubuntu.com/noble/current/SHA256SUMS
+    format: qcow2
+  register: ubuntu_image
+
+- name: Show where the base volume is
+  ansible.builtin.debug:
+    msg: "{{ ubuntu_image.volume }} at {{ ubuntu_image.path }}, {{ ubuntu_image.size }} bytes virtual size"
+
+- name: Follow noble's current release and remove the older bases no VM uses any more
+  egress_proxies.kvm.kvm_base_image:
+    name: ubuntu-24.04
+    url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img
+    checksum: sha256:https://cloud-images.ubuntu.com/noble/current/SHA256SUMS
+    prune: true
+
+- name: Cache an image on a remote hypervisor, from the controller
+  egress_proxies.kvm.kvm_base_image:
+    uri: qemu+ssh://root@hv1.example.net/system
+    name: debian-13
+    url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2
+  delegate_to: localhost
+
+- name: Remove every cached copy of the Ubuntu image (fails, naming them, if VM disks still use one)
+  egress_proxies.kvm.kvm_base_image:
+    name: ubuntu-24.04
+    state: absent
+"""
+
+RETURN = r"""
+volume:
+  description: Name of the image's base volume in the pool.
+  returned: state is present
+  type: str
+  sample: base-ubuntu-24.04-5c3ddb00f60bc455.qcow2
+path:
+  description:
+    - Path of the base volume on the hypervisor, what a VM disk's backing store points to.
+    - Null in check mode when the image would be downloaded.
+  returned: state is present
+  type: str
+  sample: /var/lib/libvirt/images/base-ubuntu-24.04-5c3ddb00f60bc455.qcow2
+format:
+  description: Disk format of the base volume (the backing format of overlays on it).
+  returned: state is present
+  type: str
+  sample: qcow2
+sha256:
+  description:
+    - The verified sha256 of the cached image.
+    - Null in check mode when the image would be downloaded and O(checksum) is not set.
+  returned: state is present
+  type: str
+  sample: 5c3ddb00f60bc455dac0862fabe9d8bacec46c33ac1751143c5c3683404b110d
+size:
+  description:
+    - Virtual size of the image in bytes, as libvirt reports the base volume's capacity; a VM disk on it is at least this large.
+    - Null in check mode when the image would be downloaded.
+  returned: state is present
+  type: int
+  sample: 3758096384
+downloaded:
+  description: Whether the image was downloaded (in check mode, whether it would be).
+  returned: state is present
+  type: bool
+  sample: true
+bytes:
+  description: Bytes downloaded, 0 when the image was already cached.
+  returned: state is present
+  type: int
+  sample: 604701696
+seconds:
+  description: Duration of the download in seconds, 0 when the image was already cached.
+  returned: state is present
+  type: float
+  sample: 12.514
+throughput:
+  description: Download speed in bytes per second, 0 when the image was already cached.
+  returned: state is present
+  type: int
+  sample: 48321556
+actions:
+  description: What was done (in check mode, what would be done), in order.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - download https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img into volume base-ubuntu-24.04-5c3ddb00f60bc455.qcow2
+    - write marker volume base-ubuntu-24.04-5c3ddb00f60bc455.qcow2.sha256
+removed:
+  description: Base volumes removed with their markers (in check mode, that would be removed).
+  returned: state is absent, or O(prune=true)
+  type: list
+  elements: str
+  sample: [base-ubuntu-24.04-0a41b2e6a9d2c7f3.qcow2]
+kept:
+  description: Other cached copies of the image kept because volumes of the pool use them as backing store.
+  returned: O(prune=true)
+  type: list
+  elements: dict
+  contains:
+    volume:
+      description: The base volume kept.
+      type: str
+      sample: base-ubuntu-24.04-9e3f0c55d0b1a7c2.qcow2
+    used_by:
+      description: The volumes whose backing store it is.
+      type: list
+      elements: str
+      sample: [proxy-1.qcow2]
+"""
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    REQUESTS_REQUIREMENT,
+    ImageSpec,
+    ensure_image,
+    prune_images,
+    remove_image,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    url=dict(type="str"),
+    checksum=dict(type="str"),
+    format=dict(type="str", choices=["qcow2", "raw"], default="qcow2"),
+    pool=dict(type="str", default="default"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    prune=dict(type="bool", default=False),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+    retries=dict(type="int", default=DEFAULT_RETRIES),
+    lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
+)
+
+
+class BaseImageManager:
+    """Validates the parameters, then caches, prunes or removes the image on one hypervisor."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.spec = None
+
+    def validate(self):
+        params = self.params
+        for option in ("timeout", "lock_timeout"):
+            if params[option] <= 0:
+                raise ValidationError("%s must be a positive number of seconds, got %d" % (option, params[option]))
+        if params["retries"] < 0:
+            raise ValidationError("retries must be 0 or more, got %d" % params["retries"])
+        if params["prune"] and params["state"] == "absent":
+            raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
+        self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
+
+    def _http_options(self):
+        return dict(timeout=self.params["timeout"], retries=self.params["retries"],
+                    validate_certs=self.params["validate_certs"], lock_timeout=self.params["lock_timeout"])
+
+    def work(self, hypervisor):
+        if self.params["state"] == "absent":
+            return self._absent(hypervisor)
+        return self._present(hypervisor)
+
+    def _present(self, hypervisor):
+        check_mode = self.module.check_mode
+        image = ensure_image(hypervisor, self.params["pool"], self.spec, check_mode=check_mode, **self._http_options())
+        result = image.as_dict()
+        diff = image.diff()
+        if self.params["prune"]:
+            pruned = prune_images(hypervisor, self.params["pool"], self.spec.name, keep=(image.volume,),
+                                  check_mode=check_mode, lock_timeout=self.params["lock_timeout"])
+            result["changed"] = result["changed"] or pruned.changed
+            result["actions"] += pruned.actions
+            result["removed"] = pruned.removed
+            result["kept"] = pruned.kept
+            diff["before"]["bases"] = pruned.bases_before
+            diff["after"]["bases"] = sorted(set(pruned.bases_after) | {image.volume})
+        if self.module.diff_mode:
+            result["diff"] = diff
+        return result
+
+    def _absent(self, hypervisor):
+        removal = remove_image(hypervisor, self.params["pool"], self.spec, check_mode=self.module.check_mode,
+                               **self._http_options())
+        result = removal.as_dict()
+        del result["kept"]  # absent never keeps: a base in use fails the task instead
+        if self.module.diff_mode:
+            result["diff"] = removal.diff()
+        return result
+
+
+def main():
+    module = KvmModule(
+        argument_spec=ARGUMENT_SPEC,
+        requirements=[REQUESTS_REQUIREMENT, ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+        required_if=[("state", "present", ("url",))],
+    )
+    manager = BaseImageManager(module)
+    module.run(manager.work, validate=manager.validate)
+
+
+if __name__ == "__main__":
+    main()

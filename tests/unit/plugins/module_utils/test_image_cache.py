@@ -1,0 +1,882 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The image cache over the fake seam and a real local HTTP server.
+
+Every case of the reference's image_test.go, plus what this port adds:
+content-addressed bases, in-use protection, prune/remove, SHA256SUMS
+files, redirects, short bodies, format sniffing, check mode and the
+inter-process lock.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import http.server
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
+    PermanentError,
+    TransientError,
+    ValidationError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
+
+VIRTUAL_SIZE = 2 * 1024 ** 3
+MUTATING = {"refresh_pool", "create_volume", "delete_volume", "upload_volume"}
+
+
+def qcow2_image(payload):
+    """A body that starts like a qcow2 file (magic, version, virtual size at offset 24)."""
+    header = cache.QCOW2_MAGIC + struct.pack(">I", 3) + b"\0" * 16 + struct.pack(">Q", VIRTUAL_SIZE)
+    return header + payload
+
+
+IMAGE = qcow2_image(b"fake qcow2 payload " * 60000)  # ~1.1 MiB: more than one chunk
+IMAGE_SHA = hashlib.sha256(IMAGE).hexdigest()
+NEWER_IMAGE = qcow2_image(b"the next release " * 50000)
+NEWER_SHA = hashlib.sha256(NEWER_IMAGE).hexdigest()
+RAW_IMAGE = b"\0" * 512 * 300
+RAW_SHA = hashlib.sha256(RAW_IMAGE).hexdigest()
+
+
+class Route:
+    """How the server answers one path. Attributes may be changed while a test runs."""
+
+    def __init__(self, body=b"", status=200, content_length=True, delay=0.0, cut_after=None, location=None,
+                 failures=None):
+        self.body = body
+        self.status = status
+        self.content_length = content_length
+        self.delay = delay
+        self.cut_after = cut_after  # send Content-Length, then close after this many bytes
+        self.location = location
+        self.failures = list(failures or [])  # statuses to answer first, one per request
+
+
+class ImageServer:
+    """http.server in a thread: serves Routes, counts hits and keeps request headers per path."""
+
+    def __init__(self):
+        self.routes = {}
+        self.hits = {}
+        self.headers = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                with server._lock:
+                    server.hits[path] = server.hits.get(path, 0) + 1
+                    server.headers.append(dict(self.headers))
+                route = server.routes.get(path)
+                if route is None:
+                    self.send_error(404)
+                    return
+                time.sleep(route.delay)
+                status = route.failures.pop(0) if route.failures else route.status
+                if route.location is not None:
+                    self.send_response(302)
+                    self.send_header("Location", route.location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if status != 200:
+                    self.send_error(status)
+                    return
+                self.send_response(200)
+                if route.content_length:
+                    self.send_header("Content-Length", str(len(route.body)))
+                self.end_headers()
+                body = route.body if route.cut_after is None else route.body[:route.cut_after]
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.httpd.server_port, path)
+
+    def add(self, path, body=b"", **kwargs):
+        self.routes[path] = Route(body, **kwargs)
+        return self.url(path)
+
+    def hit_count(self, path):
+        return self.hits.get(path, 0)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = ImageServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def hv():
+    hypervisor = FakeHypervisor()
+    hypervisor.add_pool("default")
+    return hypervisor
+
+
+@pytest.fixture
+def ensure(hv, tmp_path):
+    """ensure(spec, **kwargs) on the default pool, with test-friendly timings and a private lock dir."""
+
+    def run(spec, hypervisor=None, **kwargs):
+        options = dict(timeout=5, retries=2, backoff=0, lock_dir=str(tmp_path / "locks"))
+        options.update(kwargs)
+        return cache.ensure_image(hypervisor or hv, "default", spec, **options)
+
+    return run
+
+
+def debian(url, checksum=None, fmt="qcow2"):
+    return cache.ImageSpec(name="debian-13", url=url, checksum=checksum, format=fmt)
+
+
+def volume_names(hv, pool="default"):
+    return sorted(hv.pools[pool].volumes)
+
+
+def content(hv, name):
+    return bytes(hv.volume("default", name).content)
+
+
+def base_name(sha):
+    return "base-debian-13-%s.qcow2" % sha[:16]
+
+
+def add_overlay(hv, name, backing_volume):
+    """A VM disk backing onto a base, as kvm_proxy creates it."""
+    base = hv.volume("default", backing_volume)
+    hv.add_volume("default", name, fmt="qcow2", capacity=VIRTUAL_SIZE, backing_path=base.path, backing_format="qcow2")
+
+
+def cache_by_hand(hv, volume, body, digest):
+    hv.add_volume("default", volume, content=body, fmt="qcow2", capacity=VIRTUAL_SIZE)
+    hv.add_volume("default", volume + ".sha256", content=digest.encode("ascii"))
+
+
+# --- ImageSpec ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(url="file:///tmp/x.qcow2"), "not an http(s) URL"),
+    (dict(url="ftp://mirror/x.qcow2"), "not an http(s) URL"),
+    (dict(url="https:///no-host.qcow2"), "not an http(s) URL"),
+    (dict(url="https://x/y.qcow2", checksum="abc"), "is not supported"),
+    (dict(url="https://x/y.qcow2", checksum="sha512:" + "a" * 128), "is not supported"),
+    (dict(url="https://x/y.qcow2", checksum="sha256:" + "a" * 63), "not an http(s) URL"),
+    (dict(url="https://x/y.qcow2", checksum="sha256:file:///etc/SHA256SUMS"), "not an http(s) URL"),
+    (dict(url=None, checksum="sha256:https://x/SHA256SUMS"), "url is needed"),
+    (dict(url="https://x/y.vmdk", format="vmdk"), "disk format 'vmdk' is not supported"),
+    (dict(name="Debian", url="https://x/y.qcow2"), "image name 'Debian' is not valid"),
+    (dict(name="../etc", url="https://x/y.qcow2"), "image name '../etc' is not valid"),
+    (dict(name="deb-0123456789abcdef", url="https://x/y.qcow2"), "must not end in '-' followed by 16 hex"),
+])
+def test_image_spec_rejects_bad_input(kwargs, message):
+    args = dict(name="debian-13")
+    args.update(kwargs)
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        cache.ImageSpec(**args)
+
+
+def test_image_spec_reads_both_checksum_forms():
+    pinned = cache.ImageSpec("debian-13", "https://x/d.qcow2", "SHA256:" + IMAGE_SHA.upper())
+    assert (pinned.pinned_sha256, pinned.checksum_url) == (IMAGE_SHA, None)
+    listed = cache.ImageSpec("ubuntu-24.04", "https://x/noble/current/noble-server-cloudimg-amd64.img",
+                             "sha256:https://x/noble/current/SHA256SUMS")
+    assert (listed.pinned_sha256, listed.checksum_url) == (None, "https://x/noble/current/SHA256SUMS")
+    assert listed.file_name == "noble-server-cloudimg-amd64.img"
+    assert cache.ImageSpec("a", "https://x/dir/a%20b.img?sig=1").file_name == "a b.img"
+
+
+def test_ensure_needs_a_url(hv, ensure):
+    with pytest.raises(ValidationError, match="needs a url"):
+        ensure(cache.ImageSpec("debian-13"))
+    assert hv.calls == []
+
+
+@pytest.mark.parametrize("text", [
+    "%s  other.img\n%s  debian-13-generic-amd64.qcow2\n" % ("0" * 64, IMAGE_SHA),
+    "%s *debian-13-generic-amd64.qcow2\n" % IMAGE_SHA.upper(),
+    "# comment\n\n%s  ./debian-13-generic-amd64.qcow2\r\n" % IMAGE_SHA,
+    "SHA256 (debian-13-generic-amd64.qcow2) = %s\n" % IMAGE_SHA,
+])
+def test_find_in_checksum_file_reads_the_common_formats(text):
+    assert cache.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") == IMAGE_SHA
+
+
+def test_find_in_checksum_file_matches_whole_names_only():
+    text = "%s  debian-13-generic-amd64.qcow2.tar\n%s  xdebian-13-generic-amd64.qcow2\n" % (IMAGE_SHA, IMAGE_SHA)
+    assert cache.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") is None
+
+
+# --- ensure_image: the reference's cases ------------------------------------------------------------
+
+
+def test_fresh_fetch_streams_verifies_refreshes_and_writes_the_marker_last(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA))
+
+    volume = base_name(IMAGE_SHA)
+    assert result.volume == volume
+    assert result.path == "/var/lib/libvirt/images/default/" + volume
+    assert (result.format, result.sha256, result.size) == ("qcow2", IMAGE_SHA, VIRTUAL_SIZE)
+    assert (result.changed, result.downloaded, result.bytes) == (True, True, len(IMAGE))
+    assert result.seconds > 0 and result.throughput > 0
+    assert volume_names(hv) == [volume, volume + ".sha256"]
+    assert content(hv, volume) == IMAGE
+    # libvirt probed the uploaded qcow2 header on refresh.
+    assert hv.volume("default", volume).format == "qcow2"
+    assert content(hv, volume + ".sha256") == IMAGE_SHA.encode("ascii")
+    assert server.hit_count("/debian.qcow2") == 1
+    # Created raw at exactly Content-Length, refreshed after the upload, marker last.
+    mutations = [c for c in hv.calls if c in MUTATING]
+    assert mutations == ["create_volume", "upload_volume", "refresh_pool", "create_volume", "upload_volume"]
+    assert result.actions == ["download %s into volume %s" % (url, volume), "write marker volume %s.sha256" % volume]
+    assert result.diff() == {
+        "before": {"volume": volume, "sha256": None, "state": "absent"},
+        "after": {"volume": volume, "sha256": IMAGE_SHA, "state": "present"},
+    }
+
+
+def test_base_is_created_raw_and_exactly_content_length_bytes(hv, server, ensure, monkeypatch):
+    created = []
+    original = hv.create_volume
+
+    def spy(pool, xml):
+        created.append(xml)
+        return original(pool, xml)
+
+    monkeypatch.setattr(hv, "create_volume", spy)
+    ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA))
+    assert '<capacity unit="bytes">%d</capacity><allocation unit="bytes">0</allocation>' % len(IMAGE) in created[0]
+    assert '<format type="raw"/>' in created[0]
+
+
+def test_request_asks_for_the_body_unencoded(server, ensure):
+    ensure(debian(server.add("/debian.qcow2", IMAGE)))
+    assert server.headers[0]["Accept-Encoding"] == "identity"
+
+
+def test_no_checksum_still_records_the_digest_and_is_kept_forever(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    first = ensure(debian(url))
+    assert first.volume == "base-debian-13.qcow2"
+    assert first.sha256 == IMAGE_SHA
+    assert content(hv, "base-debian-13.qcow2.sha256") == IMAGE_SHA.encode("ascii")
+
+    server.routes["/debian.qcow2"].body = NEWER_IMAGE
+    second = ensure(debian(url))
+    assert (second.changed, second.downloaded, second.sha256) == (False, False, IMAGE_SHA)
+    assert server.hit_count("/debian.qcow2") == 1
+
+
+def test_already_cached_touches_nothing_and_fetches_nothing(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    cache_by_hand(hv, base_name(IMAGE_SHA), IMAGE, IMAGE_SHA)
+    hv.calls.clear()
+
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert (result.changed, result.downloaded, result.bytes, result.throughput) == (False, False, 0, 0)
+    assert result.path == "/var/lib/libvirt/images/default/" + base_name(IMAGE_SHA)
+    assert result.actions == []
+    assert result.diff()["before"] == result.diff()["after"]
+    assert server.hit_count("/debian.qcow2") == 0
+    assert not MUTATING.intersection(hv.calls)
+    # pool, base, marker, marker content, base XML: five round trips.
+    assert hv.calls == ["lookup_pool", "lookup_volume", "lookup_volume", "download_volume", "volume_xml"]
+
+
+def test_marker_missing_means_a_partial_upload_and_is_redone(hv, server, ensure):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume, content=b"half an image")
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA))
+    assert server.hit_count("/debian.qcow2") == 1
+    assert content(hv, volume) == IMAGE
+    assert result.actions[0] == "delete leftover base volume %s" % volume
+    assert result.diff()["before"]["state"] == "incomplete"
+
+
+def test_marker_without_base_is_removed_and_the_image_fetched(hv, server, ensure):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume + ".sha256", content=IMAGE_SHA.encode("ascii"))
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA))
+    assert result.actions[0] == "delete leftover marker volume %s.sha256" % volume
+    assert volume_names(hv) == [volume, volume + ".sha256"]
+    assert content(hv, volume) == IMAGE
+
+
+@pytest.mark.parametrize("marker", [b"", IMAGE_SHA[:20].encode("ascii"), b"\xff" * 64, b"0" * 64])
+def test_truncated_or_wrong_marker_is_repaired(hv, server, ensure, marker):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume, content=IMAGE)
+    hv.add_volume("default", volume + ".sha256", content=marker)
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA))
+    assert result.downloaded is True
+    assert content(hv, volume + ".sha256") == IMAGE_SHA.encode("ascii")
+
+
+def test_checksum_change_creates_a_new_base_and_keeps_the_old_one(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    old = ensure(debian(url, "sha256:" + IMAGE_SHA))
+    add_overlay(hv, "proxy-1.qcow2", old.volume)
+
+    server.routes["/debian.qcow2"].body = NEWER_IMAGE
+    new = ensure(debian(url, "sha256:" + NEWER_SHA))
+
+    assert new.volume == base_name(NEWER_SHA) != old.volume
+    assert new.downloaded is True
+    assert content(hv, old.volume) == IMAGE
+    assert content(hv, new.volume) == NEWER_IMAGE
+    assert volume_names(hv) == sorted([old.volume, old.volume + ".sha256", new.volume, new.volume + ".sha256",
+                                       "proxy-1.qcow2"])
+    assert new.diff()["before"] == {"volume": new.volume, "sha256": None, "state": "absent"}
+
+
+def test_checksum_mismatch_is_permanent_and_leaves_nothing(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    with pytest.raises(PermanentError) as raised:
+        ensure(debian(url, "sha256:" + "a" * 64))
+    assert IMAGE_SHA in raised.value.message and "a" * 64 in raised.value.message
+    assert volume_names(hv) == []
+    assert server.hit_count("/debian.qcow2") == 1  # a mismatch is not retried
+
+
+@pytest.mark.parametrize("status", [404, 403, 410])
+def test_http_4xx_is_permanent_and_not_retried(hv, server, ensure, status):
+    url = server.add("/debian.qcow2", IMAGE, status=status)
+    with pytest.raises(PermanentError, match="answered HTTP %d" % status):
+        ensure(debian(url))
+    assert server.hit_count("/debian.qcow2") == 1
+    assert volume_names(hv) == []
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_http_5xx_is_retried_then_transient(hv, server, ensure, status):
+    url = server.add("/debian.qcow2", IMAGE, status=status)
+    with pytest.raises(TransientError) as raised:
+        ensure(debian(url), retries=2)
+    assert "failed after 3 attempt(s)" in raised.value.message
+    assert "HTTP %d" % status in raised.value.message
+    assert server.hit_count("/debian.qcow2") == 3
+    assert volume_names(hv) == []
+
+
+def test_http_5xx_then_success_downloads(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE, failures=[503, 500])
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA), retries=2)
+    assert result.downloaded is True
+    assert server.hit_count("/debian.qcow2") == 3
+
+
+def test_backoff_doubles_between_attempts(server, ensure, monkeypatch):
+    sleeps = []
+    monkeypatch.setattr(cache.time, "sleep", sleeps.append)
+    url = server.add("/debian.qcow2", IMAGE, status=503)
+    with pytest.raises(TransientError):
+        ensure(debian(url), retries=3, backoff=2.0)
+    # The server thread's sleep(0) lands here too.
+    assert [s for s in sleeps if s] == [2.0, 4.0, 8.0]
+
+
+def test_connection_refused_is_retried_then_transient(hv, ensure):
+    with pytest.raises(TransientError, match="failed after 2 attempt"):
+        ensure(debian("http://127.0.0.1:9/debian.qcow2"), retries=1)
+    assert volume_names(hv) == []
+
+
+def test_missing_content_length_is_permanent(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE, content_length=False)
+    with pytest.raises(PermanentError, match="sent no Content-Length"):
+        ensure(debian(url))
+    assert volume_names(hv) == []
+
+
+def test_body_cut_short_is_retried_and_the_partial_volume_removed(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE, cut_after=100000)
+    with pytest.raises(TransientError, match="100000 of|connection|IncompleteRead|Connection"):
+        ensure(debian(url, "sha256:" + IMAGE_SHA), retries=1)
+    assert server.hit_count("/debian.qcow2") == 2
+    assert volume_names(hv) == []
+
+    server.routes["/debian.qcow2"].cut_after = None
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA)).downloaded is True
+
+
+def test_upload_failure_cleans_up_and_the_next_attempt_succeeds(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    hv.cut_upload_after(base_name(IMAGE_SHA), 100)
+    with pytest.raises(TransientError, match="stream aborted"):
+        ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert volume_names(hv) == []
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA)).downloaded is True
+
+
+def test_failed_cleanup_is_repaired_by_the_next_run(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    volume = base_name(IMAGE_SHA)
+    hv.cut_upload_after(volume, 100)
+    hv.fail("delete_volume", times=1)  # the connection died with the upload
+    with pytest.raises(TransientError):
+        ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert volume_names(hv) == [volume]  # a base without marker: a leftover, not a cached image
+
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert result.actions[0] == "delete leftover base volume %s" % volume
+    assert content(hv, volume) == IMAGE
+
+
+def test_interrupt_during_upload_removes_the_partial_volume(hv, server, ensure, monkeypatch):
+    url = server.add("/debian.qcow2", IMAGE)
+    original = hv.upload_volume
+
+    def interrupted(vol, chunks):
+        for _chunk in chunks:
+            raise KeyboardInterrupt
+        return original(vol, chunks)
+
+    monkeypatch.setattr(hv, "upload_volume", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ensure(debian(url))
+    assert volume_names(hv) == []
+
+
+def test_missing_pool_is_permanent_and_says_what_to_do(hv, server, ensure):
+    with pytest.raises(PermanentError, match="storage pool 'nope' does not exist") as raised:
+        cache.ensure_image(hv, "nope", debian(server.add("/debian.qcow2", IMAGE)))
+    assert raised.value.code == 49
+    assert server.hit_count("/debian.qcow2") == 0
+
+
+def test_concurrent_callers_download_once(hv, server, ensure):
+    url = server.add("/debian.qcow2", IMAGE, delay=0.3)
+    results, errors = [None] * 4, []
+
+    def call(index):
+        try:
+            results[index] = ensure(debian(url, "sha256:" + IMAGE_SHA))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert server.hit_count("/debian.qcow2") == 1
+    assert sorted(r.downloaded for r in results) == [False, False, False, True]
+    assert {r.path for r in results} == {"/var/lib/libvirt/images/default/" + base_name(IMAGE_SHA)}
+    # The waiters found it ready after the lock: unchanged, and their diff says so.
+    for waiter in (r for r in results if not r.downloaded):
+        assert waiter.changed is False
+        assert waiter.diff()["before"]["state"] == "present"
+
+
+def test_different_hypervisors_fetch_independently(server, ensure):
+    url = server.add("/debian.qcow2", IMAGE)
+    for uri in ("qemu+ssh://root@nas1/system", "qemu+ssh://root@lab2/system"):
+        hypervisor = FakeHypervisor(uri=uri)
+        hypervisor.add_pool("default")
+        assert ensure(debian(url), hypervisor=hypervisor).downloaded is True
+    assert server.hit_count("/debian.qcow2") == 2
+
+
+# --- what the port adds ---------------------------------------------------------------------------
+
+
+def test_checksum_from_a_sha256sums_file(hv, server, ensure):
+    url = server.add("/cloud/trixie/debian-13-generic-amd64.qcow2", IMAGE)
+    sums = server.add("/cloud/trixie/SHA256SUMS", ("%s  other.qcow2\n%s  debian-13-generic-amd64.qcow2\n"
+                                                   % ("1" * 64, IMAGE_SHA)).encode())
+    result = ensure(debian(url, "sha256:" + sums))
+    assert (result.volume, result.sha256) == (base_name(IMAGE_SHA), IMAGE_SHA)
+
+
+def test_sha256sums_file_without_the_image_is_permanent(hv, server, ensure):
+    url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
+    sums = server.add("/SHA256SUMS", ("%s  other.qcow2\n" % ("1" * 64)).encode())
+    with pytest.raises(PermanentError, match="has no sha256 entry for 'debian-13-generic-amd64.qcow2'"):
+        ensure(debian(url, "sha256:" + sums))
+    assert server.hit_count("/debian-13-generic-amd64.qcow2") == 0
+    assert hv.calls == []
+
+
+def test_sha256sums_file_errors_follow_the_http_rules(server, ensure):
+    url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
+    with pytest.raises(PermanentError, match="answered HTTP 404"):
+        ensure(debian(url, "sha256:" + server.url("/missing/SHA256SUMS")))
+    sums = server.add("/SHA256SUMS", ("%s  debian-13-generic-amd64.qcow2\n" % IMAGE_SHA).encode(), failures=[503])
+    assert ensure(debian(url, "sha256:" + sums)).sha256 == IMAGE_SHA
+
+
+def test_oversized_checksum_file_is_refused(server, ensure, monkeypatch):
+    monkeypatch.setattr(cache, "MAX_CHECKSUM_FILE_BYTES", 1000)
+    url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
+    sums = server.add("/SHA256SUMS", b"x" * 5000)
+    with pytest.raises(PermanentError, match="not a SHA256SUMS file"):
+        ensure(debian(url, "sha256:" + sums))
+
+
+def test_redirect_to_http_is_followed(server, ensure):
+    url = server.add("/latest/debian.qcow2", location="/20250814/debian.qcow2")
+    server.add("/20250814/debian.qcow2", IMAGE)
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA)).sha256 == IMAGE_SHA
+
+
+@pytest.mark.parametrize("location", ["file:///etc/shadow", "ftp://mirror/debian.qcow2", "gopher://x/"])
+def test_redirect_to_another_scheme_is_refused(hv, server, ensure, location):
+    url = server.add("/debian.qcow2", location=location)
+    with pytest.raises(PermanentError, match="only http and https redirects are followed"):
+        ensure(debian(url))
+    assert volume_names(hv) == []
+
+
+def test_qcow2_format_but_raw_body_is_refused_early(hv, server, ensure, monkeypatch):
+    sent = []
+    original = hv.upload_volume
+
+    def counting(vol, chunks):
+        def tee():
+            for chunk in chunks:
+                sent.append(len(chunk))
+                yield chunk
+        return original(vol, tee())
+
+    monkeypatch.setattr(hv, "upload_volume", counting)
+    url = server.add("/disk.img", RAW_IMAGE * 10)
+    with pytest.raises(PermanentError, match="not a qcow2 image"):
+        ensure(debian(url))
+    assert sent == []  # stopped at the first chunk, before anything reached libvirt
+    assert volume_names(hv) == []
+
+
+def test_raw_format_but_qcow2_body_is_refused(hv, server, ensure):
+    with pytest.raises(PermanentError, match="is a qcow2 image but format is raw"):
+        ensure(debian(server.add("/debian.qcow2", IMAGE), fmt="raw"))
+    assert volume_names(hv) == []
+
+
+def test_raw_image(hv, server, ensure):
+    result = ensure(debian(server.add("/disk.raw", RAW_IMAGE), "sha256:" + RAW_SHA, fmt="raw"))
+    assert result.volume == "base-debian-13-%s.raw" % RAW_SHA[:16]
+    assert (result.format, result.size) == ("raw", len(RAW_IMAGE))
+    assert hv.volume("default", result.volume).format == "raw"
+
+
+def test_empty_body_is_permanent(server, ensure):
+    with pytest.raises(PermanentError, match="is empty"):
+        ensure(debian(server.add("/debian.qcow2", b"")))
+
+
+def test_tls_failure_is_permanent_and_names_validate_certs(ensure, monkeypatch):
+    class FailingSession:
+        def get(self, url, **kwargs):
+            assert kwargs["verify"] is True
+            raise requests.exceptions.SSLError("certificate verify failed")
+
+    with pytest.raises(PermanentError, match="validate_certs"):
+        ensure(debian("https://mirror.example/debian.qcow2"), http=FailingSession())
+
+
+def test_base_in_use_without_marker_is_never_deleted(hv, server, ensure):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume, content=IMAGE)
+    add_overlay(hv, "proxy-1.qcow2", volume)
+    add_overlay(hv, "proxy-2.qcow2", volume)
+    url = server.add("/debian.qcow2", IMAGE)
+
+    for check_mode in (True, False):
+        with pytest.raises(PermanentError) as raised:
+            ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=check_mode)
+        assert "'proxy-1.qcow2', 'proxy-2.qcow2'" in raised.value.message
+        assert volume in raised.value.message
+    assert "delete_volume" not in hv.calls
+    assert server.hit_count("/debian.qcow2") == 0
+
+
+# --- check mode -------------------------------------------------------------------------------------
+
+
+def test_check_mode_predicts_a_download_and_touches_nothing(hv, server, ensure, tmp_path):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume, content=b"partial")
+    url = server.add("/debian.qcow2", IMAGE)
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=True)
+    assert (result.changed, result.downloaded, result.path, result.size) == (True, True, None, None)
+    assert result.sha256 == IMAGE_SHA
+    assert result.actions == ["delete leftover base volume %s" % volume, "download %s into volume %s" % (url, volume),
+                              "write marker volume %s.sha256" % volume]
+    assert result.diff() == {"before": {"volume": volume, "sha256": None, "state": "incomplete"},
+                             "after": {"volume": volume, "sha256": IMAGE_SHA, "state": "present"}}
+    assert not MUTATING.intersection(hv.calls)
+    assert server.hit_count("/debian.qcow2") == 0
+    assert not (tmp_path / "locks").exists()
+
+
+def test_check_mode_predicts_no_change_when_cached(hv, server, ensure):
+    cache_by_hand(hv, base_name(IMAGE_SHA), IMAGE, IMAGE_SHA)
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA), check_mode=True)
+    assert (result.changed, result.downloaded) == (False, False)
+    assert result.path is not None
+
+
+def test_check_mode_reads_the_sha256sums_file_but_not_the_image(hv, server, ensure):
+    url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
+    sums = server.add("/SHA256SUMS", ("%s  debian-13-generic-amd64.qcow2\n" % IMAGE_SHA).encode())
+    result = ensure(debian(url, "sha256:" + sums), check_mode=True)
+    assert result.volume == base_name(IMAGE_SHA)
+    assert (server.hit_count("/SHA256SUMS"), server.hit_count("/debian-13-generic-amd64.qcow2")) == (1, 0)
+
+
+def test_check_mode_without_checksum_cannot_know_the_digest(server, ensure):
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE)), check_mode=True)
+    assert (result.volume, result.sha256, result.diff()["after"]["sha256"]) == ("base-debian-13.qcow2", None, None)
+
+
+# --- remove_image and prune_images ------------------------------------------------------------------
+
+
+@pytest.fixture
+def three_releases(hv):
+    """Two checksummed bases of debian-13 (the older used by a VM), an unchecksummed raw one, a leftover."""
+    old, new = base_name(IMAGE_SHA), base_name(NEWER_SHA)
+    cache_by_hand(hv, old, IMAGE, IMAGE_SHA)
+    cache_by_hand(hv, new, NEWER_IMAGE, NEWER_SHA)
+    hv.add_volume("default", "base-debian-13.raw", content=RAW_IMAGE)
+    hv.add_volume("default", "base-debian-13.raw.sha256", content=RAW_SHA.encode())
+    hv.add_volume("default", "base-debian-13-00000000000000ff.qcow2", content=b"partial")  # no marker
+    add_overlay(hv, "proxy-1.qcow2", old)
+    # Volumes of other images and of VMs are never candidates.
+    hv.add_volume("default", "base-debian-12.qcow2", content=IMAGE)
+    hv.add_volume("default", "proxy-1-seed.iso", content=b"seed")
+    return old, new
+
+
+def test_remove_with_checksum_removes_only_that_base(hv, three_releases):
+    old, new = three_releases
+    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA))
+    assert removal.removed == [new]
+    assert removal.actions == ["delete marker volume %s.sha256" % new, "delete base volume %s" % new]
+    assert new not in volume_names(hv) and new + ".sha256" not in volume_names(hv)
+    assert old in volume_names(hv)
+    assert removal.changed is True
+
+
+def test_remove_is_idempotent(hv, three_releases):
+    spec = cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA)
+    cache.remove_image(hv, "default", spec)
+    again = cache.remove_image(hv, "default", spec)
+    assert (again.changed, again.removed, again.actions) == (False, [], [])
+
+
+def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, three_releases):
+    old, _new = three_releases
+    before = volume_names(hv)
+    for spec in (cache.ImageSpec("debian-13", checksum="sha256:" + IMAGE_SHA), cache.ImageSpec("debian-13")):
+        with pytest.raises(PermanentError) as raised:
+            cache.remove_image(hv, "default", spec)
+        assert "cannot remove image: base volume '%s' in pool 'default' is the backing store of 'proxy-1.qcow2'" % old \
+            in raised.value.message
+    assert volume_names(hv) == before
+
+
+def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_releases):
+    old, new = three_releases
+    hv.delete_volume(hv.volume("default", "proxy-1.qcow2"))
+    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13"))
+    assert removal.removed == sorted([old, new, "base-debian-13.raw", "base-debian-13-00000000000000ff.qcow2"])
+    assert volume_names(hv) == ["base-debian-12.qcow2", "proxy-1-seed.iso"]
+    assert removal.diff() == {"before": {"bases": removal.removed}, "after": {"bases": []}}
+
+
+def test_remove_in_check_mode_predicts_and_touches_nothing(hv, three_releases):
+    _old, new = three_releases
+    hv.calls.clear()
+    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
+                                 check_mode=True)
+    assert (removal.changed, removal.removed) == (True, [new])
+    assert not MUTATING.intersection(hv.calls)
+
+
+def test_prune_removes_unused_copies_and_keeps_those_in_use(hv, three_releases, tmp_path):
+    old, new = three_releases
+    pruned = cache.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
+    assert pruned.removed == ["base-debian-13-00000000000000ff.qcow2", "base-debian-13.raw"]
+    assert pruned.kept == [{"volume": old, "used_by": ["proxy-1.qcow2"]}]
+    assert volume_names(hv) == sorted(["base-debian-12.qcow2", "proxy-1-seed.iso", "proxy-1.qcow2",
+                                       old, old + ".sha256", new, new + ".sha256"])
+    assert pruned.bases_after == sorted([old, new])
+
+    again = cache.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
+    assert (again.changed, again.removed, again.kept) == (False, [], pruned.kept)
+
+
+def test_prune_removes_an_orphaned_marker(hv, tmp_path):
+    hv.add_volume("default", "base-debian-13-00000000000000aa.qcow2.sha256", content=b"0" * 64)
+    pruned = cache.prune_images(hv, "default", "debian-13", lock_dir=str(tmp_path))
+    assert pruned.removed == ["base-debian-13-00000000000000aa.qcow2"]
+    assert pruned.actions == ["delete marker volume base-debian-13-00000000000000aa.qcow2.sha256"]
+    assert volume_names(hv) == []
+
+
+def test_prune_in_check_mode_touches_nothing(hv, three_releases, tmp_path):
+    _old, new = three_releases
+    before = volume_names(hv)
+    hv.calls.clear()
+    pruned = cache.prune_images(hv, "default", "debian-13", keep=(new,), check_mode=True, lock_dir=str(tmp_path))
+    assert pruned.removed == ["base-debian-13-00000000000000ff.qcow2", "base-debian-13.raw"]
+    assert volume_names(hv) == before
+    assert not MUTATING.intersection(hv.calls)
+
+
+def test_prune_rechecks_users_under_the_lock(hv, three_releases, tmp_path, monkeypatch):
+    """An overlay created on a base between the first look and the lock keeps the base."""
+    raw = "base-debian-13.raw"
+    original = cache.volume_lock
+
+    def lock_then_overlay(uri, pool, volume, *args):
+        if volume == raw:
+            hv.add_volume("default", "late.qcow2", fmt="qcow2", capacity=1,
+                          backing_path=hv.volume("default", raw).path, backing_format="raw")
+        return original(uri, pool, volume, *args)
+
+    monkeypatch.setattr(cache, "volume_lock", lock_then_overlay)
+    pruned = cache.prune_images(hv, "default", "debian-13", keep=(three_releases[1],), lock_dir=str(tmp_path))
+    assert raw not in pruned.removed
+    assert {"volume": raw, "used_by": ["late.qcow2"]} in pruned.kept
+    assert raw in volume_names(hv)
+
+
+def test_users_are_found_by_backing_path_only_in_the_pool(hv):
+    hv.add_volume("default", "base-debian-13.qcow2", content=IMAGE)
+    add_overlay(hv, "b.qcow2", "base-debian-13.qcow2")
+    add_overlay(hv, "a.qcow2", "base-debian-13.qcow2")
+    hv.add_volume("default", "c.qcow2", fmt="qcow2", capacity=1, backing_path="/elsewhere/base-debian-13.qcow2",
+                  backing_format="qcow2")
+    pool = hv.pools["default"]
+    assert cache.find_users(hv, pool, hv.volume("default", "base-debian-13.qcow2").path) == ["a.qcow2", "b.qcow2"]
+
+
+def test_users_are_read_from_the_real_volume_xml(hv):
+    """The overlay XML the volume builder makes is what find_users reads back."""
+    pool = hv.pools["default"]
+    base = hv.add_volume("default", "base-debian-13.qcow2", content=IMAGE)
+    hv.create_volume(pool, build_volume_xml(VolumeSpec("vm.qcow2", VIRTUAL_SIZE, "qcow2", base.path, "qcow2")))
+    assert cache.find_users(hv, pool, base.path) == ["vm.qcow2"]
+
+
+# --- the lock ------------------------------------------------------------------------------------------
+
+
+def test_lock_path_is_per_uri_pool_and_volume(tmp_path):
+    paths = {cache.lock_path(uri, pool, vol, str(tmp_path))
+             for uri in ("qemu:///system", "qemu+ssh://h/system") for pool in ("a", "b") for vol in ("x", "y")}
+    assert len(paths) == 8
+    assert all(os.path.dirname(p) == str(tmp_path) and p.endswith(".lock") for p in paths)
+
+
+def test_default_lock_dir_is_shared_and_under_a_runtime_dir():
+    assert os.path.basename(cache.default_lock_dir()) == cache.LOCK_DIR_NAME
+
+
+def test_lock_dir_is_created_sticky_and_world_writable(tmp_path):
+    lock_dir = tmp_path / "locks"
+    with cache.volume_lock("qemu:///system", "default", "x", lock_dir=str(lock_dir)):
+        pass
+    assert oct(lock_dir.stat().st_mode & 0o7777) == oct(0o1777)
+
+
+HOLD_LOCK = r"""
+import sys, time
+sys.path[:0] = %r
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
+with cache.volume_lock("qemu:///system", "default", sys.argv[1], lock_dir=sys.argv[2]):
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def other_process(tmp_path):
+    """A second process holding the lock of a volume until released."""
+    processes = []
+
+    def hold(volume):
+        process = subprocess.Popen([sys.executable, "-c", HOLD_LOCK % (sys.path,), volume, str(tmp_path / "locks")],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline() == "locked\n"
+        processes.append(process)
+        return process
+
+    yield hold
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def test_lock_is_held_across_processes_and_times_out_clearly(other_process, tmp_path):
+    other_process("base-debian-13.qcow2")
+    started = time.monotonic()
+    with pytest.raises(TransientError, match="waiting for another run that holds the lock"), \
+            cache.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=0.5,
+                              lock_dir=str(tmp_path / "locks")):
+        pass
+    assert time.monotonic() - started >= 0.5
+    # Another volume is not blocked.
+    with cache.volume_lock("qemu:///system", "default", "base-debian-12.qcow2", timeout=0.5,
+                           lock_dir=str(tmp_path / "locks")):
+        pass
+
+
+def test_ensure_waits_for_another_process_then_finds_the_image_ready(hv, server, ensure, other_process):
+    url = server.add("/debian.qcow2", IMAGE)
+    holder = other_process(base_name(IMAGE_SHA))
+
+    def other_run_finishes():
+        time.sleep(0.5)
+        cache_by_hand(hv, base_name(IMAGE_SHA), IMAGE, IMAGE_SHA)
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+
+    finisher = threading.Thread(target=other_run_finishes)
+    finisher.start()
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA))
+    finisher.join()
+    assert (result.changed, result.downloaded) == (False, False)
+    assert server.hit_count("/debian.qcow2") == 0
+
+
+def test_lock_released_when_the_holder_is_killed(other_process, tmp_path):
+    holder = other_process("base-debian-13.qcow2")
+    holder.kill()
+    holder.wait()
+    with cache.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=1,
+                           lock_dir=str(tmp_path / "locks")):
+        pass
