@@ -11,6 +11,7 @@ __metaclass__ = type
 import json
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
@@ -118,15 +119,18 @@ def test_by_name_reports_an_unmanaged_domain_as_such(run):
     assert (result["proxies"][0]["managed"], result["proxies"][0]["uid"]) == (False, None)
 
 
-def test_unreadable_domain_is_a_warning_not_a_failure(run, hypervisor):
+def test_unreadable_domain_is_a_warning_not_a_failure(run, hypervisor, monkeypatch):
+    # Recorded at AnsibleModule.warn: once controller code is imported into the test process
+    # (the inventory plugin's tests do), ansible sends module warnings to the display instead of the result.
+    warned = []
+    real_warn = AnsibleModule.warn
+    monkeypatch.setattr(AnsibleModule, "warn", lambda self, warning, *args, **kwargs: (warned.append(warning), real_warn(self, warning, *args, **kwargs)))
     hypervisor.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "cannot read state", when=lambda dom: dom.name == "proxy-two")
     result, _ = run({})
     assert result.get("failed") is not True
     assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
-    assert len(result["warnings"]) == 1
-    # ansible-core 2.19 sends warnings as structured summaries; older releases as plain strings.
-    warning = json.dumps(result["warnings"][0])
-    assert "proxy-two" in warning and "cannot read state" in warning
+    assert len(warned) == 1
+    assert "proxy-two" in warned[0] and "cannot read state" in warned[0]
 
 
 def test_unreachable_hypervisor_fails_and_names_it(run):

@@ -1,0 +1,266 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: kvm_proxies
+short_description: The egress-proxy VMs of libvirt hypervisors as Ansible hosts
+version_added: 0.1.0
+description:
+  - Reads one or more libvirt hypervisors and yields one host per VM that carries this collection's metadata
+    (the VMs M(egress_proxies.kvm.kvm_proxy) creates), so playbooks can configure the proxies themselves.
+  - C(ansible_host) is the VM's IPv4 address, from the hypervisor's ARP table or the guest agent. A VM without a known
+    address yet (still booting, or stopped) is still listed, without C(ansible_host); C(kvm_proxy_state) tells why.
+  - Host variables, all prefixed C(kvm_proxy_), carry what M(egress_proxies.kvm.kvm_proxy_info) returns for the VM
+    (C(kvm_proxy_id), C(kvm_proxy_name), C(kvm_proxy_hypervisor), C(kvm_proxy_uri), C(kvm_proxy_state),
+    C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ip_sources), C(kvm_proxy_uid), C(kvm_proxy_created_at),
+    C(kvm_proxy_spec_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib), C(kvm_proxy_disks), C(kvm_proxy_macs),
+    C(kvm_proxy_autostart)).
+  - "Groups: C(kvm_proxies) (every proxy), C(kvm_hypervisor_<name>) per hypervisor, C(kvm_state_running),
+    C(kvm_state_provisioning) and C(kvm_state_stopped) per state, and C(kvm_owner_<uid>) per owner. Characters not
+    allowed in group names become underscores. O(compose), O(groups) and O(keyed_groups) add more."
+  - The configuration file name must end in C(.kvm_proxies.yml) or C(.kvm_proxies.yaml).
+author:
+  - Contributors to the egress_proxies.kvm collection
+requirements:
+  - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt), or C(libvirt-python) from PyPI) and lxml, on the
+    controller, in the Python that runs Ansible.
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+options:
+  plugin:
+    description: The name of this plugin; it marks the file as this plugin's configuration.
+    required: true
+    type: str
+    choices: [egress_proxies.kvm.kvm_proxies]
+  hypervisors:
+    description:
+      - The hypervisors to read, each by its libvirt connection URI.
+      - The controller connects to each one itself. For C(qemu+ssh://) URIs that means key-based SSH from the
+        controller to the hypervisor (libvirt runs C(ssh) non-interactively; add C(?keyfile=/path/to/key) to the URI,
+        or configure the key in C(~/.ssh/config)), and the host key must already be known to the controller.
+    type: list
+    elements: dict
+    default: [{uri: "qemu:///system"}]
+    suboptions:
+      uri:
+        description: libvirt connection URI, for example V(qemu:///system) or V(qemu+ssh://root@nas1.example.net/system).
+        type: str
+        required: true
+      name:
+        description:
+          - The hypervisor's name in ids, group names and messages.
+          - Use the O(egress_proxies.kvm.kvm_proxy#module:host) your playbooks give, so C(kvm_proxy_id) matches their ids.
+          - Defaults to the host name libvirt reports for the hypervisor.
+        type: str
+  uid:
+    description: Only list the VMs recorded as owned by this uid.
+    type: str
+  qualify_hostnames:
+    description:
+      - Name each host C(<vm name>.<hypervisor name>) instead of C(<vm name>).
+      - Needed when two hypervisors run VMs of the same name; without it, the second of two such VMs is refused
+        (an error with O(strict), a warning without).
+    type: bool
+    default: false
+  strict:
+    description:
+      - If V(true), a hypervisor that cannot be read fails the inventory source, and so do two VMs that would
+        get the same host name and invalid O(compose), O(groups) or O(keyed_groups) expressions.
+      - If V(false), a warning names the hypervisor and gives libvirt's message, and the other hypervisors are
+        still listed; an invalid expression is skipped.
+      - Use V(true) for inventories that clean-up jobs run against, so they never act on a partial view of the fleet.
+    type: bool
+    default: false
+notes:
+  - With O(cache) enabled, a listing in which a hypervisor could not be read is not written to the cache, so the next
+    run asks again instead of serving the partial view until the cache expires.
+  - A domain that disappears while a hypervisor is listed, or whose definition or state cannot be read, is left out
+    with a warning; the other VMs of that hypervisor are still listed.
+seealso:
+  - module: egress_proxies.kvm.kvm_proxy_info
+    description: The same listing from a task, for one hypervisor.
+  - module: egress_proxies.kvm.kvm_proxy
+    description: Create and delete the VMs this plugin lists.
+"""
+
+EXAMPLES = r"""
+# proxies.kvm_proxies.yml: the proxies on the controller's own hypervisor
+plugin: egress_proxies.kvm.kvm_proxies
+
+# fleet.kvm_proxies.yml: two hypervisors over SSH, one owner, cached for ten minutes
+plugin: egress_proxies.kvm.kvm_proxies
+hypervisors:
+  - name: nas1
+    uri: qemu+ssh://root@nas1.example.net/system?keyfile=/home/ops/.ssh/hypervisors
+  - name: nas2
+    uri: qemu+ssh://root@nas2.example.net/system?keyfile=/home/ops/.ssh/hypervisors
+uid: 6f1c2a7e-4b1d-4f7a-9d8e-0c3b5a1e2f44
+strict: true
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/ansible-inventory
+cache_timeout: 600
+compose:
+  ansible_user: "'debian'"
+keyed_groups:
+  - key: kvm_proxy_libvirt_state
+    prefix: libvirt
+groups:
+  reachable: kvm_proxy_ip is not none
+
+# Then, for example:
+#   ansible-inventory -i fleet.kvm_proxies.yml --graph
+#   ansible -i fleet.kvm_proxies.yml kvm_state_running -m ansible.builtin.ping
+"""
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import LIBVIRT_IMPORT_ERROR, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+
+VAR_PREFIX = "kvm_proxy_"
+ALL_GROUP = "kvm_proxies"
+
+# Entry keys from _inventory that become host variables (with VAR_PREFIX), and their names.
+_HOST_VARS = (
+    ("id", "id"),
+    ("name", "name"),
+    ("host", "hypervisor"),
+    ("state", "state"),
+    ("libvirt_state", "libvirt_state"),
+    ("ip", "ip"),
+    ("ip_sources", "ip_sources"),
+    ("uid", "uid"),
+    ("created_at", "created_at"),
+    ("spec_digest", "spec_digest"),
+    ("vcpus", "vcpus"),
+    ("memory_mib", "memory_mib"),
+    ("disks", "disks"),
+    ("macs", "macs"),
+    ("autostart", "autostart"),
+)
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = "egress_proxies.kvm.kvm_proxies"
+
+    def verify_file(self, path):
+        return super().verify_file(path) and path.endswith((".kvm_proxies.yml", ".kvm_proxies.yaml"))
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        self._read_config_data(path)
+        hypervisors = self._hypervisors()
+
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option("cache")
+        listing = None
+        if use_cache and cache:
+            listing = self._cache.get(cache_key)
+        if listing is None:
+            listing, complete = self._read_hypervisors(hypervisors)
+            # A partial view is never cached: the next run should ask the missing hypervisor again.
+            if use_cache and complete:
+                self._cache[cache_key] = listing
+        self._populate(listing)
+
+    def _hypervisors(self):
+        """The configured hypervisors, checked before any connection is made."""
+        configured = self.get_option("hypervisors")
+        if not configured:
+            raise AnsibleParserError("%s: hypervisors is empty; list at least one {uri: ...}" % self.NAME)
+        hypervisors = []
+        for index, item in enumerate(configured):
+            if not isinstance(item, dict) or not isinstance(item.get("uri"), str) or not item["uri"]:
+                raise AnsibleParserError("%s: hypervisors[%d] needs a uri, for example {uri: 'qemu:///system'}" % (self.NAME, index))
+            unknown = set(item) - {"uri", "name"}
+            if unknown:
+                raise AnsibleParserError("%s: hypervisors[%d] has unknown keys %s; use uri and name" % (self.NAME, index, ", ".join(sorted(unknown))))
+            name = item.get("name")
+            if name is not None:
+                try:
+                    validate_host_name(name)
+                except KvmError as error:
+                    raise AnsibleParserError("%s: hypervisors[%d]: %s" % (self.NAME, index, error.message)) from error
+            hypervisors.append({"uri": item["uri"], "name": name})
+        for library, install_hint, import_error in (
+            ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR),
+            ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR),
+        ):
+            if import_error is not None:
+                raise AnsibleParserError(
+                    "%s needs the Python library %s on the controller, in the Python that runs Ansible (%s)"
+                    % (self.NAME, library, install_hint))
+        return hypervisors
+
+    def _read_hypervisors(self, hypervisors):
+        """([{hypervisor, uri, proxies}], complete): complete is False when a hypervisor could not be read."""
+        listing = []
+        complete = True
+        for hypervisor in hypervisors:
+            try:
+                listing.append(self._read_hypervisor(hypervisor))
+            except KvmError as error:
+                message = "%s: could not read hypervisor %s: %s" % (
+                    self.NAME, hypervisor["name"] or hypervisor["uri"], error.message)
+                if self.get_option("strict"):
+                    raise AnsibleParserError(message) from error
+                self.display.warning(message + "; its proxies are missing from this inventory")
+                complete = False
+        return listing, complete
+
+    def _read_hypervisor(self, hypervisor):
+        with Hypervisor.open(hypervisor["uri"]) as connection:
+            name = resolve_host(connection, hypervisor["name"])
+            proxies, warnings = list_proxies(connection, name, uid=self.get_option("uid"))
+        for warning in warnings:
+            self.display.warning("%s: %s" % (self.NAME, warning))
+        return {"hypervisor": name, "uri": hypervisor["uri"], "proxies": proxies}
+
+    def _populate(self, listing):
+        strict = self.get_option("strict")
+        qualify = self.get_option("qualify_hostnames")
+        seen = {}
+        self.inventory.add_group(ALL_GROUP)
+        for record in listing:
+            for proxy in record["proxies"]:
+                hostname = "%s.%s" % (proxy["name"], record["hypervisor"]) if qualify else proxy["name"]
+                if hostname in seen:
+                    message = "%s: %s and %s would both be host %s; set qualify_hostnames: true to tell them apart" % (
+                        self.NAME, seen[hostname], proxy["id"], hostname)
+                    if strict:
+                        raise AnsibleParserError(message)
+                    self.display.warning(message + "; %s is left out" % proxy["id"])
+                    continue
+                seen[hostname] = proxy["id"]
+                self._add_proxy(hostname, proxy, record["uri"], strict)
+
+    def _add_proxy(self, hostname, proxy, uri, strict):
+        self.inventory.add_host(hostname, group=ALL_GROUP)
+        hostvars = {VAR_PREFIX + var: proxy[key] for key, var in _HOST_VARS}
+        hostvars[VAR_PREFIX + "uri"] = uri
+        if proxy["ip"]:
+            hostvars["ansible_host"] = proxy["ip"]
+        for var, value in hostvars.items():
+            self.inventory.set_variable(hostname, var, value)
+
+        groups = ["kvm_hypervisor_" + proxy["host"], "kvm_state_" + proxy["state"].lower()]
+        if proxy["uid"]:
+            groups.append("kvm_owner_" + proxy["uid"])
+        for group in groups:
+            group = self.inventory.add_group(self._sanitize_group_name(group))
+            self.inventory.add_child(group, hostname)
+
+        self._set_composite_vars(self.get_option("compose"), hostvars, hostname, strict=strict)
+        self._add_host_to_composed_groups(self.get_option("groups"), hostvars, hostname, strict=strict)
+        self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, hostname, strict=strict)

@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The kvm_proxies inventory plugin over the fake seam (Hypervisor.open is replaced by a URI -> fake map)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import sys
+
+import pytest
+from ansible.errors import AnsibleParserError
+from ansible.inventory.data import InventoryData
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import inventory_loader
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import hand_made_domain, managed_domain
+
+PLUGIN_DIR = os.path.join(os.path.dirname(_libvirt.__file__), os.pardir, "inventory")
+NAS1 = "qemu+ssh://root@nas1/system"
+NAS2 = "qemu+ssh://root@nas2/system"
+
+
+class Warnings:
+    """Stands in for the plugin's Display; keeps the warnings."""
+
+    def __init__(self):
+        self.messages = []
+
+    def warning(self, message, *args, **kwargs):
+        self.messages.append(message)
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+@pytest.fixture
+def hypervisors():
+    nas1 = FakeHypervisor(hostname="nas1.example.net", uri=NAS1)
+    managed_domain(nas1, "proxy-one", "uid-1", state=RUNNING, arp="198.18.0.150")
+    managed_domain(nas1, "proxy-two", "uid-2", state=RUNNING)
+    hand_made_domain(nas1, "hand-made")
+    nas2 = FakeHypervisor(hostname="nas2.example.net", uri=NAS2)
+    managed_domain(nas2, "proxy-three", "uid-1", state=SHUTOFF)
+    return {NAS1: nas1, NAS2: nas2}
+
+
+@pytest.fixture
+def opened(monkeypatch, hypervisors):
+    """The URIs the plugin opened, in order; an unknown URI is an unreachable hypervisor."""
+    uris = []
+
+    def fake_open(uri):
+        uris.append(uri)
+        if uri not in hypervisors:
+            raise errors.classify(errors.VIR_ERR_SYSTEM_ERROR, "Cannot recv data: ssh: connect to host port 22: No route to host",
+                                  "connecting to hypervisor %s" % uri)
+        return hypervisors[uri]
+
+    monkeypatch.setattr(_libvirt.Hypervisor, "open", fake_open)
+    return uris
+
+
+def load_plugin():
+    """The plugin through Ansible's plugin loader, which reads its option definitions from DOCUMENTATION.
+
+    Plain pytest runs without Ansible's collection loader, so the plugin is
+    loaded from its directory, under its short name. Configuration files
+    name it by FQCN (``plugin: egress_proxies.kvm.kvm_proxies``), which the
+    loader would have recorded when resolving the FQCN; the integration test
+    resolves it for real through ansible-inventory.
+    """
+    inventory_loader.add_directory(PLUGIN_DIR)
+    plugin = inventory_loader.get("kvm_proxies")
+    plugin._redirected_names = [plugin.NAME]
+    return plugin
+
+
+@pytest.fixture
+def parse(monkeypatch, tmp_path, opened):
+    """parse(config_yaml, cache=True, libvirt_import_error=None) -> (InventoryData, Warnings, plugin)."""
+    def run(config, cache=True, file_name="fleet.kvm_proxies.yml", libvirt_import_error=None):
+        plugin = load_plugin()
+        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
+        monkeypatch.setattr(sys.modules[type(plugin).__module__], "LIBVIRT_IMPORT_ERROR", libvirt_import_error)
+        warnings = Warnings()
+        plugin.display = warnings
+        path = tmp_path / file_name
+        path.write_text("plugin: egress_proxies.kvm.kvm_proxies\n" + config)
+        assert plugin.verify_file(str(path))
+        inventory = InventoryData()
+        plugin.parse(inventory, DataLoader(), str(path), cache=cache)
+        return inventory, warnings, plugin
+
+    return run
+
+
+TWO_HYPERVISORS = """
+hypervisors:
+  - {name: nas1, uri: "%s"}
+  - {name: nas2, uri: "%s"}
+""" % (NAS1, NAS2)
+
+
+def members(inventory, group):
+    return sorted(host.name for host in inventory.groups[group].get_hosts())
+
+
+def test_one_host_per_managed_proxy_grouped_by_hypervisor_state_and_owner(parse):
+    inventory, warnings, _ = parse(TWO_HYPERVISORS)
+    assert warnings.messages == []
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
+    assert "hand-made" not in inventory.hosts
+    assert members(inventory, "kvm_hypervisor_nas1") == ["proxy-one", "proxy-two"]
+    assert members(inventory, "kvm_hypervisor_nas2") == ["proxy-three"]
+    assert members(inventory, "kvm_state_running") == ["proxy-one"]
+    assert members(inventory, "kvm_state_provisioning") == ["proxy-two"]
+    assert members(inventory, "kvm_state_stopped") == ["proxy-three"]
+    assert members(inventory, "kvm_owner_uid_1") == ["proxy-one", "proxy-three"]
+    assert members(inventory, "kvm_owner_uid_2") == ["proxy-two"]
+
+
+def test_host_vars(parse):
+    inventory, _, _ = parse(TWO_HYPERVISORS)
+    one = inventory.get_host("proxy-one").get_vars()
+    assert one["ansible_host"] == "198.18.0.150"
+    assert one["kvm_proxy_id"] == "hosts/nas1/domains/proxy-one"
+    assert one["kvm_proxy_hypervisor"] == "nas1"
+    assert one["kvm_proxy_uri"] == NAS1
+    assert one["kvm_proxy_state"] == "Running"
+    assert one["kvm_proxy_libvirt_state"] == "running"
+    assert one["kvm_proxy_ip"] == "198.18.0.150"
+    assert one["kvm_proxy_uid"] == "uid-1"
+    assert one["kvm_proxy_created_at"] == "2026-09-04T14:04:00Z"
+    assert one["kvm_proxy_vcpus"] == 2
+    assert one["kvm_proxy_memory_mib"] == 512
+    assert [disk["volume"] for disk in one["kvm_proxy_disks"]] == ["proxy-one.qcow2", "proxy-one-seed.iso"]
+    # No address yet: the host is listed without ansible_host; the state says why.
+    two = inventory.get_host("proxy-two").get_vars()
+    assert "ansible_host" not in two
+    assert two["kvm_proxy_state"] == "Provisioning"
+    assert two["kvm_proxy_ip"] is None
+
+
+def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):
+    inventory, _, _ = parse('hypervisors:\n  - uri: "%s"\n' % NAS1)
+    assert opened == [NAS1]
+    assert members(inventory, "kvm_hypervisor_nas1_example_net") == ["proxy-one", "proxy-two"]
+    assert inventory.get_host("proxy-one").get_vars()["kvm_proxy_id"] == "hosts/nas1.example.net/domains/proxy-one"
+
+
+def test_default_is_the_local_system_hypervisor(parse, opened, hypervisors):
+    hypervisors["qemu:///system"] = hypervisors.pop(NAS1)
+    inventory, _, _ = parse("")
+    assert opened == ["qemu:///system"]
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-two"]
+
+
+def test_uid_filter(parse):
+    inventory, _, _ = parse(TWO_HYPERVISORS + "uid: uid-1\n")
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three"]
+
+
+def test_unreachable_hypervisor_is_a_warning_naming_it_by_default(parse):
+    config = TWO_HYPERVISORS + '  - {name: nas3, uri: "qemu+ssh://root@nas3/system"}\n'
+    inventory, warnings, _ = parse(config)
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
+    assert len(warnings.messages) == 1
+    assert "could not read hypervisor nas3" in warnings.messages[0]
+    assert "No route to host" in warnings.messages[0]
+
+
+def test_unreachable_hypervisor_fails_with_strict(parse):
+    config = TWO_HYPERVISORS + '  - {uri: "qemu+ssh://root@nas3/system"}\nstrict: true\n'
+    with pytest.raises(AnsibleParserError) as caught:
+        parse(config)
+    assert "could not read hypervisor qemu+ssh://root@nas3/system" in str(caught.value)
+    assert "No route to host" in str(caught.value)
+
+
+def test_hypervisor_failing_mid_listing_is_unreadable(parse, hypervisors):
+    hypervisors[NAS2].fail("list_domains", errors.VIR_ERR_RPC, "End of file while reading data")
+    with pytest.raises(AnsibleParserError, match="could not read hypervisor nas2.*End of file"):
+        parse(TWO_HYPERVISORS + "strict: true\n")
+
+
+def test_unreadable_domain_is_skipped_with_a_warning(parse, hypervisors):
+    hypervisors[NAS1].fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "cannot read state", when=lambda dom: dom.name == "proxy-two")
+    inventory, warnings, _ = parse(TWO_HYPERVISORS + "strict: true\n")
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three"]
+    assert len(warnings.messages) == 1
+    assert "proxy-two" in warnings.messages[0] and "cannot read state" in warnings.messages[0]
+
+
+def test_compose_groups_and_keyed_groups(parse):
+    config = TWO_HYPERVISORS + """
+compose:
+  ansible_user: "'debian'"
+  proxy_url: "'http://' ~ kvm_proxy_ip ~ ':3128'"
+groups:
+  reachable: kvm_proxy_ip is not none
+keyed_groups:
+  - key: kvm_proxy_libvirt_state
+    prefix: libvirt
+"""
+    inventory, _, _ = parse(config)
+    one = inventory.get_host("proxy-one").get_vars()
+    assert one["ansible_user"] == "debian"
+    assert one["proxy_url"] == "http://198.18.0.150:3128"
+    assert members(inventory, "reachable") == ["proxy-one"]
+    assert members(inventory, "libvirt_running") == ["proxy-one", "proxy-two"]
+    assert members(inventory, "libvirt_shutoff") == ["proxy-three"]
+
+
+def test_same_name_on_two_hypervisors(parse, hypervisors):
+    managed_domain(hypervisors[NAS2], "proxy-one", "uid-9", state=SHUTOFF)
+    inventory, warnings, _ = parse(TWO_HYPERVISORS)
+    assert inventory.get_host("proxy-one").get_vars()["kvm_proxy_id"] == "hosts/nas1/domains/proxy-one"
+    assert len(warnings.messages) == 1
+    assert "hosts/nas2/domains/proxy-one is left out" in warnings.messages[0]
+    assert "qualify_hostnames" in warnings.messages[0]
+
+    with pytest.raises(AnsibleParserError, match="qualify_hostnames"):
+        parse(TWO_HYPERVISORS + "strict: true\n")
+
+    inventory, warnings, _ = parse(TWO_HYPERVISORS + "qualify_hostnames: true\n")
+    assert warnings.messages == []
+    assert members(inventory, "kvm_proxies") == ["proxy-one.nas1", "proxy-one.nas2", "proxy-three.nas2", "proxy-two.nas1"]
+
+
+def test_cache_serves_the_second_run_and_a_refresh_asks_again(parse, opened, hypervisors, tmp_path):
+    cache = "cache: true\ncache_plugin: jsonfile\ncache_connection: %s\n" % (tmp_path / "cache")
+    _, _, plugin = parse(TWO_HYPERVISORS + cache)
+    plugin.update_cache_if_changed()
+    assert opened == [NAS1, NAS2]
+
+    hypervisors.clear()  # every hypervisor unreachable now: only the cache can answer
+    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache)
+    assert opened == [NAS1, NAS2]
+    assert warnings.messages == []
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
+    assert inventory.get_host("proxy-one").get_vars()["ansible_host"] == "198.18.0.150"
+
+    # cache=False is a refresh (--flush-cache, meta: refresh_inventory): the hypervisors are asked again.
+    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache, cache=False)
+    assert opened == [NAS1, NAS2, NAS1, NAS2]
+    assert len(warnings.messages) == 2
+
+
+def test_a_partial_view_is_not_cached(parse, opened, hypervisors, tmp_path):
+    cache = "cache: true\ncache_plugin: jsonfile\ncache_connection: %s\n" % (tmp_path / "cache")
+    nas2 = hypervisors.pop(NAS2)
+    _, warnings, plugin = parse(TWO_HYPERVISORS + cache)
+    plugin.update_cache_if_changed()
+    assert "could not read hypervisor nas2" in warnings.messages[0]
+
+    hypervisors[NAS2] = nas2
+    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache)
+    assert opened == [NAS1, NAS2, NAS1, NAS2]
+    assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
+
+
+def test_missing_libvirt_on_the_controller_is_explained(parse, opened):
+    with pytest.raises(AnsibleParserError) as caught:
+        parse(TWO_HYPERVISORS, libvirt_import_error="ModuleNotFoundError: No module named 'libvirt'")
+    assert "libvirt-python on the controller" in str(caught.value)
+    assert "python3-libvirt" in str(caught.value)
+    assert opened == []
+
+
+@pytest.mark.parametrize("config, words", [
+    ("hypervisors: []\n", "hypervisors is empty"),
+    ("hypervisors:\n  - {name: nas1}\n", "hypervisors[0] needs a uri"),
+    ("hypervisors:\n  - {uri: 'qemu:///system', url: x}\n", "unknown keys url"),
+    ("hypervisors:\n  - {uri: 'qemu:///system', name: 'nas1/../x'}\n", "not a valid host name"),
+])
+def test_bad_configuration_fails_before_connecting(parse, opened, config, words):
+    with pytest.raises(AnsibleParserError) as caught:
+        parse(config)
+    assert words in str(caught.value)
+    assert opened == []
+
+
+@pytest.mark.parametrize("file_name, accepted", [
+    ("fleet.kvm_proxies.yml", True),
+    ("fleet.kvm_proxies.yaml", True),
+    ("fleet.yml", False),
+    ("kvm_proxies.yml.bak", False),
+])
+def test_config_file_names(tmp_path, file_name, accepted):
+    path = tmp_path / file_name
+    path.write_text("plugin: egress_proxies.kvm.kvm_proxies\n")
+    assert load_plugin().verify_file(str(path)) is accepted
