@@ -1,0 +1,527 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: kvm_proxy
+short_description: Create, start, stop, replace on drift and delete one egress-proxy VM on a libvirt hypervisor
+version_added: 0.1.0
+description:
+  - Makes one VM exist and run (O(state=present)), exist shut off (O(state=stopped)), or not exist (O(state=absent)).
+  - The VM boots a qcow2 overlay (C(<name>.qcow2)) on a base image cached in the storage pool, and reads its cloud-init
+    configuration from a NoCloud seed volume (C(<name>-seed.iso)) built from O(user_data), O(meta_data),
+    O(vendor_data) and O(network_config).
+  - The domain is looked up by name first. When it exists and was built from the same spec, only its running state and
+    autostart flag are made right; its volumes are never touched. When it does not exist, the image is cached if needed
+    (as M(egress_proxies.kvm.kvm_base_image) does), an existing overlay is reused when it is the one this task would
+    create, the seed is compared file by file and rewritten when it differs or is unreadable (a cut-off upload leaves a
+    truncated seed), and the domain is defined with this collection's metadata, started and set to autostart.
+  - The spec digest, a sha256 over everything that shapes the VM (pool, disk size, image, the cloud-init data, the NIC,
+    vCPUs, memory, virt type, CPU mode, machine type), is stored in the domain's metadata. When the request's digest
+    differs the VM has drifted; by default it is replaced (destroyed, its overlay and seed deleted, undefined, then
+    created again), since an egress proxy keeps no state. O(on_drift=ignore) leaves it alone and returns RV(drifted).
+  - O(state=absent) destroys the domain, deletes its overlay and seed by name, and undefines it (with its managed save
+    image, snapshot metadata and NVRAM). Volumes left behind by a run that died before the domain was defined are found
+    by name and deleted too. A missing pool means there is nothing left to clean. Base images are never deleted.
+  - A domain of the same name that this collection did not create, or that records another owner O(uid), is never
+    replaced or deleted unless O(force=true); the task fails instead, naming the owner.
+author:
+  - egress_proxies.kvm contributors
+extends_documentation_fragment:
+  - egress_proxies.kvm.common
+  - egress_proxies.kvm.attributes
+  - egress_proxies.kvm.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts the exact list of RV(actions) a real run would take, from the same observations, without changing
+        anything. A O(image.checksum) of the form C(sha256:<URL>) is still fetched, because the digest names the base
+        volume.
+  diff_mode:
+    support: full
+    details:
+      - Shows the VM's state, owner, autostart flag, spec digest and spec before and after. The cloud-init data appear
+        in the spec as sha256 digests only, never their content.
+  idempotent:
+    support: full
+options:
+  name:
+    description:
+      - Name of the VM (the libvirt domain), which is also its hostname.
+      - 1-63 lowercase letters, digits and hyphens, starting and ending with a letter or digit, not starting with
+        C(base-) (the prefix of cached base image volumes).
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) makes the VM exist and run.
+      - V(stopped) makes it exist and shut off, creating it without starting it when it does not exist. A running guest
+        gets an ACPI shutdown request and O(shutdown_timeout) seconds to power off before it is stopped hard.
+      - V(absent) deletes it with its overlay and seed volumes.
+    type: str
+    choices: [present, stopped, absent]
+    default: present
+  host:
+    description:
+      - Name of the hypervisor in the returned RV(id), C(hosts/<host>/domains/<name>).
+      - Defaults to the host name libvirt reports for the hypervisor.
+    type: str
+  uid:
+    description:
+      - Owner recorded in the domain's metadata (for example the UID of the object that asked for the proxy).
+      - When set, a domain recorded with another uid is not replaced or deleted unless O(force=true).
+      - When not set, any domain this collection created is accepted whatever its uid, and a new domain gets a
+        random UUID.
+    type: str
+  vcpus:
+    description: Number of virtual CPUs.
+    type: int
+    default: 1
+  memory_mib:
+    description: Memory of the VM in MiB.
+    type: int
+    default: 1024
+  disk_size_gb:
+    description:
+      - Size of the VM's disk (the overlay) in GiB. It must be at least the virtual size of the image.
+    type: int
+    default: 10
+  pool:
+    description:
+      - Name of the libvirt storage pool that holds the base image, the overlay and the seed. It must exist.
+    type: str
+    default: default
+  bridge:
+    description:
+      - Host bridge the VM's NIC is attached to, for example V(br0).
+      - One of O(bridge) and O(network) is required with O(state=present) or O(state=stopped).
+    type: str
+  network:
+    description:
+      - libvirt network the VM's NIC is attached to, for example V(default).
+    type: str
+  mac:
+    description:
+      - Fixed MAC address of the NIC, for example V(52:54:00:12:34:56). libvirt picks one when not set.
+      - With a fixed MAC, a DHCP reservation can give the proxy a stable address.
+    type: str
+  image:
+    description:
+      - The cloud image to boot, cached in O(pool) on first use exactly as M(egress_proxies.kvm.kvm_base_image) caches
+        it. One of O(image) and O(base_volume) is required with O(state=present) or O(state=stopped).
+      - Its identity in the spec digest is O(image.name), O(image.format) and O(image.checksum), not O(image.url), so
+        moving to another mirror that serves the same checksum does not replace the VM.
+    type: dict
+    suboptions:
+      name:
+        description:
+          - Name of the image in the cache, for example V(debian-13).
+        type: str
+        required: true
+      url:
+        description:
+          - Where to download the image from (C(http://) or C(https://)); the server must send C(Content-Length).
+        type: str
+        required: true
+      checksum:
+        description:
+          - Expected sha256, as V(sha256:<64 hex digits>) or V(sha256:<URL of a SHA256SUMS file>).
+          - Strongly recommended: without it the first download is kept forever.
+        type: str
+      format:
+        description: Disk format of the image.
+        type: str
+        choices: [qcow2, raw]
+        default: qcow2
+  base_volume:
+    description:
+      - Name of a base volume already in O(pool) to boot instead of O(image), for example one cached by
+        M(egress_proxies.kvm.kvm_base_image) (its RV(egress_proxies.kvm.kvm_base_image#module:volume)).
+    type: str
+  user_data:
+    description:
+      - cloud-init user-data, written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - It often holds secrets, so it is never returned; the diff shows its sha256 only.
+    type: str
+  vendor_data:
+    description:
+      - cloud-init vendor-data. cloud-init merges it under the user-data.
+      - Defaults to a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
+        read before the host has seen its traffic. An empty string writes an empty vendor-data.
+    type: str
+  meta_data:
+    description:
+      - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(name).
+    type: dict
+  network_config:
+    description:
+      - cloud-init network configuration (version 1 or 2), as a YAML string or a dictionary.
+      - When not set, cloud-init configures DHCP on the first NIC.
+    type: raw
+  virt_type:
+    description:
+      - Domain type. V(kvm) needs hardware virtualisation; V(qemu) runs the guest under TCG emulation (slow, but works
+        where KVM does not, such as in nested VMs without nested virtualisation).
+    type: str
+    choices: [kvm, qemu]
+    default: kvm
+  cpu_mode:
+    description:
+      - CPU model the guest sees. V(none) leaves it to QEMU's default model.
+      - Defaults to V(host-passthrough) with O(virt_type=kvm) and V(none) with O(virt_type=qemu)
+        (V(host-passthrough) is refused under TCG).
+    type: str
+    choices: [host-passthrough, host-model, maximum, none]
+  machine:
+    description:
+      - QEMU machine type, for example V(q35) or V(pc-q35-7.2).
+    type: str
+    default: q35
+  autostart:
+    description:
+      - Whether libvirt starts the VM when the hypervisor boots.
+    type: bool
+    default: true
+  wait_for_ip:
+    description:
+      - With O(state=present), wait until the VM runs with a routable IPv4 address, asking the host's ARP table first
+        and the guest agent second, and return it in RV(ip).
+      - Fails after O(wait_timeout) seconds with the VM's state and what each address source said.
+    type: bool
+    default: false
+  wait_timeout:
+    description:
+      - Seconds O(wait_for_ip) waits for the address.
+    type: int
+    default: 300
+  shutdown_timeout:
+    description:
+      - Seconds a guest gets to power off after the ACPI shutdown request of O(state=stopped) before it is stopped hard.
+    type: int
+    default: 120
+  on_drift:
+    description:
+      - What to do when the existing VM was built from a different spec (see RV(drifted)).
+      - V(replace) deletes it and creates it again from the request.
+      - V(ignore) leaves it as it is; its running state and autostart flag are still made right.
+    type: str
+    choices: [replace, ignore]
+    default: replace
+  force:
+    description:
+      - Replace or delete a domain of this name even when this collection did not create it, or when it records another
+        owner O(uid). Its overlay and seed are deleted only by their names, C(<name>.qcow2) and C(<name>-seed.iso).
+    type: bool
+    default: false
+  validate_certs:
+    description:
+      - Verify the TLS certificates of the HTTPS servers O(image) is fetched from.
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait for the image's HTTP server to connect or to send the next bytes.
+    type: int
+    default: 60
+  retries:
+    description:
+      - How many times an image download is retried after a network error, an HTTP 5xx answer or a body cut short.
+    type: int
+    default: 3
+  lock_timeout:
+    description:
+      - Seconds to wait for another run on this machine that is caching the same image into the same pool.
+    type: int
+    default: 3600
+notes:
+  - Changing any option that shapes the VM (see the description) replaces it. The options that do not (O(state),
+    O(autostart), O(uid), O(host), O(wait_for_ip), the timeouts, O(image.url)) are applied in place or only affect
+    this run.
+  - The base image is held under a lock on the machine the module runs on while the overlay is created on it, so a
+    concurrent M(egress_proxies.kvm.kvm_base_image) prune on the same machine cannot remove it in between.
+  - The libvirt conversation is small and constant for an existing VM (the domain is looked up by name; nothing lists
+    every domain), so the module can run often.
+seealso:
+  - module: egress_proxies.kvm.kvm_base_image
+    description: Caches the base images the VMs boot from, and prunes the old ones.
+  - module: egress_proxies.kvm.kvm_seed
+    description: Builds a cloud-init seed volume on its own.
+  - module: egress_proxies.kvm.kvm_proxy_info
+    description: Lists the proxies of a hypervisor with their state and address.
+  - name: cloud-init NoCloud datasource
+    description: How the seed volume's user-data, meta-data, vendor-data and network-config are read.
+    link: https://cloudinit.readthedocs.io/en/latest/reference/datasources/nocloud.html
+"""
+
+EXAMPLES = r"""
+- name: Run an egress proxy from the Debian 13 cloud image on br0
+  egress_proxies.kvm.kvm_proxy:
+    name: egress-proxy-1
+    uid: 3f9c2b1e-5d1a-4c57-9a0e-2f3b8d6c7e10
+    vcpus: 1
+    memory_mib: 1024
+    bridge: br0
+    image:
+      name: debian-13
+      url: https://cloud.debian.org/images/cloud/trixie/20251117-2299/debian-13-genericcloud-amd64-20251117-2299.qcow2
+      checksum: "sha256:{{ debian_13_sha256 }}"
+    user_data: |
+      #cloud-config
+      packages: [squid]
+      write_files:
+        - path: /etc/squid/conf.d/egress.conf
+          content: |
+            http_access allow all
+      runcmd:
+        - [systemctl, restart, squid]
+    wait_for_ip: true
+  register: proxy
+
+- name: Use the proxy
+  ansible.builtin.debug:
+    msg: "{{ proxy.name }} listens on http://{{ proxy.ip }}:3128 ({{ proxy.id }})"
+
+- name: Same VM on a remote hypervisor with a fixed MAC, driven from the controller
+  egress_proxies.kvm.kvm_proxy:
+    uri: qemu+ssh://root@hv1.example.net/system
+    name: egress-proxy-2
+    bridge: br0
+    mac: "52:54:00:e9:00:02"
+    base_volume: base-debian-13-5c3ddb00f60bc455.qcow2
+    user_data: "{{ lookup('ansible.builtin.file', 'proxy-user-data.yml') }}"
+  delegate_to: localhost
+
+- name: Keep a hand-tuned VM although its spec changed (reports drifted instead of replacing it)
+  egress_proxies.kvm.kvm_proxy:
+    name: egress-proxy-1
+    bridge: br0
+    image:
+      name: debian-13
+      url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2
+      checksum: "sha256:{{ debian_13_sha256 }}"
+    on_drift: ignore
+
+- name: Shut the proxy down (ACPI, then a hard stop after a minute)
+  egress_proxies.kvm.kvm_proxy:
+    name: egress-proxy-1
+    state: stopped
+    shutdown_timeout: 60
+    bridge: br0
+    image:
+      name: debian-13
+      url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2
+      checksum: "sha256:{{ debian_13_sha256 }}"
+
+- name: Delete the proxy with its disk and seed (the cached image stays)
+  egress_proxies.kvm.kvm_proxy:
+    name: egress-proxy-1
+    uid: 3f9c2b1e-5d1a-4c57-9a0e-2f3b8d6c7e10
+    state: absent
+"""
+
+RETURN = r"""
+id:
+  description: The VM's id, C(hosts/<host>/domains/<name>).
+  returned: always
+  type: str
+  sample: hosts/hv1.example.net/domains/egress-proxy-1
+name:
+  description: Name of the VM.
+  returned: always
+  type: str
+  sample: egress-proxy-1
+host:
+  description: Name of the hypervisor, O(host) or the host name libvirt reports.
+  returned: always
+  type: str
+  sample: hv1.example.net
+state:
+  description:
+    - V(Running) (running with a routable IPv4), V(Provisioning) (running without an address yet, or a state libvirt
+      could not determine), or V(Stopped).
+    - Null when the VM does not exist (after O(state=absent), or in check mode before it would be created). In check
+      mode it describes the VM as it is before the run.
+  returned: always
+  type: str
+  sample: Running
+libvirt_state:
+  description: libvirt's own name of the domain state, null when the VM does not exist.
+  returned: always
+  type: str
+  sample: running
+ip:
+  description: The VM's first routable IPv4 address, null when it has none (yet).
+  returned: always
+  type: str
+  sample: 198.18.0.150
+ip_sources:
+  description: What each address source said, in the order asked (V(arp), then V(agent)); empty when none was asked.
+  returned: always
+  type: dict
+  sample: {"arp": "no address yet", "agent": "198.18.0.150"}
+uid:
+  description: Owner recorded in the VM's metadata.
+  returned: always
+  type: str
+  sample: 3f9c2b1e-5d1a-4c57-9a0e-2f3b8d6c7e10
+created_at:
+  description: When the VM was defined (RFC 3339, UTC); null when it does not exist or in check mode before creation.
+  returned: always
+  type: str
+  sample: "2026-09-08T10:00:00Z"
+spec_digest:
+  description: The spec digest recorded in the VM's metadata (with O(on_drift=ignore), the drifted VM's own).
+  returned: always
+  type: str
+  sample: 0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0
+mac:
+  description: MAC address of the VM's NIC.
+  returned: always
+  type: str
+  sample: "52:54:00:e9:00:02"
+autostart:
+  description: Whether libvirt starts the VM when the hypervisor boots.
+  returned: always
+  type: bool
+  sample: true
+volumes:
+  description: The VM's volumes.
+  returned: always
+  type: dict
+  contains:
+    pool:
+      description: The storage pool.
+      type: str
+      sample: default
+    overlay:
+      description: The VM's disk, a qcow2 overlay on the base.
+      type: str
+      sample: egress-proxy-1.qcow2
+    seed:
+      description: The cloud-init NoCloud seed.
+      type: str
+      sample: egress-proxy-1-seed.iso
+    base:
+      description:
+        - The base image volume the overlay backs onto. Null for O(state=absent), and for an existing VM whose
+          O(image.checksum) is a C(SHA256SUMS) URL (only a fetch of that file names the volume).
+      type: str
+      sample: base-debian-13-5c3ddb00f60bc455.qcow2
+actions:
+  description:
+    - What was done, in order (in check mode, what would be done, exactly).
+    - Each is one of V(fetch base image), V(create overlay), V(delete overlay), V(write seed), V(delete seed),
+      V(define domain), V(start domain), V(shutdown domain), V(destroy domain), V(undefine domain),
+      V(enable autostart), V(disable autostart).
+    - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
+  returned: always
+  type: list
+  elements: str
+  sample: [create overlay, write seed, define domain, start domain, enable autostart]
+drifted:
+  description: Whether the existing VM had been built from a different spec (it was replaced unless O(on_drift=ignore)).
+  returned: always
+  type: bool
+  sample: false
+"""
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    REQUESTS_REQUIREMENT,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    state=dict(type="str", choices=["present", "stopped", "absent"], default="present"),
+    host=dict(type="str"),
+    uid=dict(type="str"),
+    vcpus=dict(type="int", default=1),
+    memory_mib=dict(type="int", default=1024),
+    disk_size_gb=dict(type="int", default=10),
+    pool=dict(type="str", default="default"),
+    bridge=dict(type="str"),
+    network=dict(type="str"),
+    mac=dict(type="str"),
+    image=dict(type="dict", options=dict(
+        name=dict(type="str", required=True),
+        url=dict(type="str", required=True),
+        checksum=dict(type="str"),
+        format=dict(type="str", choices=["qcow2", "raw"], default="qcow2"),
+    )),
+    base_volume=dict(type="str"),
+    user_data=dict(type="str", no_log=True),
+    vendor_data=dict(type="str"),
+    meta_data=dict(type="dict"),
+    network_config=dict(type="raw"),
+    virt_type=dict(type="str", choices=["kvm", "qemu"], default="kvm"),
+    cpu_mode=dict(type="str", choices=["host-passthrough", "host-model", "maximum", "none"]),
+    machine=dict(type="str", default="q35"),
+    autostart=dict(type="bool", default=True),
+    wait_for_ip=dict(type="bool", default=False),
+    wait_timeout=dict(type="int", default=300),
+    shutdown_timeout=dict(type="int", default=120),
+    on_drift=dict(type="str", choices=["replace", "ignore"], default="replace"),
+    force=dict(type="bool", default=False),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+    retries=dict(type="int", default=DEFAULT_RETRIES),
+    lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
+)
+
+# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
+RENAMED = {"timeout": "download_timeout", "retries": "download_retries"}
+
+
+class ProxyTask:
+    """Turns the module's parameters into a validated request, then runs the flow on the hypervisor."""
+
+    def __init__(self, kvm):
+        self.kvm = kvm
+        self.request = None
+
+    def validate(self):
+        params = {RENAMED.get(key, key): value for key, value in self.kvm.params.items()}
+        self.request = ProxyRequest.from_params(params)
+
+    def work(self, hypervisor):
+        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
+                               lock_timeout=self.kvm.params["lock_timeout"])
+        result = manager.run()
+        for warning in result.pop("warnings", ()):
+            self.kvm.module.warn(warning)
+        if not self.kvm.diff_mode:
+            del result["diff"]
+        return result
+
+
+def main():
+    kvm = KvmModule(
+        ARGUMENT_SPEC,
+        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT,
+                      ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+        mutually_exclusive=[("bridge", "network"), ("image", "base_volume")],
+        required_if=[
+            ("state", "present", ("image", "base_volume"), True),
+            ("state", "present", ("bridge", "network"), True),
+            ("state", "stopped", ("image", "base_volume"), True),
+            ("state", "stopped", ("bridge", "network"), True),
+        ],
+    )
+    task = ProxyTask(kvm)
+    kvm.run(task.work, validate=task.validate)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_proxy's main() over the fake seam: argument handling, check and diff mode, failures as the user sees them."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy as proxy
+from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    BASE,
+    IMAGE_SHA,
+    MARKER,
+    MUTATING,
+    NAME,
+    UID,
+    ready_host,
+)
+
+SECRET = "root:s3cr3t-do-not-print"
+ARGS = dict(
+    name=NAME,
+    uid=UID,
+    bridge="br0",
+    image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="sha256:" + IMAGE_SHA),
+    user_data="#cloud-config\nchpasswd: {list: '%s'}\n" % SECRET,
+)
+def without(key, **changes):
+    args = dict(ARGS, **changes)
+    del args[key]
+    return args
+
+
+CREATE = ["create overlay", "write seed", "define domain", "start domain", "enable autostart"]
+
+
+@pytest.fixture
+def hypervisor():
+    return ready_host("nas1")
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, hypervisor):
+    """run(args, check_mode=False, diff=False, open_error=None) -> (result dict, raw output, the URIs opened)."""
+
+    def run_module(args, check_mode=False, diff=False, open_error=None):
+        opened = []
+
+        def fake_open(uri):
+            opened.append(uri)
+            if open_error is not None:
+                raise open_error
+            return hypervisor
+
+        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
+        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
+        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
+        module_args = dict(args)
+        if check_mode:
+            module_args["_ansible_check_mode"] = True
+        if diff:
+            module_args["_ansible_diff"] = True
+        with patch_module_args(module_args), pytest.raises(SystemExit):
+            kvm_proxy.main()
+        out = capsys.readouterr().out
+        return json.loads(out), out, opened
+
+    return run_module
+
+
+def test_present_in_check_mode_then_for_real_then_idempotent(run, hypervisor):
+    predicted, _out, opened = run(ARGS, check_mode=True, diff=True)
+    assert opened == ["qemu:///system"]
+    assert predicted["changed"] is True and predicted["actions"] == CREATE
+    assert predicted["diff"]["before"] == {"state": "absent"}
+    assert not MUTATING.intersection(hypervisor.calls)
+
+    result, _out, _opened = run(ARGS, diff=True)
+    assert result["changed"] is True and result["actions"] == CREATE
+    assert result["id"] == "hosts/nas1/domains/" + NAME
+    assert result["state"] == "Provisioning" and result["uid"] == UID
+    assert result["diff"]["after"]["spec"]["vcpus"] == 1
+    assert hypervisor.domains[NAME].state == RUNNING
+    assert hypervisor.calls[-1] == "close"
+
+    again, _out, _opened = run(ARGS, check_mode=True, diff=True)
+    assert again["changed"] is False and again["actions"] == []
+    again, _out, _opened = run(ARGS, diff=True)
+    assert again["changed"] is False and again["diff"]["before"] == again["diff"]["after"]
+
+
+def test_diff_is_returned_only_in_diff_mode(run):
+    result, _out, _opened = run(ARGS)
+    assert "diff" not in result
+
+
+def test_user_data_is_never_printed(run):
+    for args in (ARGS, dict(ARGS, vcpus=2), dict(ARGS, state="absent")):
+        for check_mode in (True, False):
+            _result, out, _opened = run(args, check_mode=check_mode, diff=True)
+            assert SECRET not in out
+
+
+def test_absent_removes_the_vm_and_keeps_the_image(run, hypervisor):
+    run(ARGS)
+    result, _out, _opened = run(dict(name=NAME, uid=UID, state="absent"), diff=True)
+    assert result["actions"] == ["destroy domain", "delete overlay", "delete seed", "undefine domain"]
+    assert result["diff"]["after"] == {"state": "absent"}
+    assert not hypervisor.domains
+    assert sorted(hypervisor.pools["default"].volumes) == sorted([BASE, MARKER])
+
+
+@pytest.mark.parametrize("args, message", [
+    (without("image"), "state is present but any of the following are missing: image, base_volume"),
+    (without("bridge"), "state is present but any of the following are missing: bridge, network"),
+    (without("bridge", state="stopped"), "state is stopped but any of the following are missing: bridge, network"),
+    (dict(ARGS, network="default"), "parameters are mutually exclusive: bridge|network"),
+    (dict(ARGS, base_volume=BASE), "parameters are mutually exclusive: image|base_volume"),
+    (dict(ARGS, image=dict(name="debian-13")), "missing required arguments: url found in image"),
+    (dict(ARGS, name="Bad_Name"), "name 'Bad_Name' is not a valid VM name"),
+    (dict(ARGS, virt_type="qemu", cpu_mode="host-passthrough"), "cpu_mode host-passthrough needs virt_type kvm"),
+    (dict(ARGS, memory_mib=1), "memory_mib must be a whole number from 128"),
+])
+def test_bad_arguments_fail_before_connecting(run, args, message):
+    result, _out, opened = run(args)
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert opened == []
+
+
+def test_an_unreachable_hypervisor_fails_with_its_uri(run):
+    result, _out, _opened = run(ARGS, open_error=errors.TransientError("connecting to hypervisor qemu:///system: no socket"))
+    assert result["failed"] is True
+    assert result["msg"] == "connecting to hypervisor qemu:///system: no socket (hypervisor qemu:///system)"
+    assert result["error_kind"] == "transient"
+
+
+def test_an_unmanaged_domain_fails_the_task_with_how_to_override(run, hypervisor):
+    hypervisor.add_domain(NAME, state=RUNNING)
+    result, _out, _opened = run(dict(name=NAME, state="absent"))
+    assert result["failed"] is True
+    assert "was not created by egress_proxies.kvm" in result["msg"] and "force=true" in result["msg"]
+    assert result["error_kind"] == "permanent"
+    assert NAME in hypervisor.domains
+
+
+def test_a_hard_stop_becomes_a_warning(run, hypervisor):
+    run(ARGS)
+    hypervisor.domains[NAME].honours_acpi = False
+    result, _out, _opened = run(dict(ARGS, state="stopped", shutdown_timeout=0))
+    assert result["actions"] == ["shutdown domain"]
+    # ansible-core 2.19 returns warnings as structured events; the text is what matters.
+    assert "was stopped hard" in json.dumps(result["warnings"])
+
+
+def test_libvirt_errors_carry_code_and_message(run, hypervisor):
+    hypervisor.fail("define_domain", errors.VIR_ERR_CONFIG_UNSUPPORTED, "unsupported configuration: no q35 here")
+    result, _out, _opened = run(ARGS)
+    assert result["failed"] is True
+    assert (result["libvirt_code"], result["libvirt_message"]) == (67, "unsupported configuration: no q35 here")
+
+
+def test_renamed_download_options_reach_the_request(monkeypatch):
+    seen = {}
+    real = proxy.ProxyRequest.from_params
+
+    def spy(params):
+        seen.update(params)
+        return real(params)
+
+    monkeypatch.setattr(kvm_proxy.ProxyRequest, "from_params", staticmethod(spy))
+
+    class Params:
+        params = dict({key: spec.get("default") for key, spec in kvm_proxy.ARGUMENT_SPEC.items()}, **ARGS)
+
+    kvm_proxy.ProxyTask(Params).validate()
+    assert (seen["download_timeout"], seen["download_retries"]) == (60, 3)
