@@ -848,4 +848,3 @@ def prune_images(hypervisor, pool_name, image, keep=(), check_mode=False, lock_t
     _remove_bases(hypervisor, pool, pool_name, targets, check_mode, lock_timeout, lock_dir, False, result)
     result.bases_after = sorted(name for name in found if name not in result.removed)
     return result
-

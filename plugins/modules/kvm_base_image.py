@@ -25,10 +25,10 @@ description:
     new release is cached next to the old one and never overwrites a file that VM disks back onto. Without
     O(checksum) it is C(base-<name>.<format>) and is kept as first downloaded.
   - No base volume that another volume of the pool uses as its backing store is ever deleted by this module.
-  - Concurrent runs for the same image and pool on the same machine (parallel playbooks, async tasks) download once:
+  - Concurrent runs for the same image and pool on the same machine (parallel playbooks, async tasks) download once;
     the second waits for the first and then finds the image ready.
 author:
-  - egress_proxies.kvm contributors
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.attributes
@@ -273,12 +273,14 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache im
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
     REQUESTS_REQUIREMENT,
+    STATE_ABSENT,
     ImageSpec,
     ensure_image,
     prune_images,
     remove_image,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
 
 ARGUMENT_SPEC = dict(
@@ -313,6 +315,7 @@ class BaseImageManager:
             raise ValidationError("retries must be 0 or more, got %d" % params["retries"])
         if params["prune"] and params["state"] == "absent":
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
+        validate_pool_name(params["pool"])
         self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
 
     def _http_options(self):
@@ -336,7 +339,10 @@ class BaseImageManager:
             result["actions"] += pruned.actions
             result["removed"] = pruned.removed
             result["kept"] = pruned.kept
-            diff["before"]["bases"] = pruned.bases_before
+            # Pruning looks at the pool after the download: a base it finds that
+            # ensure_image saw absent is the one just downloaded.
+            diff["before"]["bases"] = [name for name in pruned.bases_before
+                                       if name != image.volume or image.before["state"] != STATE_ABSENT]
             diff["after"]["bases"] = sorted(set(pruned.bases_after) | {image.volume})
         if self.module.diff_mode:
             result["diff"] = diff

@@ -1,0 +1,239 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_base_image's main() over the fake seam and a local HTTP server."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache, _module
+from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
+    IMAGE,
+    IMAGE_SHA,
+    MUTATING,
+    NEWER_IMAGE,
+    NEWER_SHA,
+    VIRTUAL_SIZE,
+    ImageServer,
+    add_overlay,
+    base_name,
+)
+
+
+@pytest.fixture
+def server():
+    srv = ImageServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def hypervisor():
+    hv = FakeHypervisor(hostname="nas1.example.net")
+    hv.add_pool("default")
+    hv.add_pool("fast", path="/srv/fast")
+    return hv
+
+
+@pytest.fixture
+def opened():
+    """The URIs the module opened, in order."""
+    return []
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, hypervisor, tmp_path, opened):
+    """run(args, check_mode=False, diff=False) -> the module's result dict."""
+    monkeypatch.setattr(_image_cache, "default_lock_dir", lambda: str(tmp_path / "locks"))
+
+    def run_module(args, check_mode=False, diff=False):
+        def fake_open(uri):
+            opened.append(uri)
+            hypervisor.uri = uri
+            return hypervisor
+
+        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
+        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
+        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
+        module_args = dict(args)
+        if check_mode:
+            module_args["_ansible_check_mode"] = True
+        if diff:
+            module_args["_ansible_diff"] = True
+        with patch_module_args(module_args), pytest.raises(SystemExit):
+            kvm_base_image.main()
+        return json.loads(capsys.readouterr().out)
+
+    return run_module
+
+
+def image_args(server, body=IMAGE, sha=IMAGE_SHA, **extra):
+    args = dict(name="debian-13", url=server.add("/debian-13-generic-amd64.qcow2", body), checksum="sha256:" + sha)
+    args.update(extra)
+    return args
+
+
+def test_check_real_check_real(run, server, hypervisor, opened):
+    """The integration rhythm: check mode, real, idempotent check mode, idempotent real."""
+    args = image_args(server)
+    volume = base_name(IMAGE_SHA)
+    absent = {"volume": volume, "sha256": None, "state": "absent"}
+    present = {"volume": volume, "sha256": IMAGE_SHA, "state": "present"}
+
+    predicted = run(args, check_mode=True, diff=True)
+    assert (predicted["changed"], predicted["downloaded"], predicted["volume"]) == (True, True, volume)
+    assert predicted["diff"] == {"before": absent, "after": present}
+    assert hypervisor.pools["default"].volumes == {}
+
+    done = run(args, diff=True)
+    assert opened == ["qemu:///system"] * 2
+    assert (done["changed"], done["downloaded"], done["bytes"]) == (True, True, len(IMAGE))
+    assert done["path"] == "/var/lib/libvirt/images/default/" + volume
+    assert (done["format"], done["sha256"], done["size"]) == ("qcow2", IMAGE_SHA, VIRTUAL_SIZE)
+    assert done["throughput"] > 0 and done["seconds"] > 0
+    assert done["diff"] == {"before": absent, "after": present}
+    assert done["actions"] == predicted["actions"]
+
+    again_check = run(args, check_mode=True, diff=True)
+    again = run(args, diff=True)
+    for result in (again_check, again):
+        assert (result["changed"], result["downloaded"], result["bytes"], result["throughput"]) == (False, False, 0, 0)
+        assert result["diff"] == {"before": present, "after": present}
+        assert result["path"] == done["path"]
+    assert server.hit_count("/debian-13-generic-amd64.qcow2") == 1
+
+
+def test_no_diff_key_without_diff_mode(run, server):
+    result = run(image_args(server))
+    assert "diff" not in result
+    assert "removed" not in result and "kept" not in result
+
+
+def test_pool_and_uri_are_used(run, server, hypervisor, opened):
+    result = run(image_args(server, pool="fast", uri="qemu+ssh://root@nas1/system"))
+    assert opened == ["qemu+ssh://root@nas1/system"]
+    assert result["path"] == "/srv/fast/" + base_name(IMAGE_SHA)
+    assert sorted(hypervisor.pools["fast"].volumes) == [base_name(IMAGE_SHA), base_name(IMAGE_SHA) + ".sha256"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(name="debian-13", url="file:///srv/debian.qcow2"), "url 'file:///srv/debian.qcow2' is not an http(s) URL"),
+    (dict(name="debian-13", url="https://x/d.qcow2", checksum="md5:abc"), "checksum 'md5:abc' is not supported"),
+    (dict(name="Debian 13", url="https://x/d.qcow2"), "image name 'Debian 13' is not valid"),
+    (dict(name="debian-13", url="https://x/d.qcow2", pool="../etc"), "pool '../etc' is not a valid storage pool name"),
+    (dict(name="debian-13", url="https://x/d.qcow2", timeout=0), "timeout must be a positive number"),
+    (dict(name="debian-13", url="https://x/d.qcow2", retries=-1), "retries must be 0 or more"),
+    (dict(name="debian-13", state="absent", prune=True), "prune applies to state=present"),
+])
+def test_bad_input_fails_before_connecting(run, args, message, opened):
+    result = run(args)
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert result["error_kind"] == "invalid_input"
+    assert opened == []
+
+
+def test_url_is_required_for_present(run, opened):
+    result = run(dict(name="debian-13"))
+    assert result["failed"] is True
+    assert "state is present but all of the following are missing: url" in result["msg"]
+    assert opened == []
+
+
+def test_http_404_fails_with_a_clear_message(run, server, hypervisor):
+    args = image_args(server)
+    server.routes["/debian-13-generic-amd64.qcow2"].status = 404
+    result = run(args)
+    assert result["failed"] is True
+    assert result["error_kind"] == "permanent"
+    assert "answered HTTP 404" in result["msg"] and "check the URL" in result["msg"]
+    assert "(hypervisor qemu:///system)" in result["msg"]
+    assert hypervisor.pools["default"].volumes == {}
+
+
+def test_checksum_mismatch_fails_and_leaves_nothing(run, server, hypervisor):
+    result = run(image_args(server, sha="b" * 64))
+    assert result["failed"] is True
+    assert "has sha256 %s but the checksum says %s" % (IMAGE_SHA, "b" * 64) in result["msg"]
+    assert hypervisor.pools["default"].volumes == {}
+
+
+def test_new_checksum_with_prune_keeps_the_base_in_use(run, server, hypervisor):
+    old_args = image_args(server)
+    run(old_args)
+    old = base_name(IMAGE_SHA)
+    add_overlay(hypervisor, "proxy-1.qcow2", old)
+    new = base_name(NEWER_SHA)
+
+    new_args = image_args(server, body=NEWER_IMAGE, sha=NEWER_SHA, prune=True)
+    predicted = run(new_args, check_mode=True, diff=True)
+    done = run(new_args, diff=True)
+    for result in (predicted, done):
+        assert (result["changed"], result["volume"], result["removed"]) == (True, new, [])
+        assert result["kept"] == [{"volume": old, "used_by": ["proxy-1.qcow2"]}]
+        assert result["diff"]["before"]["bases"] == [old]
+        assert result["diff"]["after"]["bases"] == sorted([old, new])
+    assert old in hypervisor.pools["default"].volumes
+
+    # Once the VM is gone, prune removes the older base.
+    hypervisor.delete_volume(hypervisor.volume("default", "proxy-1.qcow2"))
+    pruned = run(new_args, diff=True)
+    assert (pruned["changed"], pruned["downloaded"], pruned["removed"], pruned["kept"]) == (True, False, [old], [])
+    assert pruned["actions"] == ["delete marker volume %s.sha256" % old, "delete base volume %s" % old]
+    assert pruned["diff"]["after"]["bases"] == [new]
+    assert sorted(hypervisor.pools["default"].volumes) == [new, new + ".sha256"]
+    again = run(new_args)
+    assert again["changed"] is False
+
+
+def test_absent_check_real_check_real(run, server, hypervisor):
+    run(image_args(server))
+    volume = base_name(IMAGE_SHA)
+    args = dict(name="debian-13", checksum="sha256:" + IMAGE_SHA, state="absent")
+
+    predicted = run(args, check_mode=True, diff=True)
+    assert (predicted["changed"], predicted["removed"]) == (True, [volume])
+    assert predicted["diff"] == {"before": {"bases": [volume]}, "after": {"bases": []}}
+    assert volume in hypervisor.pools["default"].volumes
+
+    done = run(args, diff=True)
+    assert (done["changed"], done["removed"]) == (True, [volume])
+    assert "kept" not in done
+    assert hypervisor.pools["default"].volumes == {}
+
+    for check_mode in (True, False):
+        again = run(args, check_mode=check_mode, diff=True)
+        assert (again["changed"], again["removed"]) == (False, [])
+        assert again["diff"] == {"before": {"bases": []}, "after": {"bases": []}}
+
+
+def test_absent_on_a_base_in_use_fails_naming_the_users(run, server, hypervisor):
+    run(image_args(server))
+    volume = base_name(IMAGE_SHA)
+    add_overlay(hypervisor, "proxy-1.qcow2", volume)
+    add_overlay(hypervisor, "proxy-2.qcow2", volume)
+    calls_before = len(hypervisor.calls)
+
+    result = run(dict(name="debian-13", state="absent"))
+    assert result["failed"] is True
+    assert result["error_kind"] == "permanent"
+    assert "'%s'" % volume in result["msg"] and "'proxy-1.qcow2', 'proxy-2.qcow2'" in result["msg"]
+    assert "delete the VMs whose disks use it first" in result["msg"]
+    assert "delete_volume" not in hypervisor.calls[calls_before:]
+    assert volume in hypervisor.pools["default"].volumes
+
+
+def test_check_mode_never_mutates(run, server, hypervisor):
+    run(image_args(server, prune=True), check_mode=True)
+    run(dict(name="debian-13", state="absent"), check_mode=True)
+    assert not MUTATING.intersection(hypervisor.calls)
+    assert server.hit_count("/debian-13-generic-amd64.qcow2") == 0
