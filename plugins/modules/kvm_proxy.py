@@ -31,7 +31,7 @@ description:
   - A domain of the same name that this collection did not create, or that records another owner O(uid), is never
     replaced or deleted unless O(force=true); the task fails instead, naming the owner.
 author:
-  - egress_proxies.kvm contributors
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.attributes
@@ -132,7 +132,7 @@ options:
       checksum:
         description:
           - Expected sha256, as V(sha256:<64 hex digits>) or V(sha256:<URL of a SHA256SUMS file>).
-          - Strongly recommended: without it the first download is kept forever.
+          - Strongly recommended; without it the first download is kept forever.
         type: str
       format:
         description: Disk format of the image.

@@ -679,7 +679,7 @@ def running_proxy(run, hv):
 
 
 DELETE_CASES = {
-    "running domain": (lambda run, hv: running_proxy(run, hv), REMOVE_RUNNING),
+    "running domain": (running_proxy, REMOVE_RUNNING),
     "stopped domain": (
         lambda run, hv: setattr(running_proxy(run, hv).domains[NAME], "state", SHUTOFF), REMOVE_RUNNING[1:]),
     "domain gone, volumes left": (

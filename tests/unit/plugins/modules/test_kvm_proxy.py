@@ -36,6 +36,8 @@ ARGS = dict(
     image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="sha256:" + IMAGE_SHA),
     user_data="#cloud-config\nchpasswd: {list: '%s'}\n" % SECRET,
 )
+
+
 def without(key, **changes):
     args = dict(ARGS, **changes)
     del args[key]
