@@ -14,7 +14,7 @@ options:
     description:
       - libvirt connection URI of the hypervisor.
       - V(qemu:///system) runs against the host the module runs on; V(qemu+ssh://user@host/system) reaches a
-        remote hypervisor from wherever the module runs (for example the controller with O(delegate_to=localhost)).
+        remote hypervisor from wherever the module runs (for example the controller with C(delegate_to=localhost)).
       - Remote connections send keepalives, so a hypervisor that stops answering fails the task after about
         20 seconds instead of hanging it.
     type: str
