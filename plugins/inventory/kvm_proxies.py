@@ -25,7 +25,7 @@ description:
     allowed in group names become underscores. O(compose), O(groups) and O(keyed_groups) add more."
   - The configuration file name must end in C(.kvm_proxies.yml) or C(.kvm_proxies.yaml).
 author:
-  - Contributors to the egress_proxies.kvm collection
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 requirements:
   - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt), or C(libvirt-python) from PyPI) and lxml, on the
     controller, in the Python that runs Ansible.

@@ -24,7 +24,7 @@ description:
     with a warning, so one broken domain does not hide the others. A hypervisor that cannot be reached, or stops
     answering during the listing, fails the task, so nothing built on this result acts on a partial view.
 author:
-  - Contributors to the egress_proxies.kvm collection
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 options:
   name:
     description:

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import os
 import sys
 
@@ -25,6 +26,9 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
 PLUGIN_DIR = os.path.join(os.path.dirname(_libvirt.__file__), os.pardir, "inventory")
 NAS1 = "qemu+ssh://root@nas1/system"
 NAS2 = "qemu+ssh://root@nas2/system"
+
+
+Parsed = collections.namedtuple("Parsed", ["inventory", "warnings", "plugin"])
 
 
 class Warnings:
@@ -84,7 +88,7 @@ def load_plugin():
 
 @pytest.fixture
 def parse(monkeypatch, tmp_path, opened):
-    """parse(config_yaml, cache=True, libvirt_import_error=None) -> (InventoryData, Warnings, plugin)."""
+    """parse(config_yaml, cache=True, libvirt_import_error=None) -> Parsed(inventory, warning messages, plugin)."""
     def run(config, cache=True, file_name="fleet.kvm_proxies.yml", libvirt_import_error=None):
         plugin = load_plugin()
         # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
@@ -96,7 +100,7 @@ def parse(monkeypatch, tmp_path, opened):
         assert plugin.verify_file(str(path))
         inventory = InventoryData()
         plugin.parse(inventory, DataLoader(), str(path), cache=cache)
-        return inventory, warnings, plugin
+        return Parsed(inventory, warnings.messages, plugin)
 
     return run
 
@@ -113,8 +117,8 @@ def members(inventory, group):
 
 
 def test_one_host_per_managed_proxy_grouped_by_hypervisor_state_and_owner(parse):
-    inventory, warnings, _ = parse(TWO_HYPERVISORS)
-    assert warnings.messages == []
+    inventory, warnings = parse(TWO_HYPERVISORS)[:2]
+    assert warnings == []
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
     assert "hand-made" not in inventory.hosts
     assert members(inventory, "kvm_hypervisor_nas1") == ["proxy-one", "proxy-two"]
@@ -127,7 +131,7 @@ def test_one_host_per_managed_proxy_grouped_by_hypervisor_state_and_owner(parse)
 
 
 def test_host_vars(parse):
-    inventory, _, _ = parse(TWO_HYPERVISORS)
+    inventory = parse(TWO_HYPERVISORS).inventory
     one = inventory.get_host("proxy-one").get_vars()
     assert one["ansible_host"] == "198.18.0.150"
     assert one["kvm_proxy_id"] == "hosts/nas1/domains/proxy-one"
@@ -149,7 +153,7 @@ def test_host_vars(parse):
 
 
 def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):
-    inventory, _, _ = parse('hypervisors:\n  - uri: "%s"\n' % NAS1)
+    inventory = parse('hypervisors:\n  - uri: "%s"\n' % NAS1).inventory
     assert opened == [NAS1]
     assert members(inventory, "kvm_hypervisor_nas1_example_net") == ["proxy-one", "proxy-two"]
     assert inventory.get_host("proxy-one").get_vars()["kvm_proxy_id"] == "hosts/nas1.example.net/domains/proxy-one"
@@ -157,23 +161,23 @@ def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):
 
 def test_default_is_the_local_system_hypervisor(parse, opened, hypervisors):
     hypervisors["qemu:///system"] = hypervisors.pop(NAS1)
-    inventory, _, _ = parse("")
+    inventory = parse("").inventory
     assert opened == ["qemu:///system"]
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-two"]
 
 
 def test_uid_filter(parse):
-    inventory, _, _ = parse(TWO_HYPERVISORS + "uid: uid-1\n")
+    inventory = parse(TWO_HYPERVISORS + "uid: uid-1\n").inventory
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three"]
 
 
 def test_unreachable_hypervisor_is_a_warning_naming_it_by_default(parse):
     config = TWO_HYPERVISORS + '  - {name: nas3, uri: "qemu+ssh://root@nas3/system"}\n'
-    inventory, warnings, _ = parse(config)
+    inventory, warnings = parse(config)[:2]
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
-    assert len(warnings.messages) == 1
-    assert "could not read hypervisor nas3" in warnings.messages[0]
-    assert "No route to host" in warnings.messages[0]
+    assert len(warnings) == 1
+    assert "could not read hypervisor nas3" in warnings[0]
+    assert "No route to host" in warnings[0]
 
 
 def test_unreachable_hypervisor_fails_with_strict(parse):
@@ -192,10 +196,10 @@ def test_hypervisor_failing_mid_listing_is_unreadable(parse, hypervisors):
 
 def test_unreadable_domain_is_skipped_with_a_warning(parse, hypervisors):
     hypervisors[NAS1].fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "cannot read state", when=lambda dom: dom.name == "proxy-two")
-    inventory, warnings, _ = parse(TWO_HYPERVISORS + "strict: true\n")
+    inventory, warnings = parse(TWO_HYPERVISORS + "strict: true\n")[:2]
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three"]
-    assert len(warnings.messages) == 1
-    assert "proxy-two" in warnings.messages[0] and "cannot read state" in warnings.messages[0]
+    assert len(warnings) == 1
+    assert "proxy-two" in warnings[0] and "cannot read state" in warnings[0]
 
 
 def test_compose_groups_and_keyed_groups(parse):
@@ -209,7 +213,7 @@ keyed_groups:
   - key: kvm_proxy_libvirt_state
     prefix: libvirt
 """
-    inventory, _, _ = parse(config)
+    inventory = parse(config).inventory
     one = inventory.get_host("proxy-one").get_vars()
     assert one["ansible_user"] == "debian"
     assert one["proxy_url"] == "http://198.18.0.150:3128"
@@ -220,48 +224,48 @@ keyed_groups:
 
 def test_same_name_on_two_hypervisors(parse, hypervisors):
     managed_domain(hypervisors[NAS2], "proxy-one", "uid-9", state=SHUTOFF)
-    inventory, warnings, _ = parse(TWO_HYPERVISORS)
+    inventory, warnings = parse(TWO_HYPERVISORS)[:2]
     assert inventory.get_host("proxy-one").get_vars()["kvm_proxy_id"] == "hosts/nas1/domains/proxy-one"
-    assert len(warnings.messages) == 1
-    assert "hosts/nas2/domains/proxy-one is left out" in warnings.messages[0]
-    assert "qualify_hostnames" in warnings.messages[0]
+    assert len(warnings) == 1
+    assert "hosts/nas2/domains/proxy-one is left out" in warnings[0]
+    assert "qualify_hostnames" in warnings[0]
 
     with pytest.raises(AnsibleParserError, match="qualify_hostnames"):
         parse(TWO_HYPERVISORS + "strict: true\n")
 
-    inventory, warnings, _ = parse(TWO_HYPERVISORS + "qualify_hostnames: true\n")
-    assert warnings.messages == []
+    inventory, warnings = parse(TWO_HYPERVISORS + "qualify_hostnames: true\n")[:2]
+    assert warnings == []
     assert members(inventory, "kvm_proxies") == ["proxy-one.nas1", "proxy-one.nas2", "proxy-three.nas2", "proxy-two.nas1"]
 
 
 def test_cache_serves_the_second_run_and_a_refresh_asks_again(parse, opened, hypervisors, tmp_path):
     cache = "cache: true\ncache_plugin: jsonfile\ncache_connection: %s\n" % (tmp_path / "cache")
-    _, _, plugin = parse(TWO_HYPERVISORS + cache)
+    plugin = parse(TWO_HYPERVISORS + cache).plugin
     plugin.update_cache_if_changed()
     assert opened == [NAS1, NAS2]
 
     hypervisors.clear()  # every hypervisor unreachable now: only the cache can answer
-    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache)
+    inventory, warnings = parse(TWO_HYPERVISORS + cache)[:2]
     assert opened == [NAS1, NAS2]
-    assert warnings.messages == []
+    assert warnings == []
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
     assert inventory.get_host("proxy-one").get_vars()["ansible_host"] == "198.18.0.150"
 
     # cache=False is a refresh (--flush-cache, meta: refresh_inventory): the hypervisors are asked again.
-    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache, cache=False)
+    inventory, warnings = parse(TWO_HYPERVISORS + cache, cache=False)[:2]
     assert opened == [NAS1, NAS2, NAS1, NAS2]
-    assert len(warnings.messages) == 2
+    assert len(warnings) == 2
 
 
 def test_a_partial_view_is_not_cached(parse, opened, hypervisors, tmp_path):
     cache = "cache: true\ncache_plugin: jsonfile\ncache_connection: %s\n" % (tmp_path / "cache")
     nas2 = hypervisors.pop(NAS2)
-    _, warnings, plugin = parse(TWO_HYPERVISORS + cache)
+    warnings, plugin = parse(TWO_HYPERVISORS + cache)[1:]
     plugin.update_cache_if_changed()
-    assert "could not read hypervisor nas2" in warnings.messages[0]
+    assert "could not read hypervisor nas2" in warnings[0]
 
     hypervisors[NAS2] = nas2
-    inventory, warnings, _ = parse(TWO_HYPERVISORS + cache)
+    inventory, warnings = parse(TWO_HYPERVISORS + cache)[:2]
     assert opened == [NAS1, NAS2, NAS1, NAS2]
     assert members(inventory, "kvm_proxies") == ["proxy-one", "proxy-three", "proxy-two"]
 

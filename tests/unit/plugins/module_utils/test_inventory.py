@@ -236,14 +236,14 @@ def test_list_across_hosts():
 def test_list_is_sorted_by_name(hv1):
     for name in ("proxy-c", "proxy-a", "proxy-b"):
         managed_domain(hv1, name, "uid-1")
-    entries, _ = list_proxies(hv1, "nas1")
+    entries = list_proxies(hv1, "nas1")[0]
     assert [e["name"] for e in entries] == ["proxy-a", "proxy-b", "proxy-c"]
 
 
 def test_list_includes_unmanaged_on_request(hv1):
     managed_domain(hv1, "proxy-one", "uid-1")
     hand_made_domain(hv1, "hand-made", state=SHUTOFF)
-    entries, _ = list_proxies(hv1, "nas1", include_unmanaged=True)
+    entries = list_proxies(hv1, "nas1", include_unmanaged=True)[0]
     assert [(e["name"], e["managed"], e["uid"]) for e in entries] == [("hand-made", False, None), ("proxy-one", True, "uid-1")]
 
 
@@ -251,7 +251,7 @@ def test_list_filters_by_owner(hv1):
     managed_domain(hv1, "proxy-one", "uid-1")
     managed_domain(hv1, "proxy-two", "uid-2")
     hand_made_domain(hv1, "hand-made")
-    entries, _ = list_proxies(hv1, "nas1", uid="uid-2", include_unmanaged=True)
+    entries = list_proxies(hv1, "nas1", uid="uid-2", include_unmanaged=True)[0]
     assert [e["name"] for e in entries] == ["proxy-two"]
 
 
@@ -276,7 +276,7 @@ def test_list_call_counts_per_domain(hv1):
 def test_list_of_a_hundred_domains_costs_the_same_per_domain(hv1):
     for index in range(100):
         managed_domain(hv1, "proxy-%03d" % index, "uid-1", state=RUNNING, arp="198.18.1.%d" % index)
-    entries, _ = list_proxies(hv1, "nas1")
+    entries = list_proxies(hv1, "nas1")[0]
     assert len(entries) == 100
     assert len(hv1.calls) == 1 + 100 * 4
     assert hv1.calls.count("domain_xml") == 100

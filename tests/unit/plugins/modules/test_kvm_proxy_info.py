@@ -37,12 +37,16 @@ def hypervisor():
 
 
 @pytest.fixture
-def run(monkeypatch, capsys, hypervisor):
-    """run(args, check_mode=False) -> (result dict, the URIs opened)."""
+def opened():
+    """The URIs the module opened."""
+    return []
+
+
+@pytest.fixture
+def run(monkeypatch, capsys, hypervisor, opened):
+    """run(args, check_mode=False, open_error=None) -> the module's result dict."""
 
     def run_module(args, check_mode=False, open_error=None):
-        opened = []
-
         def fake_open(uri):
             opened.append(uri)
             if open_error is not None:
@@ -57,14 +61,14 @@ def run(monkeypatch, capsys, hypervisor):
             module_args["_ansible_check_mode"] = True
         with patch_module_args(module_args), pytest.raises(SystemExit):
             kvm_proxy_info.main()
-        return json.loads(capsys.readouterr().out), opened
+        return json.loads(capsys.readouterr().out)
 
     return run_module
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_lists_the_managed_proxies_and_changes_nothing(run, hypervisor, check_mode):
-    result, opened = run({}, check_mode=check_mode)
+def test_lists_the_managed_proxies_and_changes_nothing(run, opened, hypervisor, check_mode):
+    result = run({}, check_mode=check_mode)
     assert opened == ["qemu:///system"]
     assert result["changed"] is False
     assert result["found"] is True
@@ -78,43 +82,43 @@ def test_lists_the_managed_proxies_and_changes_nothing(run, hypervisor, check_mo
     assert hypervisor.calls[-1] == "close"
 
 
-def test_host_and_uri_are_used(run):
-    result, opened = run({"host": "nas1", "uri": "qemu+ssh://root@nas1/system"})
+def test_host_and_uri_are_used(run, opened):
+    result = run({"host": "nas1", "uri": "qemu+ssh://root@nas1/system"})
     assert opened == ["qemu+ssh://root@nas1/system"]
     assert result["host"] == "nas1"
     assert result["proxies"][0]["id"] == "hosts/nas1/domains/proxy-one"
 
 
 def test_uid_filter(run):
-    result, _ = run({"uid": "uid-2"})
+    result = run({"uid": "uid-2"})
     assert [p["name"] for p in result["proxies"]] == ["proxy-two"]
 
 
 def test_uid_without_proxies_is_not_found(run):
-    result, _ = run({"uid": "nobody"})
+    result = run({"uid": "nobody"})
     assert (result["found"], result["proxies"]) == (False, [])
 
 
 def test_include_unmanaged(run):
-    result, _ = run({"include_unmanaged": True})
+    result = run({"include_unmanaged": True})
     assert [(p["name"], p["managed"]) for p in result["proxies"]] == [("hand-made", False), ("proxy-one", True), ("proxy-two", True)]
 
 
 def test_by_name(run, hypervisor):
-    result, _ = run({"name": "proxy-one"})
+    result = run({"name": "proxy-one"})
     assert result["found"] is True
     assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
     assert "list_domains" not in hypervisor.calls
 
 
 def test_by_name_absent_is_found_false_not_a_failure(run):
-    result, _ = run({"name": "proxy-nine"})
+    result = run({"name": "proxy-nine"})
     assert result.get("failed") is not True
     assert (result["changed"], result["found"], result["proxies"]) == (False, False, [])
 
 
 def test_by_name_reports_an_unmanaged_domain_as_such(run):
-    result, _ = run({"name": "hand-made"})
+    result = run({"name": "hand-made"})
     assert result["found"] is True
     assert (result["proxies"][0]["managed"], result["proxies"][0]["uid"]) == (False, None)
 
@@ -126,7 +130,7 @@ def test_unreadable_domain_is_a_warning_not_a_failure(run, hypervisor, monkeypat
     real_warn = AnsibleModule.warn
     monkeypatch.setattr(AnsibleModule, "warn", lambda self, warning, *args, **kwargs: (warned.append(warning), real_warn(self, warning, *args, **kwargs)))
     hypervisor.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "cannot read state", when=lambda dom: dom.name == "proxy-two")
-    result, _ = run({})
+    result = run({})
     assert result.get("failed") is not True
     assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
     assert len(warned) == 1
@@ -136,7 +140,7 @@ def test_unreadable_domain_is_a_warning_not_a_failure(run, hypervisor, monkeypat
 def test_unreachable_hypervisor_fails_and_names_it(run):
     error = errors.classify(errors.VIR_ERR_SYSTEM_ERROR, "Cannot recv data: ssh: connect to host nas1 port 22: Connection refused",
                             "connecting to hypervisor qemu+ssh://root@nas1/system")
-    result, _ = run({"uri": "qemu+ssh://root@nas1/system"}, open_error=error)
+    result = run({"uri": "qemu+ssh://root@nas1/system"}, open_error=error)
     assert result["failed"] is True
     assert "qemu+ssh://root@nas1/system" in result["msg"]
     assert "Connection refused" in result["msg"]
@@ -145,7 +149,7 @@ def test_unreachable_hypervisor_fails_and_names_it(run):
 
 def test_listing_failure_fails_the_task(run, hypervisor):
     hypervisor.fail("list_domains", errors.VIR_ERR_RPC, "End of file while reading data")
-    result, _ = run({})
+    result = run({})
     assert result["failed"] is True
     assert "End of file while reading data" in result["msg"]
     assert "proxies" not in result
@@ -154,7 +158,7 @@ def test_listing_failure_fails_the_task(run, hypervisor):
 def test_connection_dying_mid_listing_fails_the_task(run, hypervisor):
     hypervisor.fail("domain_autostart", errors.VIR_ERR_RPC, "Connection reset by peer")
     hypervisor.fail("hostname", errors.VIR_ERR_INTERNAL_ERROR, "client socket is closed", when=lambda: "domain_autostart" in hypervisor.calls)
-    result, _ = run({})
+    result = run({})
     assert result["failed"] is True
     assert "stopped answering" in result["msg"]
 
@@ -163,8 +167,8 @@ def test_connection_dying_mid_listing_fails_the_task(run, hypervisor):
     ({"host": "nas1/../../x"}, "not a valid host name"),
     ({"name": ""}, "name must not be empty"),
 ])
-def test_bad_input_fails_before_connecting(run, args, words):
-    result, opened = run(args)
+def test_bad_input_fails_before_connecting(run, opened, args, words):
+    result = run(args)
     assert result["failed"] is True
     assert words in result["msg"]
     assert opened == []
