@@ -24,6 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     VIR_ERR_AGENT_UNRESPONSIVE,
     VIR_ERR_AGENT_UNSYNCED,
     VIR_ERR_ARGUMENT_UNSUPPORTED,
+    VIR_ERR_INTERNAL_ERROR,
     VIR_ERR_NO_SUPPORT,
     VIR_ERR_OPERATION_INVALID,
     KvmError,
@@ -62,9 +63,17 @@ _NO_ADDRESS_CODES = {
     VIR_ERR_ARGUMENT_UNSUPPORTED: ("not available", "VIR_ERR_ARGUMENT_UNSUPPORTED", True),
 }
 
+# The ARP source reads the hypervisor's neighbour table over netlink, and libvirt
+# 9.0 fails that read with VIR_ERR_INTERNAL_ERROR "wrong nlmsg len" for every
+# domain on newer kernels (measured on 6.18; Debian 12's 6.1 reads it fine).
+# That says nothing about the guest, and the agent can still answer, so from the
+# ARP source this code is "no address", with libvirt's words.
+_NO_ARP_ADDRESS_CODES = dict(_NO_ADDRESS_CODES)
+_NO_ARP_ADDRESS_CODES[VIR_ERR_INTERNAL_ERROR] = ("host ARP table unreadable", "VIR_ERR_INTERNAL_ERROR", True)
 
-def _describe(error):
-    words, code_name, with_message = _NO_ADDRESS_CODES[error.code]
+
+def _describe(error, no_address_codes):
+    words, code_name, with_message = no_address_codes[error.code]
     if code_name is None:
         return words
     if with_message and error.libvirt_message:
@@ -72,14 +81,14 @@ def _describe(error):
     return "%s (%s)" % (words, code_name)
 
 
-def _ask(hypervisor, dom, source):
+def _ask(hypervisor, dom, source, no_address_codes):
     """(interfaces, None) from one source, or (None, why) when it has no address for us."""
     try:
         return hypervisor.domain_addresses(dom, source), None
     except KvmError as error:
-        if error.code not in _NO_ADDRESS_CODES:
+        if error.code not in no_address_codes:
             raise
-        return None, error
+        return None, _describe(error, no_address_codes)
 
 
 def domain_ipv4(hypervisor, dom, mac=None):
@@ -93,11 +102,12 @@ def domain_ipv4(hypervisor, dom, mac=None):
     that is not one of the "no address from this source" answers.
     """
     sources = OrderedDict()
-    for name, source in ((SOURCE_ARP, ADDRESS_SOURCE_ARP), (SOURCE_AGENT, ADDRESS_SOURCE_AGENT)):
-        interfaces, error = _ask(hypervisor, dom, source)
-        if error is not None:
-            sources[name] = _describe(error)
-            if error.code == VIR_ERR_OPERATION_INVALID:
+    for name, source, no_address_codes in ((SOURCE_ARP, ADDRESS_SOURCE_ARP, _NO_ARP_ADDRESS_CODES),
+                                           (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_ADDRESS_CODES)):
+        interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
+        if why is not None:
+            sources[name] = why
+            if why == DOMAIN_NOT_RUNNING:
                 # Neither source answers for a domain that is not running
                 # (the agent needs it running, ARP needs it active).
                 break

@@ -92,6 +92,26 @@ def test_unsupported_source_is_no_ip_and_keeps_libvirts_words(hypervisor, code, 
     assert "QEMU guest agent is not configured" in lookup.sources["arp"]
 
 
+def test_unreadable_arp_table_is_no_arp_address_and_the_agent_answers(hypervisor):
+    # libvirt 9.0 on kernel 6.18: every ARP lookup fails while the agent works.
+    dom = running(hypervisor, agent={"eth0": nic(MAC, ipv4("198.18.0.127"))})
+    hypervisor.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "internal error: wrong nlmsg len",
+                    when=lambda _dom, source: source == ADDRESS_SOURCE_ARP)
+    lookup = domain_ipv4(hypervisor, dom)
+    assert lookup.ip == "198.18.0.127"
+    assert dict(lookup.sources) == {
+        "arp": "host ARP table unreadable (VIR_ERR_INTERNAL_ERROR: internal error: wrong nlmsg len)",
+        "agent": "198.18.0.127",
+    }
+
+
+def test_internal_error_from_the_agent_propagates(hypervisor):
+    dom = running(hypervisor, arp={})
+    hypervisor.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "boom", when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
+    with pytest.raises(errors.TransientError):
+        domain_ipv4(hypervisor, dom)
+
+
 def test_only_link_local_is_no_routable_ip(hypervisor):
     dom = running(hypervisor, arp={}, agent={"eth0": nic(MAC, ipv4("169.254.10.10", 16))})
     lookup = domain_ipv4(hypervisor, dom)
