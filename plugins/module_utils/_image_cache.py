@@ -238,10 +238,13 @@ class ImageResult:
         return {"before": dict(self.before), "after": dict(self.after)}
 
     def as_dict(self):
+        """The module result. The path is ``volume_path``: AnsibleModule.exit_json treats a ``path``
+        key as a local file and overwrites ``size`` with its stat, which would make results differ
+        between a module on the hypervisor and one reaching it over qemu+ssh."""
         return {
             "changed": self.changed,
             "volume": self.volume,
-            "path": self.path,
+            "volume_path": self.path,
             "format": self.format,
             "sha256": self.sha256,
             "size": self.size,

@@ -162,7 +162,7 @@ EXAMPLES = r"""
 
 - name: Show where the base volume is
   ansible.builtin.debug:
-    msg: "{{ ubuntu_image.volume }} at {{ ubuntu_image.path }}, {{ ubuntu_image.size }} bytes virtual size"
+    msg: "{{ ubuntu_image.volume }} at {{ ubuntu_image.volume_path }}, {{ ubuntu_image.size }} bytes virtual size"
 
 - name: Follow noble's current release and remove the older bases no VM uses any more
   egress_proxies.kvm.kvm_base_image:
@@ -190,10 +190,11 @@ volume:
   returned: state is present
   type: str
   sample: base-ubuntu-24.04-5c3ddb00f60bc455.qcow2
-path:
+volume_path:
   description:
     - Path of the base volume on the hypervisor, what a VM disk's backing store points to.
     - Null in check mode when the image would be downloaded.
+    - Not named C(path), which Ansible would take for a file on the host that runs the module.
   returned: state is present
   type: str
   sample: /var/lib/libvirt/images/base-ubuntu-24.04-5c3ddb00f60bc455.qcow2

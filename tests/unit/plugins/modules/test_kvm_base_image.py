@@ -97,7 +97,7 @@ def test_check_real_check_real(run, server, hypervisor, opened):
     done = run(args, diff=True)
     assert opened == ["qemu:///system"] * 2
     assert (done["changed"], done["downloaded"], done["bytes"]) == (True, True, len(IMAGE))
-    assert done["path"] == "/var/lib/libvirt/images/default/" + volume
+    assert done["volume_path"] == "/var/lib/libvirt/images/default/" + volume
     assert (done["format"], done["sha256"], done["size"]) == ("qcow2", IMAGE_SHA, VIRTUAL_SIZE)
     assert done["throughput"] > 0 and done["seconds"] > 0
     assert done["diff"] == {"before": absent, "after": present}
@@ -108,7 +108,7 @@ def test_check_real_check_real(run, server, hypervisor, opened):
     for result in (again_check, again):
         assert (result["changed"], result["downloaded"], result["bytes"], result["throughput"]) == (False, False, 0, 0)
         assert result["diff"] == {"before": present, "after": present}
-        assert result["path"] == done["path"]
+        assert result["volume_path"] == done["volume_path"]
     assert server.hit_count("/debian-13-generic-amd64.qcow2") == 1
 
 
@@ -121,7 +121,7 @@ def test_no_diff_key_without_diff_mode(run, server):
 def test_pool_and_uri_are_used(run, server, hypervisor, opened):
     result = run(image_args(server, pool="fast", uri="qemu+ssh://root@nas1/system"))
     assert opened == ["qemu+ssh://root@nas1/system"]
-    assert result["path"] == "/srv/fast/" + base_name(IMAGE_SHA)
+    assert result["volume_path"] == "/srv/fast/" + base_name(IMAGE_SHA)
     assert sorted(hypervisor.pools["fast"].volumes) == [base_name(IMAGE_SHA), base_name(IMAGE_SHA) + ".sha256"]
 
 

@@ -1,0 +1,408 @@
+"""kvm_base_image on the real lab: libvirtd, the lab's HTTP mirror, and HTTP servers the tests control.
+
+Modules run through ansible-playbook on /usr/bin/python3 (Debian's python3-libvirt 9.0 and
+python3-requests 2.28), as on a real hypervisor. Servers started here make the interesting
+moments deterministic: they count requests, and can hold a response after a given number
+of bytes until the test releases it (to kill the module mid-upload, or to make two runs overlap).
+"""
+
+import hashlib
+import http.server
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+    VolumeSpec,
+    build_volume_xml,
+    parse_volume_xml,
+)
+from tests.lab import config
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
+RHYTHM = os.path.join(PLAYBOOKS, "kvm_base_image.yml")
+TASK = os.path.join(PLAYBOOKS, "kvm_base_image_task.yml")
+# Every volume these tests make starts like this; `scripts/lab down` and the fixture remove them.
+BASE_PREFIX = "base-eptest-img"
+OVERLAY = "eptest-img-vm.qcow2"
+MODULE_PROCESS = "AnsiballZ_kvm_base_image"
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def qemu_img_info(path):
+    completed = subprocess.run(["qemu-img", "info", "-U", "--output=json", path], capture_output=True, text=True,
+                               check=True)
+    return json.loads(completed.stdout)
+
+
+class Hold:
+    """A response held after ``after_bytes`` bytes: ``reached`` is set then, ``release`` lets it go on."""
+
+    def __init__(self, after_bytes):
+        self.after_bytes = after_bytes
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+
+class ImageServer:
+    """A private HTTP server for files on disk, with Content-Length, hit counts and held responses."""
+
+    def __init__(self):
+        self.files = {}
+        self.hits = {}
+        self.holds = {}
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                with server._lock:
+                    server.hits[path] = server.hits.get(path, 0) + 1
+                    hold = server.holds.pop(path, None)
+                source = server.files.get(path)
+                if source is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(os.path.getsize(source)))
+                self.end_headers()
+                sent = 0
+                try:
+                    with open(source, "rb") as handle:
+                        for chunk in iter(lambda: handle.read(256 * 1024), b""):
+                            if hold is not None and sent + len(chunk) > hold.after_bytes:
+                                head = hold.after_bytes - sent
+                                self.wfile.write(chunk[:head])
+                                self.wfile.flush()
+                                sent, chunk = sent + head, chunk[head:]
+                                hold.reached.set()
+                                hold.release.wait(300)
+                                hold = None
+                            self.wfile.write(chunk)
+                            sent += len(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed: what the kill test wants
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.httpd.server_port, path)
+
+    def serve(self, path, source):
+        self.files[path] = source
+        return self.url(path)
+
+    def hold(self, path, after_bytes):
+        hold = self.holds[path] = Hold(after_bytes)
+        return hold
+
+    def close(self):
+        for hold in self.holds.values():
+            hold.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = ImageServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="session")
+def sources(lab, tmp_path_factory):
+    """Local qcow2 images: the lab's tiny one, a different small one, and a bigger one to kill uploads in."""
+    directory = tmp_path_factory.mktemp("kvm-base-image-sources")
+    made = {"v1": lab.images[config.TINY_QCOW2]["path"]}
+    for name, megabytes in (("v2", 2), ("big", 24)):
+        raw = str(directory / (name + ".raw"))
+        with open(raw, "wb") as handle:
+            handle.write(os.urandom(megabytes * 1024 * 1024))
+        made[name] = str(directory / (name + ".qcow2"))
+        subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, made[name]], check=True)
+        os.unlink(raw)
+    return {name: {"path": path, "sha256": sha256_file(path), "size": os.path.getsize(path)}
+            for name, path in made.items()}
+
+
+def _remove_test_volumes(hypervisor, pool):
+    # Overlays first: they are what keeps a base in use.
+    names = sorted((hypervisor.volume_name(v) for v in hypervisor.list_volumes(pool)),
+                   key=lambda name: not name.startswith("eptest-img-"))
+    for name in names:
+        if name.startswith((BASE_PREFIX, "eptest-img-")):
+            try:
+                hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
+            except NotFoundError:
+                pass
+
+
+@pytest.fixture
+def hypervisor(lab):
+    with Hypervisor.open(lab.uri) as hypervisor:
+        pool = hypervisor.lookup_pool(lab.pool)
+        _remove_test_volumes(hypervisor, pool)
+        yield hypervisor
+        _remove_test_volumes(hypervisor, pool)
+
+
+def image_volumes(hypervisor, lab, image):
+    pool = hypervisor.lookup_pool(lab.pool)
+    prefix = "base-%s" % image
+    return sorted(n for n in (hypervisor.volume_name(v) for v in hypervisor.list_volumes(pool)) if n.startswith(prefix))
+
+
+def volume_name(image, sha):
+    return "base-%s-%s.qcow2" % (image, sha[:16])
+
+
+@pytest.fixture
+def task(lab, run_playbook):
+    """task(image_name, **options) -> the kvm_base_image result dict, failures included."""
+
+    def run(image_name, check=False, diff=False, **options):
+        extra = {"uri": lab.uri, "pool": lab.pool, "image_name": image_name, "check": check, "diff": diff}
+        extra.update(("image_" + key, value) for key, value in options.items())
+        played = run_playbook(TASK, extra_vars=extra)
+        assert played.result is not None, played
+        return played.task_results("Show the result")[0]["kvm_base_image_result"]
+
+    return run
+
+
+def module_processes():
+    """Pids of processes started from this test process that run kvm_base_image."""
+    me = str(os.getpid())
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                if MODULE_PROCESS.encode() not in handle.read():
+                    continue
+            ancestor = pid
+            while ancestor not in ("0", "1", me):
+                with open("/proc/%s/stat" % ancestor) as handle:
+                    ancestor = handle.read().rsplit(")", 1)[1].split()[1]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if ancestor == me:
+            found.append(int(pid))
+    return found
+
+
+def wait_for(predicate, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(0.1)
+
+
+def in_background(function, *args, **kwargs):
+    outcome = {}
+
+    def target():
+        outcome["result"] = function(*args, **kwargs)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, outcome
+
+
+def mirror_requests(token):
+    with open(config.MIRROR_LOGFILE) as log:
+        return [line for line in log if token in line]
+
+
+def test_fetch_from_the_mirror_check_real_idempotent(lab, hypervisor, run_playbook):
+    """Fresh fetch of the lab's bootable image, then re-runs that send no request for it to the mirror."""
+    image = lab.images[config.GUEST_IMAGE]
+    token = uuid.uuid4().hex
+    played = run_playbook(RHYTHM, extra_vars={
+        "uri": lab.uri, "pool": lab.pool, "pool_dir": lab.pool_dir, "image_name": "eptest-img",
+        # The query string lets this test find its own requests in the shared mirror's log.
+        "image_url": "%s?eptest=%s" % (image["url"], token),
+        "image_checksum": "sha256:%sSHA256SUMS" % lab.mirror_url,
+        "expected_sha256": image["sha256"], "expected_size": image["size"],
+    })
+    assert played.rc == 0, played
+
+    requests = mirror_requests(token)
+    assert len(requests) == 1, requests  # four runs, one download
+    assert '"GET /%s?eptest=%s HTTP/1.1" 200' % (config.GUEST_IMAGE, token) in requests[0]
+
+    result = played.task_results("Cache the image")[0]
+    volume = volume_name("eptest-img", image["sha256"])
+    assert image_volumes(hypervisor, lab, "eptest-img") == [volume, volume + ".sha256"]
+    # Byte for byte the published image, so qemu-img reads the same disk.
+    assert sha256_file(result["volume_path"]) == image["sha256"]
+    cached, source = qemu_img_info(result["volume_path"]), qemu_img_info(image["path"])
+    for key in ("format", "virtual-size", "cluster-size", "format-specific"):
+        assert cached.get(key) == source.get(key), key
+    assert result["size"] == source["virtual-size"]
+    # libvirt itself reads it as the qcow2 it is, with the image's virtual size.
+    pool = hypervisor.lookup_pool(lab.pool)
+    info = parse_volume_xml(hypervisor.volume_xml(hypervisor.lookup_volume(pool, volume)))
+    assert (info.disk_format, info.capacity_bytes, info.path) == ("qcow2", source["virtual-size"], result["volume_path"])
+    marker = hypervisor.lookup_volume(pool, volume + ".sha256")
+    assert b"".join(hypervisor.download_volume(marker)) == image["sha256"].encode("ascii")
+
+
+def test_checksum_change_keeps_the_base_an_overlay_uses(lab, hypervisor, server, sources, task):
+    image = "eptest-img-cs"
+    url = server.serve("/cloud/image.qcow2", sources["v1"]["path"])
+    old = volume_name(image, sources["v1"]["sha256"])
+    new = volume_name(image, sources["v2"]["sha256"])
+    first = task(image, url=url, checksum="sha256:" + sources["v1"]["sha256"])
+    assert (first["changed"], first["volume"]) == (True, old), first
+
+    # A VM disk backing onto the base, as kvm_proxy makes it; libvirt reports the backing store.
+    pool = hypervisor.lookup_pool(lab.pool)
+    hypervisor.create_volume(pool, build_volume_xml(VolumeSpec(OVERLAY, 1 << 30, "qcow2", first["volume_path"], "qcow2")))
+    assert parse_volume_xml(hypervisor.volume_xml(hypervisor.lookup_volume(pool, OVERLAY))).backing_path == first["volume_path"]
+
+    # Upstream publishes a new release at the same URL.
+    server.serve("/cloud/image.qcow2", sources["v2"]["path"])
+    options = dict(url=url, checksum="sha256:" + sources["v2"]["sha256"], prune=True)
+    predicted = task(image, check=True, diff=True, **options)
+    second = task(image, diff=True, **options)
+    for result in (predicted, second):
+        assert (result["changed"], result["downloaded"], result["volume"]) == (True, True, new), result
+        assert result["removed"] == [] and result["kept"] == [{"volume": old, "used_by": [OVERLAY]}]
+        assert result["diff"]["before"] == {"volume": new, "sha256": None, "state": "absent", "bases": [old]}
+        assert result["diff"]["after"]["bases"] == sorted([old, new])
+    assert image_volumes(hypervisor, lab, image) == sorted([old, old + ".sha256", new, new + ".sha256"])
+    assert sha256_file(first["volume_path"]) == sources["v1"]["sha256"]  # the overlay's base is untouched
+    assert sha256_file(second["volume_path"]) == sources["v2"]["sha256"]
+
+    # Removing the old release fails, names the overlay and removes nothing.
+    refused = task(image, state="absent", checksum="sha256:" + sources["v1"]["sha256"])
+    assert refused.get("failed") is True, refused
+    assert "'%s'" % OVERLAY in refused["msg"] and old in refused["msg"]
+    assert refused["error_kind"] == "permanent"
+    assert old in image_volumes(hypervisor, lab, image)
+
+    # Once the VM's disk is gone, prune removes the old base.
+    hypervisor.delete_volume(hypervisor.lookup_volume(pool, OVERLAY))
+    pruned = task(image, diff=True, **options)
+    assert (pruned["changed"], pruned["downloaded"], pruned["removed"], pruned["kept"]) == (True, False, [old], [])
+    assert image_volumes(hypervisor, lab, image) == [new, new + ".sha256"]
+    assert task(image, **options)["changed"] is False
+
+    # state=absent without a checksum removes every copy: check mode, real, then idempotent.
+    gone_check = task(image, state="absent", check=True, diff=True)
+    gone = task(image, state="absent", diff=True)
+    for result in (gone_check, gone):
+        assert (result["changed"], result["removed"]) == (True, [new])
+        assert result["diff"] == {"before": {"bases": [new]}, "after": {"bases": []}}
+    assert image_volumes(hypervisor, lab, image) == []
+    assert task(image, state="absent")["changed"] is False
+
+
+def test_sigkill_mid_upload_then_rerun_repairs(lab, hypervisor, server, sources, task):
+    image = "eptest-img-kill"
+    big = sources["big"]
+    url = server.serve("/big.qcow2", big["path"])
+    volume = volume_name(image, big["sha256"])
+    path = os.path.join(lab.pool_dir, volume)
+    hold = server.hold("/big.qcow2", after_bytes=big["size"] // 2)
+
+    thread, outcome = in_background(task, image, url=url, checksum="sha256:" + big["sha256"])
+    wait_for(hold.reached.is_set, "the server to send half the image")
+    # The module has streamed data into the volume through libvirt: it is mid-upload.
+    wait_for(lambda: os.path.exists(path) and os.stat(path).st_blocks * 512 >= 4 * 1024 * 1024,
+             "4 MiB of the upload to reach %s" % path)
+    victims = module_processes()
+    assert victims, "no kvm_base_image process found"
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    hold.release.set()
+    thread.join(300)
+    killed = outcome["result"]
+    assert killed.get("failed") is True, killed
+    # What the killed run left: a base without its marker.
+    assert image_volumes(hypervisor, lab, image) == [volume]
+
+    repaired = task(image, url=url, checksum="sha256:" + big["sha256"], diff=True)
+    assert (repaired["changed"], repaired["downloaded"]) == (True, True), repaired
+    assert repaired["actions"][0] == "delete leftover base volume %s" % volume
+    assert repaired["diff"]["before"] == {"volume": volume, "sha256": None, "state": "incomplete"}
+    assert image_volumes(hypervisor, lab, image) == [volume, volume + ".sha256"]
+    assert sha256_file(repaired["volume_path"]) == big["sha256"]
+    assert server.hits["/big.qcow2"] == 2
+
+
+def test_two_concurrent_runs_download_once(lab, hypervisor, server, sources, task):
+    image = "eptest-img-conc"
+    source = sources["v2"]
+    url = server.serve("/image.qcow2", source["path"])
+    # The first request is held until both module processes are running, so the runs overlap.
+    hold = server.hold("/image.qcow2", after_bytes=0)
+    options = dict(url=url, checksum="sha256:" + source["sha256"])
+
+    runs = [in_background(task, image, **options) for _ in range(2)]
+    wait_for(hold.reached.is_set, "one run to start downloading")
+    wait_for(lambda: len(module_processes()) >= 2, "both runs' module processes")
+    time.sleep(1)  # the second run is now waiting on the lock (or still reading the pool)
+    hold.release.set()
+    results = []
+    for thread, outcome in runs:
+        thread.join(300)
+        results.append(outcome["result"])
+
+    assert server.hits["/image.qcow2"] == 1
+    assert all(not r.get("failed") for r in results), results
+    assert sorted((r["changed"], r["downloaded"]) for r in results) == [(False, False), (True, True)]
+    assert {r["volume_path"] for r in results} == {os.path.join(lab.pool_dir, volume_name(image, source["sha256"]))}
+    assert len(image_volumes(hypervisor, lab, image)) == 2
+
+
+def test_http_errors_are_clear_and_leave_nothing(lab, hypervisor, server, sources, task):
+    image = "eptest-img-err"
+    missing = task(image, url=server.url("/missing.qcow2"))
+    assert missing.get("failed") is True
+    assert "answered HTTP 404" in missing["msg"] and missing["error_kind"] == "permanent"
+    mismatch = task(image, url=server.serve("/v1.qcow2", sources["v1"]["path"]), checksum="sha256:" + "0" * 64)
+    assert mismatch.get("failed") is True
+    assert "has sha256 %s but the checksum says %s" % (sources["v1"]["sha256"], "0" * 64) in mismatch["msg"]
+    assert image_volumes(hypervisor, lab, image) == []
+
+
+def test_remote_uri_from_the_controller(lab, hypervisor, server, sources, sshd, run_playbook):
+    """The same module against qemu+ssh://, as when it runs on the controller with delegate_to: localhost."""
+    image = "eptest-img-ssh"
+    url = server.serve("/v1.qcow2", sources["v1"]["path"])
+    played = run_playbook(TASK, extra_vars={"uri": sshd.uri, "pool": lab.pool, "image_name": image,
+                                            "image_url": url, "image_checksum": "sha256:" + sources["v1"]["sha256"]})
+    result = played.task_results("Show the result")[0]["kvm_base_image_result"]
+    assert (result.get("failed"), result["changed"], result["downloaded"]) == (False, True, True), result
+    assert sha256_file(result["volume_path"]) == sources["v1"]["sha256"]
