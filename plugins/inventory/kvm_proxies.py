@@ -75,6 +75,9 @@ options:
       - If V(false), a warning names the hypervisor and gives libvirt's message, and the other hypervisors are
         still listed; an invalid expression is skipped.
       - Use V(true) for inventories that clean-up jobs run against, so they never act on a partial view of the fleet.
+        Ansible itself only warns about an inventory source that failed and goes on without it; set
+        C(any_unparsed_is_failed = true) in the C([inventory]) section of C(ansible.cfg)
+        (or C(ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED=true)) to make such a run stop.
     type: bool
     default: false
 notes:
@@ -121,6 +124,7 @@ groups:
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
@@ -252,7 +256,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if proxy["ip"]:
             hostvars["ansible_host"] = proxy["ip"]
         for var, value in hostvars.items():
-            self.inventory.set_variable(hostname, var, value)
+            # What a hypervisor reports is data, never a template (ansible-core 2.19 treats plugin
+            # data as untrusted by itself; older releases need it marked).
+            self.inventory.set_variable(hostname, var, wrap_var(value))
 
         groups = ["kvm_hypervisor_" + proxy["host"], "kvm_state_" + proxy["state"].lower()]
         if proxy["uid"]:
