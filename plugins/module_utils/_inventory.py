@@ -7,8 +7,8 @@
 Each domain costs a small constant number of libvirt calls: its XML once
 (which carries name, vcpus, memory, disks, NICs and our metadata element, so
 the metadata is never fetched separately), its state, its autostart flag,
-and one or two address lookups when it is running. A domain without our
-metadata costs only the XML read before it is left out.
+and one or two address lookups when it is running. A domain that is left
+out (no metadata of ours, another owner) costs only the XML read.
 
 Partial views are handled as in the reference's ListByTag: a domain that
 vanishes mid-listing or cannot be read is skipped with a warning, because
@@ -102,10 +102,11 @@ def inspect_domain(hypervisor, dom, host, domain_info=None):
     }
 
 
-def _wanted(entry, uid, include_unmanaged):
+def _wanted(metadata, uid, include_unmanaged):
+    managed = metadata is not None and metadata.managed
     if uid is not None:
-        return entry["managed"] and entry["uid"] == uid
-    return entry["managed"] or include_unmanaged
+        return managed and metadata.uid == uid
+    return managed or include_unmanaged
 
 
 def get_proxy(hypervisor, host, name, uid=None):
@@ -117,11 +118,13 @@ def get_proxy(hypervisor, host, name, uid=None):
     """
     try:
         dom = hypervisor.lookup_domain(name)
-        entry = inspect_domain(hypervisor, dom, host)
+        domain_info = parse_domain_xml(hypervisor.domain_xml(dom))
+        if not _wanted(domain_info.metadata, uid, include_unmanaged=True):
+            return None
+        return inspect_domain(hypervisor, dom, host, domain_info)
     except NotFoundError:
         # Absent, or deleted between the lookup and the reads.
         return None
-    return entry if _wanted(entry, uid, include_unmanaged=True) else None
 
 
 def list_proxies(hypervisor, host, uid=None, include_unmanaged=False):
@@ -140,8 +143,8 @@ def list_proxies(hypervisor, host, uid=None, include_unmanaged=False):
         name = hypervisor.domain_name(dom)
         try:
             domain_info = parse_domain_xml(hypervisor.domain_xml(dom))
-            metadata = domain_info.metadata
-            if not (include_unmanaged or (metadata is not None and metadata.managed)):
+            if not _wanted(domain_info.metadata, uid, include_unmanaged):
+                # Decided on the XML alone: other domains cost no further call.
                 continue
             entry = inspect_domain(hypervisor, dom, host, domain_info)
         except NotFoundError as error:
@@ -151,8 +154,7 @@ def list_proxies(hypervisor, host, uid=None, include_unmanaged=False):
             warnings.append("skipped domain '%s' on %s: it could not be read: %s" % (name, host, error.message))
             _ensure_answering(hypervisor, host, name, error)
             continue
-        if _wanted(entry, uid, include_unmanaged):
-            entries.append(entry)
+        entries.append(entry)
     entries.sort(key=lambda entry: entry["name"])
     return entries, warnings
 

@@ -153,6 +153,7 @@ def test_get_domain_deleted_between_lookup_and_reads_is_none(hv1):
 def test_get_with_another_owner_is_none(hv1):
     managed_domain(hv1, "proxy-one", "uid-1")
     assert get_proxy(hv1, "nas1", "proxy-one", uid="uid-2") is None
+    assert hv1.calls == ["lookup_domain", "domain_xml"]
     assert get_proxy(hv1, "nas1", "proxy-one", uid="uid-1")["name"] == "proxy-one"
 
 
@@ -247,12 +248,13 @@ def test_list_includes_unmanaged_on_request(hv1):
     assert [(e["name"], e["managed"], e["uid"]) for e in entries] == [("hand-made", False, None), ("proxy-one", True, "uid-1")]
 
 
-def test_list_filters_by_owner(hv1):
-    managed_domain(hv1, "proxy-one", "uid-1")
+def test_list_filters_by_owner_on_the_xml_alone(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING)
     managed_domain(hv1, "proxy-two", "uid-2")
     hand_made_domain(hv1, "hand-made")
     entries = list_proxies(hv1, "nas1", uid="uid-2", include_unmanaged=True)[0]
     assert [e["name"] for e in entries] == ["proxy-two"]
+    assert hv1.calls == ["list_domains", "domain_xml", "domain_xml", "domain_state", "domain_autostart", "domain_xml"]
 
 
 def test_list_on_an_empty_hypervisor(hv1):
