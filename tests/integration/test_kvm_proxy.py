@@ -1,0 +1,143 @@
+"""kvm_proxy on the lab's real libvirtd, with a small image that does not boot.
+
+The playbook (playbooks/kvm_proxy.yml) walks one VM through its whole
+lifecycle in check mode and for real; this file sets the stage, checks what
+libvirt really holds afterwards, and makes sure a domain the collection did
+not create survives every attempt to delete or replace it.
+"""
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
+from tests.lab import config
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
+VM = config.TEST_DOMAIN_PREFIX + "proxy"
+HAND_MADE = config.TEST_DOMAIN_PREFIX + "proxy-hand-made"
+# An image name of its own, so the first run really fetches it and no other test's VM uses its base.
+IMAGE_NAME = "eptest-proxy-tiny"
+
+
+def remove_domain(hypervisor, name):
+    try:
+        dom = hypervisor.lookup_domain(name)
+    except NotFoundError:
+        return
+    if is_active(hypervisor.domain_state(dom)):
+        hypervisor.destroy_domain(dom)
+    hypervisor.undefine_domain(dom, UNDEFINE_ALL)
+
+
+def delete_volume(hypervisor, pool, name):
+    try:
+        hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
+    except NotFoundError:
+        pass
+
+
+def volume_names(hypervisor, pool_name):
+    pool = hypervisor.lookup_pool(pool_name)
+    hypervisor.refresh_pool(pool)
+    return {hypervisor.volume_name(vol) for vol in hypervisor.list_volumes(pool)}
+
+
+@pytest.fixture
+def hypervisor(lab):
+    with Hypervisor.open(lab.uri) as hypervisor:
+        yield hypervisor
+
+
+@pytest.fixture
+def tiny(lab):
+    image = lab.images[config.TINY_QCOW2]
+    return {"url": image["url"], "sha256": image["sha256"], "base": base_volume_name(IMAGE_NAME, "qcow2", image["sha256"])}
+
+
+@pytest.fixture
+def clean_vm(lab, hypervisor, tiny):
+    """Neither the VM, its volumes nor the test image's base are there before the test, nor after."""
+
+    def clean():
+        remove_domain(hypervisor, VM)
+        pool = hypervisor.lookup_pool(lab.pool)
+        for name in (VM + ".qcow2", VM + "-seed.iso", tiny["base"] + ".sha256", tiny["base"]):
+            delete_volume(hypervisor, pool, name)
+
+    clean()
+    yield
+    clean()
+
+
+def extra_vars(lab, tiny):
+    return {
+        "uri": lab.uri, "pool": lab.pool, "pool_dir": lab.pool_dir, "bridge": lab.bridge, "vm_name": VM,
+        "image_name": IMAGE_NAME, "image_url": tiny["url"], "image_sha256": tiny["sha256"],
+        "virt_type": lab.virt_type, "cpu_mode": lab.cpu_mode,
+    }
+
+
+def test_lifecycle_present_drift_stopped_absent(lab, hypervisor, tiny, clean_vm, run_playbook):
+    before = volume_names(hypervisor, lab.pool)
+
+    playbook = os.path.join(PLAYBOOKS, "kvm_proxy.yml")
+    run = run_playbook(playbook, extra_vars(lab, tiny))
+    assert run.rc == 0, run
+    # Every step ran (none skipped): the playbook's asserts are the test.
+    with open(playbook) as handle:
+        planned = [task["name"] for task in yaml.safe_load(handle)[0]["tasks"]]
+    ran = [task for play in run.result["plays"] for task in play["tasks"]]
+    assert [task["task"]["name"] for task in ran] == planned
+    assert not [task["task"]["name"] for task in ran if task["hosts"]["localhost"].get("skipped")]
+
+    # Nothing of the VM is left; what the run added is the cached base image and its marker only.
+    with pytest.raises(NotFoundError):
+        hypervisor.lookup_domain(VM)
+    after = volume_names(hypervisor, lab.pool)
+    assert not {VM + ".qcow2", VM + "-seed.iso"} & after
+    assert after - before == {tiny["base"], tiny["base"] + ".sha256"}
+    assert all(name.startswith("base-") for name in after - before)
+    # The user-data's secret reached neither the output nor any result.
+    assert "never-printed-secret" not in run.stdout + run.stderr
+
+
+@pytest.fixture
+def hand_made(lab, hypervisor):
+    """A domain defined with virsh, no collection metadata, on a disk named like the one kvm_proxy would use."""
+    pool = hypervisor.lookup_pool(lab.pool)
+    remove_domain(hypervisor, HAND_MADE)
+    disk = HAND_MADE + ".qcow2"
+    delete_volume(hypervisor, pool, disk)
+    subprocess.run(["virsh", "-q", "-c", lab.uri, "vol-create-as", lab.pool, disk, "64M", "--format", "qcow2"],
+                   check=True, capture_output=True)
+    xml = ("<domain type='{virt}'><name>{name}</name><memory unit='MiB'>128</memory><vcpu>1</vcpu>"
+           "<os><type arch='x86_64' machine='q35'>hvm</type></os><devices>"
+           "<disk type='volume' device='disk'><driver name='qemu' type='qcow2'/><source pool='{pool}' volume='{disk}'/>"
+           "<target dev='vda' bus='virtio'/></disk></devices></domain>").format(
+        virt=lab.virt_type, name=HAND_MADE, pool=lab.pool, disk=disk)
+    dom = hypervisor.define_domain(xml)
+    hypervisor.start_domain(dom)
+    yield dom
+    remove_domain(hypervisor, HAND_MADE)
+    delete_volume(hypervisor, pool, disk)
+
+
+def test_an_unmanaged_domain_survives_delete_and_replace(lab, hypervisor, hand_made, run_playbook):
+    # The refusal comes before any volume is looked at, so the base volume need not exist.
+    run = run_playbook(os.path.join(PLAYBOOKS, "kvm_proxy_unmanaged.yml"), {
+        "uri": lab.uri, "pool": lab.pool, "bridge": lab.bridge, "vm_name": HAND_MADE, "base_volume": "base-unused.qcow2",
+    })
+    assert run.rc == 0, run
+    assert len(run.task_results("The failure names the domain, the reason and the way out")) == 4
+
+    dom = hypervisor.lookup_domain(HAND_MADE)
+    assert is_active(hypervisor.domain_state(dom))
+    assert HAND_MADE + ".qcow2" in volume_names(hypervisor, lab.pool)

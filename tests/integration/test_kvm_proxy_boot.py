@@ -1,0 +1,127 @@
+"""kvm_proxy boots the lab's Debian image for real (TCG) and the guest comes up as the seed says.
+
+This is the proof that the overlay, the seed and the domain work together:
+the module waits until the guest has an IPv4 (reported by its guest agent,
+since the host has no address on the lab bridge and so no ARP entries), the
+guest's hostname is the VM's name and a file from our user-data exists
+(cloud-init applied our seed), the guest agent answers, and squid in the
+guest proxies a request made from inside the lab's network namespace.
+"""
+
+import base64
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.lab import config, network
+
+pytestmark = [pytest.mark.integration, pytest.mark.boot]
+
+PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks", "kvm_proxy_boot.yml")
+VM = config.TEST_DOMAIN_PREFIX + "boot-proxy"
+MAC = "52:54:00:e9:1a:05"
+MARKER = "seed of %s applied by cloud-init" % VM
+SQUID_PORT = 3128
+ORIGIN_PORT = 18091
+WAIT_TIMEOUT = 300
+
+
+def virsh(*args, check=True):
+    return subprocess.run(["virsh", "-q", "-c", config.LIBVIRT_URI] + list(args), capture_output=True, text=True, check=check)
+
+
+def agent(command, arguments=None):
+    request = {"execute": command}
+    if arguments is not None:
+        request["arguments"] = arguments
+    return json.loads(virsh("qemu-agent-command", VM, json.dumps(request)).stdout)["return"]
+
+
+def guest_exec(path, *args):
+    """Run a command in the guest through the agent; return (exit code, stdout)."""
+    pid = agent("guest-exec", {"path": path, "arg": list(args), "capture-output": True})["pid"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = agent("guest-exec-status", {"pid": pid})
+        if status["exited"]:
+            return status["exitcode"], base64.b64decode(status.get("out-data", "")).decode()
+        time.sleep(0.5)
+    pytest.fail("%s did not finish in the guest within 30 s" % path)
+
+
+@pytest.fixture
+def proxy_vars(lab):
+    image = lab.images[config.GUEST_IMAGE]
+    return {
+        "uri": lab.uri, "pool": lab.pool, "bridge": lab.bridge, "vm_name": VM, "mac": MAC,
+        "image_url": image["url"], "image_sha256": image["sha256"], "virt_type": lab.virt_type, "cpu_mode": lab.cpu_mode,
+        "marker": MARKER, "wait_timeout": WAIT_TIMEOUT,
+    }
+
+
+@pytest.fixture
+def absent_after(proxy_vars, run_playbook):
+    """The VM does not exist before the test and is deleted by kvm_proxy (state absent) after it."""
+
+    def make_absent():
+        run = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="absent"))
+        assert run.rc == 0, run
+        return run
+
+    make_absent()
+    yield
+    run = make_absent()
+    assert run.task_results("Make the proxy absent")[0]["changed"] is True
+
+
+@pytest.fixture
+def netns_origin(lab, tmp_path):
+    """An HTTP server inside the lab netns: the destination squid is asked to fetch."""
+    (tmp_path / "origin").mkdir()
+    (tmp_path / "origin" / "index.html").write_text("origin behind %s\n" % VM)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", lab.netns, "/usr/bin/python3", "-m", "http.server", "--bind", lab.netns_address,
+         "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield "http://%s:%d/index.html" % (lab.netns_address, ORIGIN_PORT)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after, netns_origin, run_playbook):
+    started = time.monotonic()
+    run = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="present"), timeout=WAIT_TIMEOUT + 600)
+    assert run.rc == 0, run
+    proxy = run.task_results("Make the proxy present")[0]
+    print("kvm_proxy reached Running in %.0f s under TCG; addresses: %s" % (time.monotonic() - started, proxy["ip_sources"]))
+    ip = proxy["ip"]
+
+    # The guest agent answers and reports the address kvm_proxy returned; dnsmasq leased it to our MAC.
+    assert agent("guest-ping") == {}
+    interfaces = agent("guest-network-get-interfaces")
+    assert ip in [address["ip-address"] for nic in interfaces for address in nic.get("ip-addresses", [])]
+    assert network.dhcp_leases().get(MAC) == ip
+
+    # cloud-init applied our seed: the hostname from its meta-data, the file from its user-data.
+    assert agent("guest-get-host-name")["host-name"] == VM
+    assert guest_exec("/bin/hostname") == (0, VM + "\n")
+    assert guest_exec("/bin/cat", "/etc/eptest-seed") == (0, MARKER + "\n")
+    assert guest_exec("/bin/systemctl", "is-active", "qemu-guest-agent")[1].strip() == "active"
+
+    # squid in the guest proxies a request made from inside the lab netns.
+    body = None
+    deadline = time.monotonic() + 120
+    while body is None and time.monotonic() < deadline:
+        fetched = subprocess.run(
+            ["ip", "netns", "exec", lab.netns, "curl", "-sS", "--max-time", "10", "-x", "http://%s:%d" % (ip, SQUID_PORT),
+             netns_origin], capture_output=True, text=True, check=False)
+        if fetched.returncode == 0:
+            body = fetched.stdout
+        else:
+            time.sleep(2)
+    assert body == "origin behind %s\n" % VM
