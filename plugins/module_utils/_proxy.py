@@ -67,6 +67,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     VIR_ERR_INVALID_ARG,
     VIR_ERR_NO_SUPPORT,
     VIR_ERR_OPERATION_INVALID,
+    KvmError,
     NotFoundError,
     PermanentError,
     TransientError,
@@ -327,7 +328,10 @@ class ProxyRequest:
         fetches a cached image again anyway.
         """
         if self.image is not None:
-            return {"name": self.image.name, "format": self.image.format, "checksum": self.image.checksum}
+            checksum = self.image.checksum
+            if self.image.pinned_sha256 is not None:
+                checksum = "sha256:" + self.image.pinned_sha256  # the same digest in capitals is the same disk
+            return {"name": self.image.name, "format": self.image.format, "checksum": checksum}
         return {"base_volume": self.base_volume}
 
     def spec(self):
@@ -458,8 +462,7 @@ class ProxyManager:
             self._plan_present(current)
         actions = [step.action for step in self._plan]
         if not self.check_mode:
-            for step in self._plan:
-                step.run()
+            self._execute()
         result = {
             "changed": bool(actions),
             "actions": actions,
@@ -544,8 +547,8 @@ class ProxyManager:
                 self._add(START_DOMAIN, self._start)
             elif not is_active(state):
                 raise PermanentError(
-                    "domain '%s' is %s and kvm_proxy only starts domains that are shut off; resume it (virsh resume) or "
-                    "stop it (virsh destroy) and run the task again" % (name, libvirt_state_name(state)))
+                    "domain '%s' is in state %s and kvm_proxy only starts domains that are shut off; resume it (virsh "
+                    "resume) or stop it (virsh destroy) and run the task again" % (name, libvirt_state_name(state)))
         elif state in _SHUTTING_DOWN:
             self._add(SHUTDOWN_DOMAIN, self._shutdown)
         elif state != VIR_DOMAIN_SHUTOFF:
@@ -666,6 +669,19 @@ class ProxyManager:
         self._add(WRITE_SEED, self._write_seed)
 
     # --- executing -------------------------------------------------------------------------------
+
+    def _execute(self):
+        done = []
+        for step in self._plan:
+            try:
+                step.run()
+            except KvmError as error:
+                # Say how far the run got: everything before this step stays
+                # done, and running the task again resumes from here.
+                message = "%s failed%s: %s" % (
+                    step.action, " after %s" % ", ".join(done) if done else "", error.message)
+                raise type(error)(message, code=error.code, libvirt_message=error.libvirt_message) from error
+            done.append(step.action)
 
     def _fetch_image(self):
         result = self._image_result(check_mode=False)

@@ -379,7 +379,7 @@ def test_paused_domain_is_not_started_blindly(run):
     hv = ready_host()
     run(hv, request())
     hv.domains[NAME].state = PAUSED
-    with pytest.raises(errors.PermanentError, match=r"is paused .*virsh resume"):
+    with pytest.raises(errors.PermanentError, match=r"is in state paused .*virsh resume"):
         run(hv, request())
 
 
@@ -490,6 +490,21 @@ def test_host_errors_keep_their_class(run):
     hv.fail("lookup_domain", errors.VIR_ERR_INTERNAL_ERROR, "boom")
     with pytest.raises(errors.TransientError, match="boom"):
         run(hv, request())
+
+
+def test_a_failed_step_says_how_far_the_run_got(run):
+    hv = ready_host()
+    hv.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "qemu died")
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, request())
+    assert raised.value.message.startswith("start domain failed after create overlay, write seed, define domain: ")
+    assert raised.value.message.endswith("qemu died")
+    assert (raised.value.code, raised.value.libvirt_message) == (errors.VIR_ERR_INTERNAL_ERROR, "qemu died")
+
+
+def test_a_pinned_checksum_in_capitals_is_the_same_image():
+    upper = request(image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="SHA256:" + IMAGE_SHA.upper()))
+    assert proxy.spec_digest(upper.spec()) == proxy.spec_digest(request().spec())
 
 
 # --- drift -------------------------------------------------------------------------------------------
