@@ -1,0 +1,200 @@
+"""playbooks/deploy.yml and playbooks/destroy.yml (the egress_proxy role) on the lab's libvirtd.
+
+The proxies boot the lab's small non-booting image, so a run takes seconds: what is checked here is
+the role's conversation with libvirt (check mode, idempotence, drift through the rendered user-data,
+destroy, bad input refused before anything is touched). scripts/demo boots the real guest and
+proves squid answers; the molecule scenario (molecule/default) is run from here too, so the test
+command covers it.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from tests.lab import config
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEPLOY = os.path.join(REPO_ROOT, "playbooks", "deploy.yml")
+DESTROY = os.path.join(REPO_ROOT, "playbooks", "destroy.yml")
+VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
+
+RUNNING = config.TEST_DOMAIN_PREFIX + "role-1"
+STOPPED = config.TEST_DOMAIN_PREFIX + "role-2"
+# Its own cache name: no other test's clean-up removes the base these VMs back onto.
+IMAGE_NAME = "tiny-role"
+
+CONVERGE_TASK = "Create, replace, stop or remove the proxies"
+REMOVE_TASK = "Remove the proxies and their disks"
+
+
+def role_vars(lab, **overrides):
+    """The role's variables for the lab, as extra vars (the test inventory has only localhost)."""
+    image = lab.images[config.TINY_QCOW2]
+    variables = {
+        "egress_proxy_hosts": "localhost",
+        "egress_proxy_uri": lab.uri,
+        "egress_proxy_pool": lab.pool,
+        "egress_proxy_bridge": lab.bridge,
+        "egress_proxy_image": {"name": IMAGE_NAME, "url": image["url"], "checksum": "sha256:" + image["sha256"]},
+        "egress_proxy_virt_type": lab.virt_type,
+        "egress_proxy_cpu_mode": lab.cpu_mode,
+        "egress_proxy_memory_mib": 128,
+        "egress_proxy_disk_size_gb": 1,
+        "egress_proxy_install_packages": False,
+        "egress_proxy_allowed_clients": ["198.18.0.0/24"],
+        "egress_proxy_uid": "role-test",
+        # The image never boots: no address to wait for.
+        "egress_proxy_wait_for_ip": False,
+        "egress_proxy_instances": [{"name": RUNNING}, {"name": STOPPED, "state": "stopped"}],
+    }
+    variables.update(overrides)
+    return variables
+
+
+def results(run, task_suffix, host="localhost"):
+    """The result of every task whose name ends with task_suffix (role tasks carry the role's name first)."""
+    return [task["hosts"][host] for play in run.result["plays"] for task in play["tasks"]
+            if task["task"]["name"].endswith(task_suffix) and host in task["hosts"]]
+
+
+def item_results(run, task_suffix):
+    """{instance name: result} of the one looped task whose name ends with task_suffix."""
+    (task,) = results(run, task_suffix)
+    return {item["egress_proxy_instance"]["name"]: item for item in task["results"]}
+
+
+def changed(run):
+    return run.result["stats"]["localhost"]["changed"]
+
+
+def virsh(*args):
+    return subprocess.run(["virsh", "-q", "-c", config.LIBVIRT_URI] + list(args), capture_output=True, text=True, check=False)
+
+
+def domain_state(name):
+    """libvirt's state of the domain, or None when there is no such domain."""
+    completed = virsh("domstate", name)
+    return completed.stdout.strip() if completed.returncode == 0 else None
+
+
+def pool_volumes(lab):
+    virsh("pool-refresh", lab.pool)
+    return set(virsh("vol-list", lab.pool).stdout.split()[0::2])
+
+
+@pytest.fixture
+def clean(lab, run_playbook):
+    """Nothing of this test's on the lab before and after it (the destroy playbook, then a check)."""
+
+    def destroy():
+        run = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True))
+        assert run.rc == 0, run
+        assert domain_state(RUNNING) is None and domain_state(STOPPED) is None
+
+    destroy()
+    yield
+    destroy()
+
+
+def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab, run_playbook, clean):
+    predicted = run_playbook(DEPLOY, role_vars(lab), check=True)
+    assert predicted.rc == 0, predicted
+    planned = item_results(predicted, CONVERGE_TASK)
+    assert planned[RUNNING]["changed"] and "define domain" in planned[RUNNING]["actions"]
+    assert "start domain" in planned[RUNNING]["actions"]
+    assert "start domain" not in planned[STOPPED]["actions"]
+    assert domain_state(RUNNING) is None, "check mode created a domain"
+
+    deployed = run_playbook(DEPLOY, role_vars(lab))
+    assert deployed.rc == 0, deployed
+    converged = item_results(deployed, CONVERGE_TASK)
+    assert converged[RUNNING]["actions"] == planned[RUNNING]["actions"]
+    assert converged[STOPPED]["actions"] == planned[STOPPED]["actions"]
+    assert converged[RUNNING]["id"] == "hosts/localhost/domains/" + RUNNING
+    assert domain_state(RUNNING) == "running"
+    assert domain_state(STOPPED) == "shut off"
+    # The role's report: the fact other plays use, and what it printed.
+    (recorded,) = results(deployed, "Record the proxies of this hypervisor in egress_proxy_proxies")
+    proxies = {proxy["name"]: proxy for proxy in recorded["ansible_facts"]["egress_proxy_proxies"]}
+    assert proxies[RUNNING]["state"] == "Provisioning" and proxies[RUNNING]["uid"] == "role-test"
+    assert proxies[STOPPED]["state"] == "Stopped"
+    (shown,) = results(deployed, "Show the proxies of this hypervisor")
+    assert "hosts/localhost/domains/%s Provisioning no address" % RUNNING in shown["msg"]
+    created_at = proxies[RUNNING]["created_at"]
+
+    for check in (True, False):
+        again = run_playbook(DEPLOY, role_vars(lab), check=check)
+        assert again.rc == 0, again
+        assert changed(again) == 0, again
+
+    # Another client network changes the rendered squid.conf, so the user-data, so the spec: the running
+    # proxy is replaced; the stopped one keeps its own allowed_clients and is left alone.
+    drift = role_vars(lab, egress_proxy_allowed_clients=["198.18.0.0/25"],
+                      egress_proxy_instances=[{"name": RUNNING},
+                                              {"name": STOPPED, "state": "stopped", "allowed_clients": ["198.18.0.0/24"]}])
+    drifted = run_playbook(DEPLOY, drift)
+    assert drifted.rc == 0, drifted
+    replaced = item_results(drifted, CONVERGE_TASK)
+    assert replaced[RUNNING]["drifted"] and replaced[RUNNING]["changed"]
+    assert "undefine domain" in replaced[RUNNING]["actions"] and "define domain" in replaced[RUNNING]["actions"]
+    assert not replaced[STOPPED]["changed"]
+    assert domain_state(RUNNING) == "running"
+    (recorded,) = results(drifted, "Record the proxies of this hypervisor in egress_proxy_proxies")
+    assert [p["created_at"] for p in recorded["ansible_facts"]["egress_proxy_proxies"] if p["name"] == RUNNING] != [created_at]
+
+    destroyed = run_playbook(DESTROY, role_vars(lab))
+    assert destroyed.rc == 0, destroyed
+    removed = item_results(destroyed, REMOVE_TASK)
+    assert removed[RUNNING]["changed"] and removed[STOPPED]["changed"]
+    assert domain_state(RUNNING) is None and domain_state(STOPPED) is None
+    left = pool_volumes(lab)
+    for name in (RUNNING, STOPPED):
+        assert name + ".qcow2" not in left and name + "-seed.iso" not in left
+    # The base image stays unless asked for.
+    assert any(volume.startswith("base-" + IMAGE_NAME) for volume in left)
+
+    again = run_playbook(DESTROY, role_vars(lab))
+    assert again.rc == 0, again
+    assert changed(again) == 0, again
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"egress_proxy_instances": [{"name": RUNNING, "vcpus": "many"}]}, "vcpus"),
+    ({"egress_proxy_instances": [{"name": RUNNING, "memory": 512}]}, "memory"),
+    ({"egress_proxy_instances": [{"name": RUNNING, "state": "running"}]}, "running"),
+    ({"egress_proxy_instances": [{"name": "Egress_1"}]}, "is not a valid VM name"),
+    ({"egress_proxy_instances": [{"name": RUNNING}, {"name": RUNNING}]}, "appears more than once"),
+    ({"egress_proxy_bridge": ""}, "exactly one of"),
+    ({"egress_proxy_network": "default"}, "exactly one of"),
+    ({"egress_proxy_image": None}, "egress_proxy_image"),
+    ({"egress_proxy_allowed_clients": []}, "allowed_clients"),
+    ({"egress_proxy_allowed_clients": ["198.18.0.0/24 all"]}, "allowed_clients"),
+    ({"egress_proxy_port": 70000}, "port 70000"),
+])
+def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides, words):
+    run = run_playbook(DEPLOY, role_vars(lab, **overrides))
+    assert run.rc != 0, run
+    failures = [result for play in run.result["plays"] for task in play["tasks"]
+                for result in task["hosts"].values() if result.get("failed")]
+    assert failures, run
+    message = failures[0].get("msg", "")
+    if "results" in failures[0]:
+        message += " ".join(item.get("msg", "") for item in failures[0]["results"] if item.get("failed"))
+    assert words in message, message
+    touched = [task["task"]["name"] for play in run.result["plays"] for task in play["tasks"]
+               if task["task"]["name"].endswith(("Cache the base image in the pool", CONVERGE_TASK))]
+    assert touched == [], "a module ran before the input was refused: %s" % touched
+    assert domain_state(RUNNING) is None
+
+
+def test_molecule_default_scenario(lab):
+    """molecule/default: converge, idempotence, verify (kvm_proxy_info) and destroy on the lab."""
+    env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_NOCOLOR="true", NO_COLOR="1")
+    completed = subprocess.run([os.path.join(VENV_BIN, "molecule"), "test"], cwd=REPO_ROOT, env=env,
+                               capture_output=True, text=True, timeout=1200, check=False)
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-3000:]
+    for action in ("converge", "idempotence", "verify", "destroy"):
+        assert "%s: Executed: Successful" % action in completed.stdout + completed.stderr, action
