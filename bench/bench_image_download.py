@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Peak memory and throughput of kvm_base_image's download, on the local lab.
 
 For each size, a qcow2 image of that size is served by a local HTTP server (a separate process,
@@ -66,7 +65,7 @@ def make_image(directory, mebibytes):
     path = os.path.join(directory, "bench-%d.qcow2" % mebibytes)
     raw = path + ".raw"
     with open(raw, "wb") as handle:
-        for _ in range(mebibytes):
+        for _mebibyte in range(mebibytes):
             handle.write(os.urandom(1 << 20))
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, path], check=True)
     os.unlink(raw)
@@ -83,7 +82,7 @@ def collection_path(directory):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[64, 256, 512], help="image sizes in MiB")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-image-") as directory:

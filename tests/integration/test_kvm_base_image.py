@@ -369,7 +369,7 @@ def test_two_concurrent_runs_download_once(lab, hypervisor, server, sources, tas
     hold = server.hold("/image.qcow2", after_bytes=0)
     options = dict(url=url, checksum="sha256:" + source["sha256"])
 
-    runs = [in_background(task, image, **options) for _ in range(2)]
+    runs = [in_background(task, image, **options) for _run in range(2)]
     wait_for(hold.reached.is_set, "one run to start downloading")
     wait_for(lambda: len(module_processes()) >= 2, "both runs' module processes")
     time.sleep(1)  # the second run is now waiting on the lock (or still reading the pool)
