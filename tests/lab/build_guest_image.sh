@@ -2,11 +2,13 @@
 # Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent
 # and squid. tests/lab/images.py hashes this file: any edit here rebuilds the cached image.
 #
-# Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR   (as root; WORKDIR is created and removed)
+# Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR DEB_CACHE
+#   as root; WORKDIR is created and removed; DEB_CACHE keeps downloaded .debs between builds.
 set -euo pipefail
 
 output=$1
 workdir=$2
+deb_cache=$3
 suite=bookworm
 mirror=http://deb.debian.org/debian
 disk_size_mib=2048
@@ -25,19 +27,42 @@ rootdir=$workdir/root
 disk=$workdir/disk.raw
 mnt=$workdir/mnt
 
+# Unmount everything below $1 (debootstrap mounts /proc and /sys in its target and may leave
+# them behind when it fails), deepest first.
+unmount_under() {
+  local mountpoint
+  awk -v base="$1/" 'index($2 "/", base) == 1 { print $2 }' /proc/mounts | sort -r |
+    while read -r mountpoint; do umount -l "$mountpoint"; done
+}
+
 cleanup() {
-  for m in "$rootdir/dev/pts" "$rootdir/dev" "$rootdir/sys" "$rootdir/proc" "$mnt"; do
-    if mountpoint -q "$m"; then umount -l "$m"; fi
-  done
-  rm -rf "$workdir"
+  local status=$?
+  if [ $status -ne 0 ] && [ -f "$rootdir/debootstrap/debootstrap.log" ]; then
+    echo "== build failed; the end of debootstrap.log:" >&2
+    tail -n 30 "$rootdir/debootstrap/debootstrap.log" >&2
+  fi
+  unmount_under "$workdir"
+  rm -rf --one-file-system "$workdir"
 }
 trap cleanup EXIT
 
-rm -rf "$workdir"
-mkdir -p "$rootdir" "$mnt"
+unmount_under "$workdir"
+rm -rf --one-file-system "$workdir"
+mkdir -p "$mnt" "$deb_cache"
 
-echo "== debootstrap $suite"
-debootstrap --variant=minbase "$suite" "$rootdir" "$mirror"
+# deb.debian.org is reached over a network that sometimes drops a download: retry.
+for attempt in 1 2 3 4; do
+  echo "== debootstrap $suite (attempt $attempt)"
+  unmount_under "$workdir"
+  rm -rf --one-file-system "$rootdir"
+  mkdir -p "$rootdir"
+  if debootstrap --variant=minbase "$suite" "$rootdir" "$mirror"; then
+    break
+  fi
+  if [ $attempt -eq 4 ]; then exit 1; fi
+  tail -n 15 "$rootdir/debootstrap/debootstrap.log" >&2 || true
+  sleep $((attempt * 10))
+done
 
 # Nothing in the image needs documentation or translations; dropping them keeps the image small.
 cat > "$rootdir/etc/dpkg/dpkg.cfg.d/01-egress-lab-nodoc" <<'CFG'
@@ -51,16 +76,17 @@ CFG
 printf '#!/bin/sh\nexit 101\n' > "$rootdir/usr/sbin/policy-rc.d"
 chmod +x "$rootdir/usr/sbin/policy-rc.d"
 
+# Only /proc is mounted. The host's /dev and /sys stay out of the chroot: package scripts there
+# (systemd-tmpfiles' static-nodes rules) would re-own host devices such as /dev/kvm to the
+# chroot's group ids. debootstrap already created the few device nodes dpkg needs.
 mount -t proc proc "$rootdir/proc"
-mount -t sysfs sys "$rootdir/sys"
-mount --bind /dev "$rootdir/dev"
-mount --bind /dev/pts "$rootdir/dev/pts"
+mount --bind "$deb_cache" "$rootdir/var/cache/apt/archives"
 
 echo "== apt-get install ${packages[*]}"
-chroot "$rootdir" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-chroot "$rootdir" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends "${packages[@]}"
-chroot "$rootdir" apt-get clean
+apt_get() { chroot "$rootdir" env DEBIAN_FRONTEND=noninteractive apt-get -q -o Acquire::Retries=5 "$@"; }
+apt_get update
+apt_get install -y --no-install-recommends "${packages[@]}"
+umount "$rootdir/var/cache/apt/archives"
 
 echo "== configure"
 # NoCloud is the datasource the collection's seed ISO (label cidata) speaks.
@@ -100,7 +126,7 @@ LABEL debian
   APPEND root=UUID=$root_uuid ro console=tty0 console=ttyS0,115200n8
 CFG
 
-for m in "$rootdir/dev/pts" "$rootdir/dev" "$rootdir/sys" "$rootdir/proc"; do umount "$m"; done
+umount "$rootdir/proc"
 
 echo "== disk"
 truncate -s "${disk_size_mib}M" "$disk"

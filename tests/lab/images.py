@@ -6,11 +6,12 @@ import subprocess
 import time
 
 from tests.lab import config
-from tests.lab.shell import report, run
+from tests.lab.shell import LabError, report, run
 
 RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_guest_image.sh")
 RECIPE_STAMP = os.path.join(config.CACHE_DIR, "%s.recipe-sha256" % config.GUEST_IMAGE)
 BUILD_DIR = os.path.join(config.CACHE_DIR, "build")
+DEB_CACHE = os.path.join(config.CACHE_DIR, "debs")
 TINY_QCOW2_SIZE = "64M"
 TINY_RAW_SIZE = 256 * 1024
 
@@ -63,8 +64,10 @@ def ensure_images():
     if not guest_image_current():
         report("building %s (recipe changed or missing; takes a few minutes)" % config.GUEST_IMAGE)
         started = time.monotonic()
-        subprocess.run([RECIPE, os.path.join(config.MIRROR_DIR, config.GUEST_IMAGE), BUILD_DIR],
-                       check=True)
+        build = subprocess.run([RECIPE, os.path.join(config.MIRROR_DIR, config.GUEST_IMAGE), BUILD_DIR, DEB_CACHE],
+                               check=False)
+        if build.returncode != 0:
+            raise LabError("building %s failed (rc=%d); its output is above" % (config.GUEST_IMAGE, build.returncode))
         _write_if_changed(RECIPE_STAMP, (recipe_sha256() + "\n").encode())
         actions.append("built %s in %.0fs" % (config.GUEST_IMAGE, time.monotonic() - started))
     tiny_qcow2 = os.path.join(config.MIRROR_DIR, config.TINY_QCOW2)
