@@ -20,7 +20,8 @@ DOMAIN = config.TEST_DOMAIN_PREFIX + "lab-guest"
 MAC = "52:54:00:e9:1a:01"
 SQUID_PORT = 3128
 ORIGIN_PORT = 18080
-BOOT_TIMEOUT = 300
+# ~50 s on an idle 2-core machine; much longer when other work shares the cores.
+BOOT_TIMEOUT = 600
 
 
 def virsh(*args, check=True):
