@@ -403,22 +403,32 @@ def changed_file_names(current, desired):
     return sorted(name for name in set(current) | set(desired) if current.get(name) != desired.get(name))
 
 
+# What ensure_seed found where the seed volume should be.
+PREVIOUS_ABSENT = "absent"
+PREVIOUS_UNREADABLE = "unreadable"
+PREVIOUS_PRESENT = "present"
+
+
 class SeedResult:
     """What ensure_seed found and did (or, in check mode, would do).
 
-    ``previous`` is the summary of the files found on the volume (None when
-    there was no volume or it could not be read), ``reason`` why it is
-    (re)built (None when unchanged), ``actions`` what was done in order.
+    ``files`` summarises the desired files, ``previous`` the files found on
+    the volume (None unless ``previous_state`` is PREVIOUS_PRESENT) and
+    ``current_files`` their contents, for callers that show them on request.
+    ``reason`` says why the volume is (re)written (None when unchanged) and
+    ``actions`` what was done, in order.
     """
 
-    def __init__(self, volume, path, size, changed, changed_files, files, previous, reason, actions):
+    def __init__(self, volume, path, size, changed, changed_files, files, previous_state, current_files, reason, actions):
         self.volume = volume
         self.path = path
         self.size = size
         self.changed = changed
         self.changed_files = changed_files
         self.files = files
-        self.previous = previous
+        self.previous_state = previous_state
+        self.current_files = current_files
+        self.previous = None if current_files is None else file_summary(current_files)
         self.reason = reason
         self.actions = actions
 
@@ -430,8 +440,20 @@ class SeedResult:
             "size": self.size,
             "changed_files": list(self.changed_files),
             "files": [dict(entry) for entry in self.files],
+            "reason": self.reason,
             "actions": list(self.actions),
         }
+
+    def diff(self):
+        """``{before, after}``: the volume's state and each file's sha256 and size, never a file's content."""
+        before = {"volume": self.volume, "state": self.previous_state}
+        if self.previous is not None:
+            before["files"] = _by_name(self.previous)
+        return {"before": before, "after": {"volume": self.volume, "state": PREVIOUS_PRESENT, "files": _by_name(self.files)}}
+
+
+def _by_name(summary):
+    return {entry["name"]: {"sha256": entry["sha256"], "size": entry["size"]} for entry in summary}
 
 
 def _download_limit(desired_size):
@@ -509,25 +531,28 @@ def ensure_seed(hypervisor, pool_name, name, files, check_mode=False):
 
     current = None
     if vol is None:
-        reason = "volume %s does not exist" % volume_name
+        previous_state, reason = PREVIOUS_ABSENT, "volume %s does not exist" % volume_name
     else:
-        capacity, current, reason = _read_current(hypervisor, vol, volume_name, len(image))
-        if current is not None:
-            if not changed_file_names(current, files):
-                return SeedResult(volume_name, hypervisor.volume_path(vol), capacity, False, [], desired,
-                                  file_summary(current), None, [])
-            reason = "the files on volume %s differ" % volume_name
+        capacity, current, problem = _read_current(hypervisor, vol, volume_name, len(image))
+        if current is None:
+            previous_state, reason = PREVIOUS_UNREADABLE, problem
+        elif changed_file_names(current, files):
+            previous_state = PREVIOUS_PRESENT
+            reason = "files on volume %s differ: %s" % (volume_name, ", ".join(changed_file_names(current, files)))
+        else:
+            return SeedResult(volume_name, hypervisor.volume_path(vol), capacity, False, [], desired,
+                              PREVIOUS_PRESENT, current, None, [])
 
-    changed_files = changed_file_names(current or {}, files)
     actions = (["delete volume %s" % volume_name] if vol is not None else []) + [
         "create volume %s (%d bytes)" % (volume_name, len(image)),
         "upload seed to volume %s" % volume_name,
     ]
-    path = None if vol is None else hypervisor.volume_path(vol)
-    if not check_mode:
+    if check_mode:
+        path = None if vol is None else hypervisor.volume_path(vol)
+    else:
         path = hypervisor.volume_path(_write(hypervisor, pool, pool_name, vol, volume_name, image))
-    return SeedResult(volume_name, path, len(image), True, changed_files, desired,
-                      None if current is None else file_summary(current), reason, actions)
+    return SeedResult(volume_name, path, len(image), True, changed_file_names(current or {}, files), desired,
+                      previous_state, current, reason, actions)
 
 
 def remove_seed(hypervisor, pool_name, name, check_mode=False):
