@@ -1,0 +1,350 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: kvm_seed
+short_description: Keep a VM's cloud-init NoCloud seed ISO in a libvirt storage pool
+version_added: 0.1.0
+description:
+  - Renders a cloud-init NoCloud seed (files C(user-data), C(meta-data), C(vendor-data), and C(network-config) when
+    given) and keeps it as the raw volume C(<name>-seed.iso) in a libvirt storage pool.
+  - The ISO image (volume label C(cidata), Rock Ridge and Joliet names, readable by Linux isofs as cloud-init mounts
+    it) is built in memory and uploaded through libvirt's stream. Nothing is installed or written to a temporary file
+    on the hypervisor, so it works on every pool type and against remote hypervisors.
+  - Idempotent by content. The existing volume is read back through libvirt, parsed and compared file by file with
+    the files this task renders. The same files leave it untouched, whatever build time its image carries. Different
+    files, or a volume that is not a complete seed (for example one whose upload was cut off), are replaced.
+  - This module manages the seed volume only. M(egress_proxies.kvm.kvm_proxy) makes the seed of the VMs it creates
+    itself; use this module for VMs defined in other ways, or to inspect what a seed holds.
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+extends_documentation_fragment:
+  - egress_proxies.kvm.common
+  - egress_proxies.kvm.attributes
+  - egress_proxies.kvm.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads the existing volume back and predicts whether it would be replaced, without changing the pool.
+  diff_mode:
+    support: full
+    details:
+      - Shows the volume's state and, per file, its sha256 and size before and after.
+      - File contents are shown only with O(diff_content=true).
+  idempotent:
+    support: full
+options:
+  name:
+    description:
+      - Name of the VM the seed is for. The volume is C(<name>-seed.iso), and O(name) is the default C(instance-id)
+        and C(local-hostname) of the meta-data.
+      - 1-63 lowercase letters, digits and hyphens, starting and ending with a letter or digit.
+    type: str
+    required: true
+  pool:
+    description:
+      - Name of the libvirt storage pool that holds the seed volume. It must exist.
+    type: str
+    default: default
+  state:
+    description:
+      - V(present) makes the seed volume hold exactly the rendered files.
+      - V(absent) deletes the seed volume. A missing pool or volume is nothing to do.
+    type: str
+    choices: [present, absent]
+    default: present
+  user_data:
+    description:
+      - cloud-init user-data, written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - An empty string still writes an empty C(user-data) file, which NoCloud requires.
+      - It often holds secrets, so it is declared C(no_log) and never returned, warned about or logged; results and
+        diffs show its sha256 only. See O(diff_content) to see it in a diff.
+    type: str
+    default: ""
+  meta_data:
+    description:
+      - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(name).
+      - A stable C(instance-id) is what keeps cloud-init from taking a reboot for a new instance; changing it makes
+        cloud-init run its per-instance modules again on the next boot.
+      - Written as JSON with sorted keys, which cloud-init reads as YAML.
+    type: dict
+  vendor_data:
+    description:
+      - cloud-init vendor-data. cloud-init merges it under the user-data.
+      - When not set, a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
+        read before the host has seen its traffic. An empty string writes an empty vendor-data.
+    type: str
+  network_config:
+    description:
+      - cloud-init network configuration (version 1 or 2), written as C(network-config).
+      - A string is written verbatim; a dictionary is written as JSON with sorted keys, which cloud-init reads as YAML.
+      - When not set the file is left out, and cloud-init configures DHCP on the first NIC.
+    type: raw
+  diff_content:
+    description:
+      - In diff mode, also show the changed files' contents, as a unified diff of each file.
+      - Off by default because user-data often holds secrets. Turn it on for a run you watch, for example
+        C(ansible-playbook --check --diff -e kvm_seed_diff_content=true) with O(diff_content) set to that variable.
+      - The contents before the change (read back from the volume) are shown in full. Ansible still masks any text
+        identical to the whole O(user_data) value with C(********); the diff of a multi-line user-data shows each line
+        on its own, so only a one-line user-data stays masked.
+      - Files that are not UTF-8 text are shown as their sha256 only.
+    type: bool
+    default: false
+notes:
+  - cloud-init reads the seed when the VM boots. A changed seed takes effect on the VM's next boot, and
+    per-instance configuration (users, packages, C(runcmd)) runs again only when the C(instance-id) changes.
+  - A seed volume that a running VM has attached is replaced all the same; the VM keeps reading the old image until it
+    is restarted.
+  - Attach the seed as a cdrom on a virtio-scsi controller. Debian's and Ubuntu's cloud kernels have no AHCI driver,
+    so a SATA cdrom is invisible to them and cloud-init falls back to no datasource.
+  - pycdlib stamps the build time into the image, so two builds of the same files are not byte-identical. The module
+    compares files, never image bytes.
+requirements:
+  - pycdlib (Debian/Ubuntu package C(python3-pycdlib)) on the host that runs the module.
+  - lxml (package C(python3-lxml)) on the host that runs the module.
+seealso:
+  - module: egress_proxies.kvm.kvm_proxy
+    description: Creates egress proxy VMs, including their seed volume.
+  - module: egress_proxies.kvm.kvm_base_image
+    description: Caches the cloud image the VM boots from.
+  - name: cloud-init NoCloud datasource
+    description: How cloud-init finds and reads a C(cidata) seed.
+    link: https://docs.cloud-init.io/en/latest/reference/datasources/nocloud.html
+"""
+
+EXAMPLES = r"""
+- name: Seed proxy-1 with a cloud-config that installs squid
+  egress_proxies.kvm.kvm_seed:
+    name: proxy-1
+    pool: default
+    user_data: |
+      #cloud-config
+      packages: [squid]
+      ssh_authorized_keys:
+        - "{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"
+  register: seed
+
+- name: Show where the seed volume is and what it holds
+  ansible.builtin.debug:
+    msg: "{{ seed.path }}: {{ seed.files | map(attribute='name') | join(', ') }}"
+
+- name: Seed with a static address and no vendor-data, on a remote hypervisor
+  egress_proxies.kvm.kvm_seed:
+    uri: qemu+ssh://root@hv1.example.net/system
+    name: proxy-2
+    user_data: "{{ lookup('ansible.builtin.template', 'proxy-user-data.yml.j2') }}"
+    vendor_data: ""
+    meta_data:
+      local-hostname: proxy-2.egress.example.net
+    network_config:
+      version: 2
+      ethernets:
+        primary:
+          match:
+            name: "en*"
+          addresses: [192.0.2.12/24]
+          routes:
+            - to: default
+              via: 192.0.2.1
+          nameservers:
+            addresses: [192.0.2.53]
+  delegate_to: localhost
+
+- name: Preview a change with the files' contents (user-data may hold secrets; only where the output is private)
+  egress_proxies.kvm.kvm_seed:
+    name: proxy-1
+    user_data: "{{ proxy_user_data }}"
+    diff_content: true
+  check_mode: true
+  diff: true
+
+- name: Remove the seed of a VM that is gone
+  egress_proxies.kvm.kvm_seed:
+    name: proxy-1
+    state: absent
+"""
+
+RETURN = r"""
+volume:
+  description: Name of the seed volume.
+  returned: always
+  type: str
+  sample: proxy-1-seed.iso
+path:
+  description:
+    - Path of the seed volume on the hypervisor.
+    - Null in check mode when the volume would be created, and with O(state=absent).
+  returned: always
+  type: str
+  sample: /var/lib/libvirt/images/proxy-1-seed.iso
+size:
+  description: Size of the seed volume in bytes (the ISO image's size when it is written).
+  returned: state is present
+  type: int
+  sample: 71680
+files:
+  description: The files of the seed, in the order they are written.
+  returned: state is present
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: File name on the seed.
+      type: str
+      sample: user-data
+    sha256:
+      description: sha256 of the file's content.
+      type: str
+      sample: 3b2c4d6e4ff6b6a9e03e1a04d8e5f3e0c1f53a87e7c1b7c0a4f1f3f7e2d1c0b9
+    size:
+      description: Size of the file in bytes.
+      type: int
+      sample: 512
+changed_files:
+  description:
+    - Names of the files added, removed or modified on the volume (in check mode, that would be), sorted.
+    - Every file when the volume was missing or unreadable.
+  returned: state is present
+  type: list
+  elements: str
+  sample: [user-data]
+reason:
+  description: Why the volume was (or would be) written or deleted; null when nothing changed.
+  returned: always
+  type: str
+  sample: "volume proxy-1-seed.iso is not a readable seed: the image is truncated: 40960 of the 71680 bytes its volume descriptor declares"
+actions:
+  description: What was done (in check mode, what would be done), in order.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - delete volume proxy-1-seed.iso
+    - create volume proxy-1-seed.iso (71680 bytes)
+    - upload seed to volume proxy-1-seed.iso
+"""
+
+import difflib
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
+    seed_volume_name,
+    validate_pool_name,
+    validate_vm_name,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
+    PYCDLIB_REQUIREMENT,
+    ensure_seed,
+    remove_seed,
+    seed_files,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    pool=dict(type="str", default="default"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    # no_log keeps user-data out of the invocation Ansible returns with -v and
+    # out of the hypervisor's journal, and masks it wherever it would appear.
+    user_data=dict(type="str", default="", no_log=True),
+    meta_data=dict(type="dict"),
+    vendor_data=dict(type="str"),
+    network_config=dict(type="raw"),
+    diff_content=dict(type="bool", default=False),
+)
+
+
+def _text(content):
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def content_diff(volume, current, desired):
+    """A unified diff of every file that differs between ``current`` and ``desired`` ({name: bytes})."""
+    parts = []
+    for name in sorted(set(current) | set(desired)):
+        before, after = current.get(name), desired.get(name)
+        if before == after:
+            continue
+        before_text = "" if before is None else _text(before)
+        after_text = "" if after is None else _text(after)
+        header_before = "/dev/null" if before is None else "%s (before)/%s" % (volume, name)
+        header_after = "/dev/null" if after is None else "%s (after)/%s" % (volume, name)
+        if before_text is None or after_text is None:
+            parts.append("Binary file %s differs\n" % name)
+            continue
+        lines = difflib.unified_diff(before_text.splitlines(True), after_text.splitlines(True), header_before, header_after)
+        parts.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines))
+    return "".join(parts)
+
+
+class SeedManager:
+    """Validates the parameters, then writes, keeps or removes one VM's seed volume."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.files = None
+
+    def validate(self):
+        params = self.params
+        validate_vm_name(params["name"])
+        validate_pool_name(params["pool"])
+        network_config = params["network_config"]
+        if network_config is not None and not isinstance(network_config, (str, dict)):
+            raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)
+        if params["state"] == "present":
+            self.files = seed_files(params["name"], params["user_data"], params["meta_data"], params["vendor_data"], network_config)
+
+    def work(self, hypervisor):
+        if self.params["state"] == "absent":
+            return self._absent(hypervisor)
+        return self._present(hypervisor)
+
+    def _present(self, hypervisor):
+        seed = ensure_seed(hypervisor, self.params["pool"], self.params["name"], self.files, check_mode=self.module.check_mode)
+        result = seed.as_dict()
+        if self.module.diff_mode:
+            result["diff"] = seed.diff()
+            if self.params["diff_content"] and seed.changed:
+                result["diff"]["prepared"] = content_diff(seed.volume, seed.current_files or {}, self.files)
+        return result
+
+    def _absent(self, hypervisor):
+        volume = seed_volume_name(self.params["name"])
+        removed = remove_seed(hypervisor, self.params["pool"], self.params["name"], check_mode=self.module.check_mode)
+        result = {
+            "changed": removed,
+            "volume": volume,
+            "path": None,
+            "reason": "volume %s exists and state is absent" % volume if removed else None,
+            "actions": ["delete volume %s" % volume] if removed else [],
+        }
+        if self.module.diff_mode:
+            result["diff"] = {"before": {"volume": volume, "state": "present" if removed else "absent"},
+                              "after": {"volume": volume, "state": "absent"}}
+        return result
+
+
+def main():
+    module = KvmModule(
+        argument_spec=ARGUMENT_SPEC,
+        requirements=[PYCDLIB_REQUIREMENT, ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+    )
+    manager = SeedManager(module)
+    module.run(manager.work, validate=manager.validate)
+
+
+if __name__ == "__main__":
+    main()
