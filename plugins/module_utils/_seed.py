@@ -287,7 +287,7 @@ def _system_use(record, skip):
 
 def _susp_entries(data, area):
     """Yield (signature, entry) of the SUSP entries in a system use area, following continuation areas."""
-    for _ in range(_MAX_CONTINUATIONS):
+    for _area in range(_MAX_CONTINUATIONS):
         continuation = None
         offset = 0
         while offset + 4 <= len(area):

@@ -204,7 +204,7 @@ _ALPHABET = "abc \n\t#:-\u00e9\u00df\u2028\u0085\u4e2d\u6587\U0001f600\U0001d11e
 def test_mib_sized_user_data_round_trips(size, seed, as_text):
     rnd = random.Random(seed)
     if as_text:
-        user_data = "".join(rnd.choice(_ALPHABET) for _ in range(size // 4))
+        user_data = "".join(rnd.choices(_ALPHABET, k=size // 4))
         expected = user_data.encode("utf-8")
     else:
         user_data = expected = rnd.getrandbits(8 * size).to_bytes(size, "little")

@@ -33,11 +33,15 @@ def hypervisor():
     return hv
 
 
-@pytest.fixture
-def run(monkeypatch, capsys, hypervisor):
-    """run(args, check_mode=False, diff=False) -> (result dict, raw stdout)."""
+class Runner:
+    """run(args, check_mode=False, diff=False) -> the module's result dict; ``run.output`` is the raw stdout."""
 
-    def run_module(args, check_mode=False, diff=False):
+    def __init__(self, monkeypatch, capsys, hypervisor):
+        self.monkeypatch, self.capsys, self.hypervisor = monkeypatch, capsys, hypervisor
+        self.output = None
+
+    def __call__(self, args, check_mode=False, diff=False):
+        monkeypatch, hypervisor = self.monkeypatch, self.hypervisor
         monkeypatch.setattr(_module.Hypervisor, "open", lambda uri: hypervisor)
         # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
         monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
@@ -48,10 +52,13 @@ def run(monkeypatch, capsys, hypervisor):
             module_args["_ansible_diff"] = True
         with patch_module_args(module_args), pytest.raises(SystemExit):
             kvm_seed.main()
-        out = capsys.readouterr().out
-        return json.loads(out), out
+        self.output = self.capsys.readouterr().out
+        return json.loads(self.output)
 
-    return run_module
+
+@pytest.fixture
+def run(monkeypatch, capsys, hypervisor):
+    return Runner(monkeypatch, capsys, hypervisor)
 
 
 def volume_files(hypervisor, pool="default"):
@@ -65,13 +72,13 @@ def sha(text):
 def test_check_real_idempotent_check_idempotent_real(run, hypervisor):
     args = dict(name="proxy-1", user_data=USER_DATA)
 
-    result, _ = run(args, check_mode=True, diff=True)
+    result = run(args, check_mode=True, diff=True)
     assert result["changed"] and result["path"] is None
     assert result["diff"]["before"] == {"volume": VOLUME, "state": "absent"}
     assert result["diff"]["after"]["files"]["user-data"] == {"sha256": sha(USER_DATA), "size": len(USER_DATA)}
     assert hypervisor.volume("default", VOLUME) is None
 
-    result, _ = run(args, diff=True)
+    result = run(args, diff=True)
     assert result["changed"] and result["volume"] == VOLUME
     assert result["path"] == "/var/lib/libvirt/images/default/" + VOLUME
     assert result["changed_files"] == ["meta-data", "user-data", "vendor-data"]
@@ -80,7 +87,7 @@ def test_check_real_idempotent_check_idempotent_real(run, hypervisor):
     assert volume_files(hypervisor) == dict(seed_files("proxy-1", USER_DATA))
 
     for check_mode in (True, False):
-        result, _ = run(args, check_mode=check_mode, diff=True)
+        result = run(args, check_mode=check_mode, diff=True)
         assert not result["changed"] and result["actions"] == [] and result["reason"] is None
         assert result["diff"]["before"] == result["diff"]["after"]
         assert result["size"] == hypervisor.volume("default", VOLUME).capacity
@@ -89,7 +96,7 @@ def test_check_real_idempotent_check_idempotent_real(run, hypervisor):
 def test_one_changed_file_is_named_in_result_and_diff(run, hypervisor):
     run(dict(name="proxy-1", user_data=USER_DATA))
     changed_user_data = USER_DATA + "runcmd: [[systemctl, restart, squid]]\n"
-    result, _ = run(dict(name="proxy-1", user_data=changed_user_data), check_mode=True, diff=True)
+    result = run(dict(name="proxy-1", user_data=changed_user_data), check_mode=True, diff=True)
     assert result["changed"] and result["changed_files"] == ["user-data"]
     assert result["actions"] == ["delete volume " + VOLUME, "create volume %s (%d bytes)" % (VOLUME, result["size"]),
                                  "upload seed to volume " + VOLUME]
@@ -99,7 +106,7 @@ def test_one_changed_file_is_named_in_result_and_diff(run, hypervisor):
     assert "prepared" not in result["diff"]
     assert volume_files(hypervisor)["user-data"] == USER_DATA.encode()
 
-    result, _ = run(dict(name="proxy-1", user_data=changed_user_data))
+    result = run(dict(name="proxy-1", user_data=changed_user_data))
     assert result["changed"] and volume_files(hypervisor)["user-data"] == changed_user_data.encode()
 
 
@@ -107,15 +114,15 @@ def test_user_data_never_appears_in_the_output(run):
     # The old content is read back from the volume: without diff_content it must not show either.
     run(dict(name="proxy-1", user_data=USER_DATA))
     for check_mode in (True, False):
-        _, out = run(dict(name="proxy-1", user_data=USER_DATA.replace(SECRET, "new-" + SECRET)), check_mode=check_mode, diff=True)
-        assert SECRET not in out and "chpasswd" not in out
+        run(dict(name="proxy-1", user_data=USER_DATA.replace(SECRET, "new-" + SECRET)), check_mode=check_mode, diff=True)
+        assert SECRET not in run.output and "chpasswd" not in run.output
 
 
 def test_diff_content_shows_the_changed_lines(run):
     run(dict(name="proxy-1", user_data=USER_DATA, meta_data={"role": "egress"}))
     new_user_data = USER_DATA.replace("squid", "squid, curl")
-    result, out = run(dict(name="proxy-1", user_data=new_user_data, meta_data={"role": "proxy"}, diff_content=True),
-                      check_mode=True, diff=True)
+    result = run(dict(name="proxy-1", user_data=new_user_data, meta_data={"role": "proxy"}, diff_content=True),
+                 check_mode=True, diff=True)
     prepared = result["diff"]["prepared"]
     assert "--- %s (before)/user-data\n+++ %s (after)/user-data\n" % (VOLUME, VOLUME) in prepared
     assert "-packages: [squid]\n+packages: [squid, curl]\n" in prepared
@@ -125,7 +132,7 @@ def test_diff_content_shows_the_changed_lines(run):
 
 def test_diff_content_of_a_new_file_and_of_binary_content(run):
     run(dict(name="proxy-1", user_data=USER_DATA))
-    result, _ = run(dict(name="proxy-1", user_data=USER_DATA, network_config={"version": 2}, diff_content=True), diff=True)
+    result = run(dict(name="proxy-1", user_data=USER_DATA, network_config={"version": 2}, diff_content=True), diff=True)
     assert result["diff"]["prepared"].startswith("--- /dev/null\n+++ %s (after)/network-config\n" % VOLUME)
 
 
@@ -136,16 +143,15 @@ def test_content_diff_shows_binary_files_by_name_only():
 
 def test_meta_data_vendor_data_and_network_config_land_on_the_volume(run, hypervisor):
     network = {"version": 2, "ethernets": {"primary": {"match": {"name": "en*"}, "dhcp4": True}}}
-    result, _ = run(dict(name="proxy-1", pool="fast", meta_data={"local-hostname": "proxy-1.example.net"},
-                         vendor_data="", network_config=network))
+    args = dict(name="proxy-1", pool="fast", meta_data={"local-hostname": "proxy-1.example.net"},
+                vendor_data="", network_config=network)
+    result = run(args)
     assert result["changed"] and result["path"] == "/srv/fast/" + VOLUME
     files = volume_files(hypervisor, "fast")
     assert files["user-data"] == b"" and files["vendor-data"] == b""
     assert yaml.safe_load(files["meta-data"]) == {"instance-id": "proxy-1", "local-hostname": "proxy-1.example.net"}
     assert yaml.safe_load(files["network-config"]) == network
-    again, _ = run(dict(name="proxy-1", pool="fast", meta_data={"local-hostname": "proxy-1.example.net"},
-                        vendor_data="", network_config=network))
-    assert not again["changed"]
+    assert not run(args)["changed"]
 
 
 def test_network_config_string_is_written_verbatim(run, hypervisor):
@@ -160,33 +166,33 @@ def test_truncated_volume_is_repaired(run, hypervisor):
     # As libvirt leaves an upload cut off at 40 KiB: the volume keeps its size, the rest is zeros.
     # The directories survive, the files' contents do not.
     hypervisor.add_volume("default", VOLUME, image[:40960] + bytes(len(image) - 40960))
-    result, _ = run(dict(name="proxy-1", user_data=USER_DATA), check_mode=True, diff=True)
+    result = run(dict(name="proxy-1", user_data=USER_DATA), check_mode=True, diff=True)
     assert result["changed"] and result["changed_files"] == ["meta-data", "user-data", "vendor-data"]
-    result, _ = run(dict(name="proxy-1", user_data=USER_DATA))
+    result = run(dict(name="proxy-1", user_data=USER_DATA))
     assert result["changed"] and volume_files(hypervisor) == dict(files)
-    assert not run(dict(name="proxy-1", user_data=USER_DATA))[0]["changed"]
+    assert not run(dict(name="proxy-1", user_data=USER_DATA))["changed"]
 
 
 def test_unreadable_volume_is_reported_and_replaced(run, hypervisor):
     hypervisor.add_volume("default", VOLUME, b"not a seed" * 100)
-    result, _ = run(dict(name="proxy-1"), check_mode=True, diff=True)
+    result = run(dict(name="proxy-1"), check_mode=True, diff=True)
     assert result["changed"] and result["diff"]["before"] == {"volume": VOLUME, "state": "unreadable"}
     assert result["reason"].startswith("volume %s is not a readable seed: " % VOLUME)
 
 
 def test_absent_check_real_idempotent(run, hypervisor):
     run(dict(name="proxy-1", user_data=USER_DATA))
-    result, _ = run(dict(name="proxy-1", state="absent"), check_mode=True, diff=True)
+    result = run(dict(name="proxy-1", state="absent"), check_mode=True, diff=True)
     assert result["changed"] and result["actions"] == ["delete volume " + VOLUME]
     assert result["diff"] == {"before": {"volume": VOLUME, "state": "present"}, "after": {"volume": VOLUME, "state": "absent"}}
     assert hypervisor.volume("default", VOLUME) is not None
-    result, _ = run(dict(name="proxy-1", state="absent"))
+    result = run(dict(name="proxy-1", state="absent"))
     assert result["changed"] and hypervisor.volume("default", VOLUME) is None
     for check_mode in (True, False):
-        result, _ = run(dict(name="proxy-1", state="absent"), check_mode=check_mode, diff=True)
+        result = run(dict(name="proxy-1", state="absent"), check_mode=check_mode, diff=True)
         assert not result["changed"] and result["actions"] == []
         assert result["diff"]["before"] == result["diff"]["after"]
-    assert not run(dict(name="proxy-1", state="absent", pool="no-such-pool"))[0]["changed"]
+    assert not run(dict(name="proxy-1", state="absent", pool="no-such-pool"))["changed"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -196,12 +202,12 @@ def test_absent_check_real_idempotent(run, hypervisor):
     (dict(name="proxy-1", meta_data={"x": float("inf")}), "meta_data cannot be written"),
 ])
 def test_bad_input_fails_before_connecting(run, hypervisor, args, message):
-    result, _ = run(args)
+    result = run(args)
     assert result["failed"] and message in result["msg"]
     assert hypervisor.calls == []
 
 
 def test_missing_pool_fails_with_a_clear_message(run):
-    result, _ = run(dict(name="proxy-1", pool="nope"))
+    result = run(dict(name="proxy-1", pool="nope"))
     assert result["failed"] and "'nope'" in result["msg"] and "qemu:///system" in result["msg"]
     assert result["error_kind"] == "not_found"
