@@ -63,6 +63,7 @@ options:
       - V(present) makes the VM exist and run.
       - V(stopped) makes it exist and shut off, creating it without starting it when it does not exist. A running guest
         gets an ACPI shutdown request and O(shutdown_timeout) seconds to power off before it is stopped hard.
+        O(autostart) still applies; set it to V(false) to keep the VM off when the hypervisor reboots.
       - V(absent) deletes it with its overlay and seed volumes.
     type: str
     choices: [present, stopped, absent]
@@ -147,7 +148,8 @@ options:
   user_data:
     description:
       - cloud-init user-data, written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
-      - It often holds secrets, so it is never returned; the diff shows its sha256 only.
+      - It often holds secrets, so it is never returned or logged (the option is C(no_log)); the diff shows its sha256
+        only.
     type: str
   vendor_data:
     description:
