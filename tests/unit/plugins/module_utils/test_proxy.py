@@ -240,6 +240,24 @@ def test_create_fetches_the_image_on_first_use_only(converge):
         server.close()
 
 
+def test_create_resumes_after_the_image_fetch_fails(run, converge):
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13.qcow2", IMAGE, failures=[503])
+        hv = FakeHypervisor(hostname="nas1")
+        hv.add_pool("default")
+        req = request(image=dict(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA), download_retries=0)
+        with pytest.raises(errors.TransientError, match="fetch base image failed: .*503"):
+            run(hv, req)
+        assert pool_names(hv) == [] and not hv.domains
+
+        result = converge(hv, req)
+        assert result["actions"] == [proxy.FETCH_IMAGE] + CREATE
+        assert_created(hv)
+    finally:
+        server.close()
+
+
 def test_create_is_idempotent_when_complete(converge, run):
     hv = ready_host()
     converge(hv, request())
