@@ -21,7 +21,7 @@ description:
     the files this task renders. The same files leave it untouched, whatever build time its image carries. Different
     files, or a volume that is not a complete seed (for example one whose upload was cut off), are replaced.
   - This module manages the seed volume only. M(egress_proxies.kvm.kvm_proxy) makes the seed of the VMs it creates
-    itself; use this module for VMs defined in other ways, or to inspect what a seed holds.
+    itself; use this module for VMs defined in other ways.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
@@ -90,8 +90,10 @@ options:
   diff_content:
     description:
       - In diff mode, also show the changed files' contents, as a unified diff of each file.
-      - Off by default because user-data often holds secrets. Turn it on for a run you watch, for example
-        C(ansible-playbook --check --diff -e kvm_seed_diff_content=true) with O(diff_content) set to that variable.
+      - >-
+        Off by default because user-data often holds secrets. To see a change before making it, set O(diff_content)
+        to a variable that is false in the play, for example C({{ show_seed_content }}), and run
+        C(ansible-playbook --check --diff -e show_seed_content=true) where the output stays private.
       - The contents before the change (read back from the volume) are shown in full. Ansible still masks any text
         identical to the whole O(user_data) value with C(********); the diff of a multi-line user-data shows each line
         on its own, so only a one-line user-data stays masked.

@@ -211,3 +211,12 @@ def test_missing_pool_fails_with_a_clear_message(run):
     result = run(dict(name="proxy-1", pool="nope"))
     assert result["failed"] and "'nope'" in result["msg"] and "qemu:///system" in result["msg"]
     assert result["error_kind"] == "not_found"
+
+
+def test_diff_content_of_a_one_line_user_data_stays_masked(run):
+    # Ansible masks text identical to the whole no_log value; a one-line user-data is one diff line.
+    run(dict(name="proxy-1", user_data="#!/bin/sh\necho old\n"))
+    result = run(dict(name="proxy-1", user_data="#include https://config.example.net/" + SECRET, diff_content=True),
+                 check_mode=True, diff=True)
+    assert "-#!/bin/sh\n-echo old\n" in result["diff"]["prepared"]
+    assert SECRET not in run.output and "+********" in result["diff"]["prepared"]
