@@ -100,7 +100,7 @@ _FILE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,28}")
 
 # Characters JSON leaves raw but YAML 1.1 (which cloud-init reads meta-data
 # and network-config with) treats as line breaks or refuses outright. They
-# are written as \\u escapes, which JSON and YAML read alike. Everything they
+# are written as \u escapes, which JSON and YAML read alike. Everything they
 # could appear in is a string, so the escapes never land outside one.
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 
