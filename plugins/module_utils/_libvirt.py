@@ -244,7 +244,9 @@ class Hypervisor:
             for chunk in chunks:
                 view = memoryview(chunk)
                 while view:
-                    sent = self._call(context, stream.send, bytes(view))
+                    # libvirt refuses a single message over its RPC limit
+                    # ("Stream data too long"), so big chunks go in slices.
+                    sent = self._call(context, stream.send, bytes(view[:STREAM_CHUNK]))
                     view = view[sent:]
             self._call(context, stream.finish)
         except BaseException:

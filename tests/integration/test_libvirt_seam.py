@@ -54,11 +54,15 @@ def hypervisor(lab):
 
 def test_volume_upload_and_download_round_trip_through_streams(lab, hypervisor):
     pool = hypervisor.lookup_pool(lab.pool)
-    payload = os.urandom(3 * 1024 * 1024 + 123)
+    payload = os.urandom(40 * 1024 * 1024 + 123)
     vol = hypervisor.create_volume(pool, _volume_xml.build_volume_xml(_volume_xml.VolumeSpec(SEED, len(payload), "raw")))
     chunks = [payload[i:i + 100000] for i in range(0, len(payload), 100000)]
     hypervisor.upload_volume(vol, iter(chunks))
 
+    downloaded = b"".join(hypervisor.download_volume(vol))
+    assert hashlib.sha256(downloaded).hexdigest() == hashlib.sha256(payload).hexdigest()
+    # One chunk far above libvirt's per-message limit still goes through.
+    hypervisor.upload_volume(vol, [payload])
     downloaded = b"".join(hypervisor.download_volume(vol))
     assert hashlib.sha256(downloaded).hexdigest() == hashlib.sha256(payload).hexdigest()
     assert b"".join(hypervisor.download_volume(vol, limit=1000)) == payload[:1000]
