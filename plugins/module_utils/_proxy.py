@@ -445,7 +445,6 @@ class ProxyManager:
         self._deleted = set()  # (pool, volume) planned for deletion
         self._dom = None
         self._uid = request.uid
-        self._created_at = None
         self._drifted = False
         self._kept = False  # the existing domain stays (only its state and autostart are made right)
         self._warnings = []
@@ -705,8 +704,7 @@ class ProxyManager:
         ensure_seed(self.hv, self.request.pool, self.request.name, self.request.seed_files(), check_mode=False)
 
     def _define(self):
-        self._created_at = self._clock()
-        metadata = build_metadata_element(self._uid, self._created_at, self._spec)
+        metadata = build_metadata_element(self._uid, self._clock(), self._spec)
         self._dom = self.hv.define_domain(build_domain_xml(self.request.domain_params(metadata)))
 
     def _start(self):
