@@ -109,10 +109,12 @@ def booted_guest(lab, tmp_path):
     xml_path = tmp_path / "domain.xml"
     xml_path.write_text(domain_xml(overlay, seed, console_log))
     virsh("define", str(xml_path))
+    # A lease left by an earlier boot with this MAC must not be mistaken for this boot's.
+    earlier_lease = network.dhcp_leases().get(MAC)
     started = time.monotonic()
     virsh("start", DOMAIN)
     try:
-        yield {"started": started, "console_log": console_log}
+        yield {"started": started, "console_log": console_log, "earlier_lease": earlier_lease}
     finally:
         remove_domain()
         for path in (overlay, seed):
@@ -139,7 +141,12 @@ def netns_origin(lab, tmp_path):
 
 def test_guest_boots_gets_lease_answers_agent_and_proxies(lab, booted_guest, netns_origin):
     deadline = booted_guest["started"] + BOOT_TIMEOUT
-    ip = wait_for("a DHCP lease for %s" % MAC, lambda: network.dhcp_leases().get(MAC), deadline)
+    def new_lease():
+        lease = network.dhcp_leases().get(MAC)
+        earlier = booted_guest["earlier_lease"]
+        return lease if lease and (earlier is None or lease[1] > earlier[1]) else None
+
+    ip = wait_for("a DHCP lease for %s" % MAC, new_lease, deadline)[0]
     lease_seconds = time.monotonic() - booted_guest["started"]
     assert ip.startswith("198.18.0.")
 

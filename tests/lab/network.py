@@ -75,6 +75,24 @@ def ensure_network():
     return actions
 
 
+def dnsmasq_argv():
+    return ["dnsmasq",
+            "--conf-file=/dev/null",
+            "--interface=%s" % config.VETH_NETNS_END, "--bind-interfaces",
+            "--dhcp-range=%s,%s,255.255.255.0,12h" % (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
+            "--dhcp-authoritative",
+            # One lease per MAC: a guest re-created with the same MAC (fresh machine-id, so a new
+            # DHCP client id) gets its old address back instead of a second lease.
+            "--dhcp-ignore-clid",
+            "--dhcp-leasefile=%s" % config.DNSMASQ_LEASEFILE,
+            "--pid-file=%s" % config.DNSMASQ_PIDFILE,
+            # dnsmasq answers DNS only for the lab (guests' DHCP hostnames); nothing is forwarded.
+            "--no-resolv", "--no-hosts", "--domain=lab", "--local=/lab/",
+            "--log-dhcp", "--log-facility=%s" % os.path.join(config.RUN_DIR, "dnsmasq.log"),
+            # The lease and pid files live in RUN_DIR, owned by root.
+            "--user=root", "--group=root"]
+
+
 def dnsmasq_pid():
     pid = read_pidfile(config.DNSMASQ_PIDFILE)
     if pid and any(arg.endswith(b"dnsmasq") for arg in process_cmdline(pid)[:1]):
@@ -83,39 +101,47 @@ def dnsmasq_pid():
 
 
 def _ensure_dnsmasq():
-    if dnsmasq_pid():
-        return []
+    actions = []
+    argv = dnsmasq_argv()
+    pid = dnsmasq_pid()
+    if pid:
+        running = [arg.decode() for arg in process_cmdline(pid) if arg]
+        if running[1:] == argv[1:]:
+            return []
+        _stop_dnsmasq(pid)
+        actions.append("stopped dnsmasq with outdated options")
     os.makedirs(config.RUN_DIR, exist_ok=True)
-    run(["ip", "netns", "exec", config.NETNS, "dnsmasq",
-         "--conf-file=/dev/null",
-         "--interface=%s" % config.VETH_NETNS_END, "--bind-interfaces",
-         "--dhcp-range=%s,%s,255.255.255.0,12h" % (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
-         "--dhcp-authoritative",
-         "--dhcp-leasefile=%s" % config.DNSMASQ_LEASEFILE,
-         "--pid-file=%s" % config.DNSMASQ_PIDFILE,
-         # dnsmasq answers DNS only for the lab (guests' DHCP hostnames); nothing is forwarded.
-         "--no-resolv", "--no-hosts", "--domain=lab", "--local=/lab/",
-         "--log-dhcp", "--log-facility=%s" % os.path.join(config.RUN_DIR, "dnsmasq.log"),
-         # The lease and pid files live in RUN_DIR, owned by root.
-         "--user=root", "--group=root"])
+    run(["ip", "netns", "exec", config.NETNS] + argv)
     deadline = time.monotonic() + 10
     while not dnsmasq_pid():
         if time.monotonic() > deadline:
             raise LabError("dnsmasq in netns %s did not start" % config.NETNS)
         time.sleep(0.1)
-    return ["started dnsmasq in netns %s (DHCP %s-%s)" % (
-        config.NETNS, config.DHCP_RANGE_START, config.DHCP_RANGE_END)]
+    actions.append("started dnsmasq in netns %s (DHCP %s-%s)" % (
+        config.NETNS, config.DHCP_RANGE_START, config.DHCP_RANGE_END))
+    return actions
+
+
+def _stop_dnsmasq(pid):
+    os.kill(pid, 15)
+    deadline = time.monotonic() + 10
+    while os.path.exists("/proc/%d" % pid):
+        if time.monotonic() > deadline:
+            raise LabError("dnsmasq (pid %d) did not stop" % pid)
+        time.sleep(0.1)
 
 
 def dhcp_leases():
-    """{mac: ip} from dnsmasq's lease file."""
+    """{mac: (ip, expiry epoch seconds)} from dnsmasq's lease file; the newest lease per MAC."""
     leases = {}
     try:
         with open(config.DNSMASQ_LEASEFILE) as handle:
             for line in handle:
                 fields = line.split()
                 if len(fields) >= 3:
-                    leases[fields[1].lower()] = fields[2]
+                    mac, lease = fields[1].lower(), (fields[2], int(fields[0]))
+                    if mac not in leases or lease[1] > leases[mac][1]:
+                        leases[mac] = lease
     except FileNotFoundError:
         pass
     return leases
@@ -125,7 +151,7 @@ def remove_network():
     actions = []
     pid = dnsmasq_pid()
     if pid:
-        os.kill(pid, 15)
+        _stop_dnsmasq(pid)
         actions.append("stopped dnsmasq")
     for path in (config.DNSMASQ_PIDFILE, config.DNSMASQ_LEASEFILE):
         if os.path.exists(path):
