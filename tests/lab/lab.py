@@ -1,6 +1,8 @@
 """Bring the whole lab up or down, idempotently, and describe it to tests."""
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 
 from tests.lab import config, images, libvirt_host, mirror, network
@@ -30,9 +32,23 @@ def describe():
                virt_type=config.VIRT_TYPE, cpu_mode=config.CPU_MODE, images=images.image_info())
 
 
+@contextlib.contextmanager
+def _exclusive():
+    # Two test sessions (or a test session and the demo) bringing the lab up at once would
+    # build the guest image into the same directory; the second waits for the first instead.
+    os.makedirs(config.RUN_DIR, exist_ok=True)
+    with open(os.path.join(config.RUN_DIR, "lab.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def up():
     """Bring every part of the lab up; return the list of things that had to change."""
-    os.makedirs(config.RUN_DIR, exist_ok=True)
+    with _exclusive():
+        return _up()
+
+
+def _up():
     actions = []
     actions += libvirt_host.ensure_daemons()
     actions += libvirt_host.ensure_pool()
@@ -44,6 +60,11 @@ def up():
 
 def down():
     """Remove the lab's domains, pool, network and mirror. libvirtd keeps running."""
+    with _exclusive():
+        return _down()
+
+
+def _down():
     actions = []
     actions += mirror.stop_mirror()
     if libvirt_host.daemons_running():
