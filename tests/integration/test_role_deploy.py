@@ -262,7 +262,7 @@ def fetch_from(lab, source, proxy, url):
          "-o", "/dev/null", "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url],
         capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr
-    status, _, header = completed.stdout.partition(" ")
+    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
     return int(status), header
 
 
