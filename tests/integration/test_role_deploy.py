@@ -211,6 +211,19 @@ def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides
     assert domain_state(RUNNING) is None
 
 
+def test_waiting_for_an_address_fails_saying_what_each_source_answered(lab, run_playbook, clean):
+    # The small image never boots, so no address ever comes.
+    run = run_playbook(DEPLOY, role_vars(lab, egress_proxy_instances=[{"name": RUNNING}],
+                                        egress_proxy_wait_for_ip=True, egress_proxy_wait_timeout=6))
+    assert run.rc != 0, run
+    (checked,) = results(run, "Check that every running proxy has an address")
+    assert checked["failed"]
+    assert "have no IPv4 address (waited up to 6 seconds): %s (libvirt state running, arp: " % RUNNING in checked["msg"]
+    assert "agent: guest agent not responding" in checked["msg"]
+    # The report still runs on the next deploy; the proxy itself was created.
+    assert domain_state(RUNNING) == "running"
+
+
 @pytest.fixture
 def origin(lab, tmp_path):
     """A web server inside the lab's namespace: what the booted proxy is asked to fetch."""
