@@ -96,6 +96,7 @@ EXAMPLES = r"""
 # proxies.kvm_proxies.yml: the proxies on the controller's own hypervisor
 plugin: egress_proxies.kvm.kvm_proxies
 
+---
 # fleet.kvm_proxies.yml: two hypervisors over SSH, one owner, cached for ten minutes
 plugin: egress_proxies.kvm.kvm_proxies
 hypervisors:

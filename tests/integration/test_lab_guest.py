@@ -141,6 +141,7 @@ def netns_origin(lab, tmp_path):
 
 def test_guest_boots_gets_lease_answers_agent_and_proxies(lab, booted_guest, netns_origin):
     deadline = booted_guest["started"] + BOOT_TIMEOUT
+
     def new_lease():
         lease = network.dhcp_leases().get(MAC)
         earlier = booted_guest["earlier_lease"]
