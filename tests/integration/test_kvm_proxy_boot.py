@@ -46,16 +46,16 @@ def agent(command, arguments=None):
     return json.loads(virsh("qemu-agent-command", VM, json.dumps(request)).stdout)["return"]
 
 
-def guest_exec(path, *args):
+def guest_exec(path, *args, timeout=30):
     """Run a command in the guest through the agent; return (exit code, stdout)."""
     pid = agent("guest-exec", {"path": path, "arg": list(args), "capture-output": True})["pid"]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = agent("guest-exec-status", {"pid": pid})
         if status["exited"]:
             return status["exitcode"], base64.b64decode(status.get("out-data", "")).decode()
         time.sleep(0.5)
-    pytest.fail("%s did not finish in the guest within 30 s" % path)
+    pytest.fail("%s did not finish in the guest within %d s" % (path, timeout))
 
 
 @pytest.fixture
@@ -120,6 +120,9 @@ def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after,
     assert guest_exec("/bin/hostname") == (0, VM + "\n")
     assert guest_exec("/bin/cat", "/etc/eptest-seed") == (0, MARKER + "\n")
     assert guest_exec("/bin/systemctl", "is-active", "qemu-guest-agent")[1].strip() == "active"
+    # Every cloud-init stage ran from our seed without an error (waits for the final stage).
+    rc, status = guest_exec("/usr/bin/cloud-init", "status", "--wait", "--long", timeout=WAIT_TIMEOUT)
+    assert rc == 0 and "status: done" in status, status
 
     # squid in the guest proxies a request made from inside the lab netns.
     body = None

@@ -93,6 +93,11 @@ echo "== configure"
 cat > "$rootdir/etc/cloud/cloud.cfg.d/90-egress-lab-datasource.cfg" <<'CFG'
 datasource_list: [ NoCloud, None ]
 CFG
+# The image carries no locale data (see the dpkg excludes above); cloud-init's locale module
+# would fail on every boot and leave `cloud-init status` at error. C.UTF-8 is built in.
+cat > "$rootdir/etc/cloud/cloud.cfg.d/91-egress-lab-locale.cfg" <<'CFG'
+locale: false
+CFG
 # The lab network is 198.18.0.0/15 (RFC 2544 benchmarking space); squid's stock rules admit only
 # localhost. Debian's squid.conf includes conf.d/ before its final "deny all".
 cat > "$rootdir/etc/squid/conf.d/egress-lab.conf" <<'CFG'
