@@ -129,9 +129,9 @@ from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import LIBVIRT_IMPORT_ERROR, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import LIBVIRT_REQUIREMENT, Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT
 
 VAR_PREFIX = "kvm_proxy_"
 ALL_GROUP = "kvm_proxies"
@@ -198,10 +198,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 except KvmError as error:
                     raise AnsibleParserError("%s: hypervisors[%d]: %s" % (self.NAME, index, error.message)) from error
             hypervisors.append({"uri": item["uri"], "name": name})
-        for library, install_hint, import_error in (
-            ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR),
-            ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR),
-        ):
+        for library, install_hint, import_error in (LIBVIRT_REQUIREMENT, LXML_REQUIREMENT):
             if import_error is not None:
                 raise AnsibleParserError(
                     "%s needs the Python library %s on the controller, in the Python that runs Ansible (%s)"

@@ -38,6 +38,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     classify,
 )
 
+LIBVIRT_REQUIREMENT = ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR)
+
 DEFAULT_URI = "qemu:///system"
 
 # virDomainInterfaceAddressesSource

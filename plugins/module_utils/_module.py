@@ -19,11 +19,13 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     DEFAULT_URI,
-    LIBVIRT_IMPORT_ERROR,
+    LIBVIRT_REQUIREMENT,
     Hypervisor,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT
 
-LIBVIRT_REQUIREMENT = ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR)
+# Every module talks to libvirt and reads or builds its XML.
+BASE_REQUIREMENTS = (LIBVIRT_REQUIREMENT, LXML_REQUIREMENT)
 
 
 def common_argument_spec():
@@ -34,14 +36,14 @@ class KvmModule:
     """An AnsibleModule plus the collection's conventions.
 
     ``requirements`` lists (library, how to install it, import traceback or
-    None) for the optional libraries the module needs besides libvirt.
+    None) for the optional libraries the module needs besides libvirt and lxml.
     """
 
     def __init__(self, argument_spec, requirements=(), supports_check_mode=True, **kwargs):
         spec = common_argument_spec()
         spec.update(argument_spec)
         self.module = AnsibleModule(argument_spec=spec, supports_check_mode=supports_check_mode, **kwargs)
-        for library, install_hint, import_error in (LIBVIRT_REQUIREMENT,) + tuple(requirements):
+        for library, install_hint, import_error in BASE_REQUIREMENTS + tuple(requirements):
             if import_error is not None:
                 self.module.fail_json(
                     msg=missing_required_lib(library, reason="on the host that runs this module (%s)" % install_hint),

@@ -4,7 +4,7 @@
 
 """lxml behind the optional-import guard, and the XML helpers every builder shares.
 
-Modules check ``LXML_IMPORT_ERROR`` and report ``missing_required_lib('lxml')``
+``LXML_REQUIREMENT`` is what the module wrapper and the inventory plugin check
 before calling any builder or reader.
 """
 
@@ -24,6 +24,8 @@ except ImportError:
     LXML_IMPORT_ERROR = traceback.format_exc()
 else:
     LXML_IMPORT_ERROR = None
+
+LXML_REQUIREMENT = ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)
 
 
 # libvirt's scaled integers (docs: "formatdomain.html#memory-allocation"):

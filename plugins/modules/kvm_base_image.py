@@ -282,7 +282,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache im
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -362,7 +361,7 @@ class BaseImageManager:
 def main():
     module = KvmModule(
         argument_spec=ARGUMENT_SPEC,
-        requirements=[REQUESTS_REQUIREMENT, ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+        requirements=[REQUESTS_REQUIREMENT],
         required_if=[("state", "present", ("url",))],
     )
     manager = BaseImageManager(module)

@@ -442,7 +442,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache im
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -511,8 +510,7 @@ class ProxyTask:
 def main():
     kvm = KvmModule(
         ARGUMENT_SPEC,
-        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT,
-                      ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT],
         mutually_exclusive=[("bridge", "network"), ("image", "base_volume")],
         required_if=[
             ("state", "present", ("image", "base_volume"), True),

@@ -240,7 +240,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str"),
@@ -276,7 +275,7 @@ class ProxyInfo:
 
 
 def main():
-    kvm = KvmModule(ARGUMENT_SPEC, requirements=[("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)])
+    kvm = KvmModule(ARGUMENT_SPEC)
     info = ProxyInfo(kvm)
     kvm.run(info.run, validate=info.validate)
 

@@ -249,7 +249,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
     remove_seed,
     seed_files,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_IMPORT_ERROR
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -342,7 +341,7 @@ class SeedManager:
 def main():
     module = KvmModule(
         argument_spec=ARGUMENT_SPEC,
-        requirements=[PYCDLIB_REQUIREMENT, ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)],
+        requirements=[PYCDLIB_REQUIREMENT],
     )
     manager = SeedManager(module)
     module.run(manager.work, validate=manager.validate)

@@ -92,7 +92,8 @@ def parse(monkeypatch, tmp_path, opened):
     def run(config, cache=True, file_name="fleet.kvm_proxies.yml", libvirt_import_error=None):
         plugin = load_plugin()
         # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
-        monkeypatch.setattr(sys.modules[type(plugin).__module__], "LIBVIRT_IMPORT_ERROR", libvirt_import_error)
+        monkeypatch.setattr(sys.modules[type(plugin).__module__], "LIBVIRT_REQUIREMENT",
+                            ("libvirt-python", "python3-libvirt", libvirt_import_error))
         warnings = Warnings()
         plugin.display = warnings
         path = tmp_path / file_name
