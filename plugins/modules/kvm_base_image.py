@@ -31,6 +31,7 @@ author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
+  - egress_proxies.kvm.image_download
   - egress_proxies.kvm.attributes
   - egress_proxies.kvm.attributes.action_group
 attributes:
@@ -98,27 +99,6 @@ options:
       - Copies still in use are kept and reported in RV(kept) with the volumes that use them.
     type: bool
     default: false
-  validate_certs:
-    description:
-      - Verify the TLS certificate of HTTPS servers (the image's and the checksum file's).
-    type: bool
-    default: true
-  timeout:
-    description:
-      - Seconds to wait for an HTTP server to connect or to send the next bytes (not for the whole download).
-    type: int
-    default: 60
-  retries:
-    description:
-      - How many times a download is retried after an HTTP 5xx answer, a network error or a body cut short,
-        waiting 2, 4, 8... seconds (at most 60) in between. HTTP 4xx answers are not retried.
-    type: int
-    default: 3
-  lock_timeout:
-    description:
-      - Seconds to wait for another run on this machine that is caching the same image into the same pool.
-    type: int
-    default: 3600
 notes:
   - The lock that makes concurrent runs download once lives on the machine the module runs on (under C(/run/lock)).
     Runs from different machines against the same hypervisor over C(qemu+ssh://) do not see each other's lock;
@@ -270,15 +250,14 @@ kept:
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
     REQUESTS_REQUIREMENT,
     STATE_ABSENT,
     ImageSpec,
+    download_argument_spec,
     ensure_image,
     prune_images,
     remove_image,
+    validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
@@ -291,10 +270,7 @@ ARGUMENT_SPEC = dict(
     pool=dict(type="str", default="default"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     prune=dict(type="bool", default=False),
-    validate_certs=dict(type="bool", default=True),
-    timeout=dict(type="int", default=DEFAULT_TIMEOUT),
-    retries=dict(type="int", default=DEFAULT_RETRIES),
-    lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
+    **download_argument_spec()
 )
 
 
@@ -308,11 +284,7 @@ class BaseImageManager:
 
     def validate(self):
         params = self.params
-        for option in ("timeout", "lock_timeout"):
-            if params[option] <= 0:
-                raise ValidationError("%s must be a positive number of seconds, got %d" % (option, params[option]))
-        if params["retries"] < 0:
-            raise ValidationError("retries must be 0 or more, got %d" % params["retries"])
+        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
         if params["prune"] and params["state"] == "absent":
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
         validate_pool_name(params["pool"])

@@ -34,6 +34,7 @@ author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
+  - egress_proxies.kvm.image_download
   - egress_proxies.kvm.attributes
   - egress_proxies.kvm.attributes.action_group
 attributes:
@@ -221,26 +222,6 @@ options:
         owner O(uid). Its overlay and seed are deleted only by their names, C(<name>.qcow2) and C(<name>-seed.iso).
     type: bool
     default: false
-  validate_certs:
-    description:
-      - Verify the TLS certificates of the HTTPS servers O(image) is fetched from.
-    type: bool
-    default: true
-  timeout:
-    description:
-      - Seconds to wait for the image's HTTP server to connect or to send the next bytes.
-    type: int
-    default: 60
-  retries:
-    description:
-      - How many times an image download is retried after a network error, an HTTP 5xx answer or a body cut short.
-    type: int
-    default: 3
-  lock_timeout:
-    description:
-      - Seconds to wait for another run on this machine that is caching the same image into the same pool.
-    type: int
-    default: 3600
 notes:
   - Changing any option that shapes the VM (see the description) replaces it. The options that do not (O(state),
     O(autostart), O(uid), O(host), O(wait_for_ip), the timeouts, O(image.url)) are applied in place or only affect
@@ -434,10 +415,9 @@ drifted:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
     REQUESTS_REQUIREMENT,
+    download_argument_spec,
+    validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyRequest
@@ -475,10 +455,7 @@ ARGUMENT_SPEC = dict(
     shutdown_timeout=dict(type="int", default=120),
     on_drift=dict(type="str", choices=["replace", "ignore"], default="replace"),
     force=dict(type="bool", default=False),
-    validate_certs=dict(type="bool", default=True),
-    timeout=dict(type="int", default=DEFAULT_TIMEOUT),
-    retries=dict(type="int", default=DEFAULT_RETRIES),
-    lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
+    **download_argument_spec()
 )
 
 # The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
@@ -493,6 +470,7 @@ class ProxyTask:
         self.request = None
 
     def validate(self):
+        validate_download_options(self.kvm.params["timeout"], self.kvm.params["retries"], self.kvm.params["lock_timeout"])
         params = {RENAMED.get(key, key): value for key, value in self.kvm.params.items()}
         self.request = ProxyRequest.from_params(params)
 

@@ -134,6 +134,8 @@ def test_absent_removes_the_vm_and_keeps_the_image(run, hypervisor):
     (dict(ARGS, name="Bad_Name"), "name 'Bad_Name' is not a valid VM name"),
     (dict(ARGS, virt_type="qemu", cpu_mode="host-passthrough"), "cpu_mode host-passthrough needs virt_type kvm"),
     (dict(ARGS, memory_mib=1), "memory_mib must be a whole number from 128"),
+    (dict(ARGS, timeout=0), "timeout must be a positive number of seconds, got 0"),
+    (dict(ARGS, lock_timeout=-5), "lock_timeout must be a positive number of seconds, got -5"),
 ])
 def test_bad_arguments_fail_before_connecting(run, args, message):
     result, _out, opened = run(args)

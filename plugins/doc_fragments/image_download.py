@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment:
+    # The options of every module that caches a base image (kvm_base_image, kvm_proxy).
+    DOCUMENTATION = r"""
+options:
+  validate_certs:
+    description:
+      - Verify the TLS certificate of HTTPS servers (the image's and the checksum file's).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait for an HTTP server to connect or to send the next bytes (not for the whole download).
+    type: int
+    default: 60
+  retries:
+    description:
+      - How many times a download is retried after an HTTP 5xx answer, a network error or a body cut short,
+        waiting 2, 4, 8... seconds (at most 60) in between. HTTP 4xx answers are not retried.
+    type: int
+    default: 3
+  lock_timeout:
+    description:
+      - Seconds to wait for another run on this machine that is caching the same image into the same pool.
+    type: int
+    default: 3600
+"""
