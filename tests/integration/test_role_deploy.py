@@ -213,8 +213,9 @@ def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides
 
 def test_waiting_for_an_address_fails_saying_what_each_source_answered(lab, run_playbook, clean):
     # The small image never boots, so no address ever comes.
-    run = run_playbook(DEPLOY, role_vars(lab, egress_proxy_instances=[{"name": RUNNING}],
-                                        egress_proxy_wait_for_ip=True, egress_proxy_wait_timeout=6))
+    variables = role_vars(lab, egress_proxy_instances=[{"name": RUNNING}], egress_proxy_wait_for_ip=True,
+                          egress_proxy_wait_timeout=6)
+    run = run_playbook(DEPLOY, variables)
     assert run.rc != 0, run
     (checked,) = results(run, "Check that every running proxy has an address")
     assert checked["failed"]
