@@ -1,0 +1,152 @@
+"""Time and memory of the cloud-init seed (kvm_seed, kvm_proxy's seed step), on the local lab.
+
+For each user-data size, a fresh process on the hypervisor's Python (/usr/bin/python3 with Debian's
+python3-libvirt 9.0 and python3-pycdlib 1.12, as the module runs there) works on seed volume
+eptest-bench-seed-seed.iso in the lab pool through a real Hypervisor, in four steps: build_iso
+alone; the first ensure_seed (volume absent: build, create, upload); ensure_seed again with the same
+files (download, parse, compare: unchanged); ensure_seed with one file changed (meta-data gains a
+key: download, parse, compare, delete, create, upload). Each step reports its wall time and the
+process's peak resident memory during that step (the peak is reset before each step through
+/proc/self/clear_refs).
+
+Usage (as root, lab up):  .venv/bin/python bench/bench_seed.py [USER_DATA_KIB ...]
+Default sizes: 1 1024 8192 (1 KiB, 1 MiB, 8 MiB). The volume is removed afterwards, also when the run
+fails or is interrupted.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLLECTIONS = os.path.join(REPO_ROOT, "build", "collections")
+sys.path.insert(0, REPO_ROOT)
+sys.path.insert(0, COLLECTIONS)
+
+# The imports below need the sys.path entries above.
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import remove_seed  # noqa: E402
+from tests.lab import config  # noqa: E402
+
+HYPERVISOR_PYTHON = "/usr/bin/python3"
+NAME = "eptest-bench-seed"
+# glibc's initial threshold, held fixed: buffers this large or larger are mapped for themselves and
+# unmapped when freed, so a step's peak shows what the step holds, not heap kept from an earlier one.
+MMAP_THRESHOLD = 128 * 1024
+
+# Runs in the measured process: only what the module itself would do, step by step.
+MEASURE = r"""
+import base64, json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+
+def rss_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+
+def reset_peak():
+    # Writing 5 resets VmHWM to the current RSS (Linux 4.0+).
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _seed as seed
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+
+uri, pool, name, size, runs = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+
+def user_data(size):
+    # cloud-config with a comment block of incompressible text, exactly ``size`` bytes.
+    head = b"#cloud-config\n"
+    body = base64.encodebytes(os.urandom(size))
+    text = head + b"".join(b"# " + line for line in body.splitlines(keepends=True))
+    return text[:size - 1] + b"\n"
+
+files = seed.seed_files(name, user_data=user_data(size))
+changed = seed.seed_files(name, user_data=files[seed.USER_DATA], meta_data={"bench": "changed"})
+steps = {}
+
+def step(label, work):
+    reset_peak()
+    start = rss_kib("VmRSS")
+    started = time.perf_counter()
+    result = work()
+    seconds = time.perf_counter() - started
+    steps.setdefault(label, []).append({"seconds": seconds, "rss_start_kib": start, "peak_kib": rss_kib("VmHWM")})
+    return result
+
+with Hypervisor.open(uri) as hypervisor:
+    seed.remove_seed(hypervisor, pool, name)
+    rss_start = rss_kib("VmRSS")
+    try:
+        for _run in range(runs):
+            image_size = len(step("build_iso", lambda: seed.build_iso(files)))
+            first = step("ensure_seed, first (create + upload)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
+            same = step("ensure_seed, unchanged (download + parse + compare)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
+            change = step("ensure_seed, one file changed", lambda: seed.ensure_seed(hypervisor, pool, name, changed))
+            assert first.changed and not same.changed and change.changed_files == [seed.META_DATA], (
+                first.as_dict(), same.as_dict(), change.as_dict())
+            seed.remove_seed(hypervisor, pool, name)
+    finally:
+        seed.remove_seed(hypervisor, pool, name)
+print(json.dumps({"user_data": len(files[seed.USER_DATA]), "image": image_size, "rss_start_kib": rss_start, "steps": steps}))
+"""
+
+
+def on_signal(signum, frame):
+    raise SystemExit("interrupted by signal %d" % signum)
+
+
+def link_collection():
+    """build/collections/ansible_collections/egress_proxies/kvm -> this checkout, as scripts/test makes it."""
+    link = os.path.join(COLLECTIONS, "ansible_collections", "egress_proxies", "kvm")
+    if not os.path.islink(link):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(REPO_ROOT, link)
+
+
+def size_label(kib):
+    return "%d MiB" % (kib // 1024) if kib % 1024 == 0 else "%d KiB" % kib
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[1, 1024, 8192], help="user-data sizes in KiB")
+    parser.add_argument("--runs", type=int, default=5, help="rounds of the four steps per size (medians and maxima are reported)")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    link_collection()
+    results = []
+    try:
+        for kib in args.sizes:
+            completed = subprocess.run(
+                [HYPERVISOR_PYTHON, "-c", MEASURE, COLLECTIONS, config.LIBVIRT_URI, config.POOL_NAME, NAME, str(kib * 1024), str(args.runs)],
+                capture_output=True, text=True, check=False, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD)))
+            if completed.returncode != 0:
+                sys.exit("the seed run with %s of user-data failed:\n%s" % (size_label(kib), completed.stderr))
+            results.append((kib, json.loads(completed.stdout)))
+    finally:
+        # The measured process removes its volume; this covers a process that was killed.
+        with Hypervisor.open(config.LIBVIRT_URI) as hypervisor:
+            remove_seed(hypervisor, config.POOL_NAME, NAME)
+    print("| user-data | ISO (bytes) | step | median of %d (s) | RSS at step start (MiB) | peak RSS in step (MiB) "
+          "| peak - start (MiB) |" % args.runs)
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for kib, result in results:
+        for label, rounds in result["steps"].items():
+            worst = max(rounds, key=lambda entry: entry["peak_kib"] - entry["rss_start_kib"])
+            print("| %s | %d | %s | %.3f | %.1f | %.1f | %.1f |" % (
+                size_label(kib), result["image"], label, statistics.median(entry["seconds"] for entry in rounds),
+                worst["rss_start_kib"] / 1024, worst["peak_kib"] / 1024, (worst["peak_kib"] - worst["rss_start_kib"]) / 1024))
+    print()
+    print("RSS of the measuring process after generating the user-data, importing and connecting: %s MiB" % ", ".join(
+        "%.1f (%s)" % (result["rss_start_kib"] / 1024, size_label(kib)) for kib, result in results))
+
+
+if __name__ == "__main__":
+    main()
