@@ -150,3 +150,9 @@ def test_libvirt_rejections_keep_code_and_message(lab, hypervisor):
     with pytest.raises(NotFoundError) as missing:
         hypervisor.lookup_pool("eptest-no-such-pool")
     assert "eptest-no-such-pool" in missing.value.message
+
+
+def test_session_uri_opens_and_lists(lab):
+    with Hypervisor.open("qemu:///session") as session:
+        assert isinstance(session.list_domains(), list)
+        assert session.hostname()
