@@ -109,24 +109,6 @@ MAX_BACKOFF = 60.0
 
 CHUNK_SIZE = 1024 * 1024
 
-
-def download_argument_spec():
-    """The download options of every module that caches images (docs: the image_download doc fragment)."""
-    return dict(
-        validate_certs=dict(type="bool", default=True),
-        timeout=dict(type="int", default=DEFAULT_TIMEOUT),
-        retries=dict(type="int", default=DEFAULT_RETRIES),
-        lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
-    )
-
-
-def validate_download_options(timeout, retries, lock_timeout):
-    """Refuse download options that could never work, before anything is fetched."""
-    for option, value in (("timeout", timeout), ("lock_timeout", lock_timeout)):
-        if value <= 0:
-            raise ValidationError("%s must be a positive number of seconds, got %d" % (option, value))
-    if retries < 0:
-        raise ValidationError("retries must be 0 or more, got %d" % retries)
 # A SHA256SUMS file lists a few dozen images; anything much larger is not one.
 MAX_CHECKSUM_FILE_BYTES = 4 * 1024 * 1024
 QCOW2_MAGIC = b"QFI\xfb"
@@ -145,8 +127,28 @@ STATE_ABSENT = "absent"
 STATE_INCOMPLETE = "incomplete"
 
 
-# --- the image ---------------------------------------------------------------------------------
+# --- download options ------------------------------------------------------------------------
 
+def download_argument_spec():
+    """The download options of every module that caches images (docs: the image_download doc fragment)."""
+    return dict(
+        validate_certs=dict(type="bool", default=True),
+        timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+        retries=dict(type="int", default=DEFAULT_RETRIES),
+        lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
+    )
+
+
+def validate_download_options(timeout, retries, lock_timeout):
+    """Refuse download options that could never work, before anything is fetched."""
+    for option, value in (("timeout", timeout), ("lock_timeout", lock_timeout)):
+        if value <= 0:
+            raise ValidationError("%s must be a positive number of seconds, got %d" % (option, value))
+    if retries < 0:
+        raise ValidationError("retries must be 0 or more, got %d" % retries)
+
+
+# --- the image ---------------------------------------------------------------------------------
 
 def _check_http_url(url, what):
     if not isinstance(url, str):

@@ -117,7 +117,7 @@ rm -f "$rootdir/var/lib/dbus/machine-id" "$rootdir"/etc/ssh/ssh_host_*
 rm -f "$rootdir/usr/sbin/policy-rc.d"
 rm -rf "$rootdir"/var/lib/apt/lists/* "$rootdir"/var/cache/apt/*.bin "$rootdir"/var/log/*.log
 
-kernel=$(cd "$rootdir/boot" && ls vmlinuz-* | sort -V | tail -n1)
+kernel=$(find "$rootdir/boot" -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sort -V | tail -n1)
 initrd=initrd.img-${kernel#vmlinuz-}
 test -f "$rootdir/boot/$initrd"
 mkdir -p "$rootdir/boot/extlinux"
