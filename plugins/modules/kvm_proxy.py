@@ -260,7 +260,9 @@ EXAMPLES = r"""
       write_files:
         - path: /etc/squid/conf.d/egress.conf
           content: |
-            http_access allow all
+            # only the LAN may use the proxy; never run an open proxy
+            acl lan src 192.168.1.0/24
+            http_access allow lan
       runcmd:
         - [systemctl, restart, squid]
     wait_for_ip: true
