@@ -8,12 +8,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache, _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
@@ -51,27 +49,14 @@ def opened():
 
 
 @pytest.fixture
-def run(monkeypatch, capsys, hypervisor, tmp_path, opened):
+def run(monkeypatch, run_main, hypervisor, tmp_path, opened):
     """run(args, check_mode=False, diff=False) -> the module's result dict."""
     monkeypatch.setattr(_image_cache, "default_lock_dir", lambda: str(tmp_path / "locks"))
 
     def run_module(args, check_mode=False, diff=False):
-        def fake_open(uri):
-            opened.append(uri)
-            hypervisor.uri = uri
-            return hypervisor
-
-        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
-        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
-        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
-        module_args = dict(args)
-        if check_mode:
-            module_args["_ansible_check_mode"] = True
-        if diff:
-            module_args["_ansible_diff"] = True
-        with patch_module_args(module_args), pytest.raises(SystemExit):
-            kvm_base_image.main()
-        return json.loads(capsys.readouterr().out)
+        result, _out, uris = run_main(kvm_base_image.main, hypervisor, args, check_mode=check_mode, diff=diff)
+        opened.extend(uris)
+        return result
 
     return run_module
 

@@ -8,14 +8,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy as proxy
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
@@ -54,30 +51,11 @@ def hypervisor():
 
 
 @pytest.fixture
-def run(monkeypatch, capsys, hypervisor):
+def run(run_main, hypervisor):
     """run(args, check_mode=False, diff=False, open_error=None) -> (result dict, raw output, the URIs opened)."""
 
     def run_module(args, check_mode=False, diff=False, open_error=None):
-        opened = []
-
-        def fake_open(uri):
-            opened.append(uri)
-            if open_error is not None:
-                raise open_error
-            return hypervisor
-
-        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
-        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
-        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
-        module_args = dict(args)
-        if check_mode:
-            module_args["_ansible_check_mode"] = True
-        if diff:
-            module_args["_ansible_diff"] = True
-        with patch_module_args(module_args), pytest.raises(SystemExit):
-            kvm_proxy.main()
-        out = capsys.readouterr().out
-        return json.loads(out), out, opened
+        return run_main(kvm_proxy.main, hypervisor, args, check_mode=check_mode, diff=diff, open_error=open_error)
 
     return run_module
 

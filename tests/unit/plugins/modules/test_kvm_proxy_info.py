@@ -8,11 +8,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 
 import pytest
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
@@ -43,25 +41,13 @@ def opened():
 
 
 @pytest.fixture
-def run(monkeypatch, capsys, hypervisor, opened):
+def run(run_main, hypervisor, opened):
     """run(args, check_mode=False, open_error=None) -> the module's result dict."""
 
     def run_module(args, check_mode=False, open_error=None):
-        def fake_open(uri):
-            opened.append(uri)
-            if open_error is not None:
-                raise open_error
-            return hypervisor
-
-        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
-        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
-        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
-        module_args = dict(args)
-        if check_mode:
-            module_args["_ansible_check_mode"] = True
-        with patch_module_args(module_args), pytest.raises(SystemExit):
-            kvm_proxy_info.main()
-        return json.loads(capsys.readouterr().out)
+        result, _out, uris = run_main(kvm_proxy_info.main, hypervisor, args, check_mode=check_mode, open_error=open_error)
+        opened.extend(uris)
+        return result
 
     return run_module
 
@@ -171,4 +157,14 @@ def test_bad_input_fails_before_connecting(run, opened, args, words):
     result = run(args)
     assert result["failed"] is True
     assert words in result["msg"]
+    assert opened == []
+
+
+def test_missing_libvirt_bindings_fail_naming_the_package(run, monkeypatch, opened):
+    missing = ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", "ImportError: libvirt")
+    monkeypatch.setattr(_module, "BASE_REQUIREMENTS", (missing,) + _module.BASE_REQUIREMENTS[1:])
+    result = run({})
+    assert result["failed"] is True
+    assert "Failed to import the required Python library (libvirt-python)" in result["msg"]
+    assert "python3-libvirt" in result["msg"]
     assert opened == []

@@ -9,13 +9,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import json
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import build_iso, read_iso, seed_files
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_seed
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
@@ -36,29 +33,18 @@ def hypervisor():
 class Runner:
     """run(args, check_mode=False, diff=False) -> the module's result dict; ``run.output`` is the raw stdout."""
 
-    def __init__(self, monkeypatch, capsys, hypervisor):
-        self.monkeypatch, self.capsys, self.hypervisor = monkeypatch, capsys, hypervisor
+    def __init__(self, run_main, hypervisor):
+        self.run_main, self.hypervisor = run_main, hypervisor
         self.output = None
 
     def __call__(self, args, check_mode=False, diff=False):
-        monkeypatch, hypervisor = self.monkeypatch, self.hypervisor
-        monkeypatch.setattr(_module.Hypervisor, "open", lambda uri: hypervisor)
-        # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
-        monkeypatch.setattr(_module, "LIBVIRT_REQUIREMENT", _module.LIBVIRT_REQUIREMENT[:2] + (None,))
-        module_args = dict(args)
-        if check_mode:
-            module_args["_ansible_check_mode"] = True
-        if diff:
-            module_args["_ansible_diff"] = True
-        with patch_module_args(module_args), pytest.raises(SystemExit):
-            kvm_seed.main()
-        self.output = self.capsys.readouterr().out
-        return json.loads(self.output)
+        result, self.output, _opened = self.run_main(kvm_seed.main, self.hypervisor, args, check_mode=check_mode, diff=diff)
+        return result
 
 
 @pytest.fixture
-def run(monkeypatch, capsys, hypervisor):
-    return Runner(monkeypatch, capsys, hypervisor)
+def run(run_main, hypervisor):
+    return Runner(run_main, hypervisor)
 
 
 def volume_files(hypervisor, pool="default"):
