@@ -199,3 +199,27 @@ def sshd():
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture
+def serve_in_netns(lab, tmp_path):
+    """serve_in_netns(text, port) -> URL of a page holding ``text``, served from inside the lab netns.
+
+    The destination a proxy under test is asked to fetch; the servers stop with the test.
+    """
+    servers = []
+
+    def serve(text, port):
+        root = tmp_path / ("netns-origin-%d" % port)
+        root.mkdir()
+        (root / "index.html").write_text(text)
+        servers.append(subprocess.Popen(
+            ["ip", "netns", "exec", lab.netns, HYPERVISOR_PYTHON, "-m", "http.server", "--bind", lab.netns_address,
+             "--directory", str(root), str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return "http://%s:%d/index.html" % (lab.netns_address, port)
+
+    yield serve
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)

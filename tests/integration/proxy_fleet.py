@@ -9,6 +9,7 @@ fleet from whatever else runs on the lab. Every name starts with
 ``eptest-`` (scripts/lab down removes such leftovers too).
 """
 
+import contextlib
 import datetime
 import uuid
 from dataclasses import dataclass
@@ -139,3 +140,14 @@ def remove(hypervisor, lab, fleet):
 def tear_down(lab, fleet):
     with Hypervisor.open(lab.uri) as hypervisor:
         remove(hypervisor, lab, fleet)
+
+
+@contextlib.contextmanager
+def built(lab, prefix):
+    """The fleet of ``plan(prefix)`` on the lab for the duration of the block, removed even when building fails."""
+    fleet = plan(prefix)
+    try:
+        build(lab, fleet)
+        yield fleet
+    finally:
+        tear_down(lab, fleet)

@@ -26,10 +26,8 @@ UNREACHABLE = "qemu+ssh://root@127.0.0.1:1/system?no_verify=1"
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    planned = proxy_fleet.plan(PREFIX)
-    proxy_fleet.build(lab, planned)
-    yield planned
-    proxy_fleet.tear_down(lab, planned)
+    with proxy_fleet.built(lab, PREFIX) as planned:
+        yield planned
 
 
 @pytest.fixture

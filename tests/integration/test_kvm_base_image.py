@@ -6,7 +6,6 @@ moments deterministic: they count requests, and can hold a response after a give
 of bytes until the test releases it (to kill the module mid-upload, or to make two runs overlap).
 """
 
-import hashlib
 import http.server
 import json
 import os
@@ -26,6 +25,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml imp
     parse_volume_xml,
 )
 from tests.lab import config
+from tests.lab.images import sha256_file
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +36,6 @@ TASK = os.path.join(PLAYBOOKS, "kvm_base_image_task.yml")
 BASE_PREFIX = "base-eptest-img"
 OVERLAY = "eptest-img-vm.qcow2"
 MODULE_PROCESS = "AnsiballZ_kvm_base_image"
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def qemu_img_info(path):

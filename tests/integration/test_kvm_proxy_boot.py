@@ -84,19 +84,9 @@ def absent_after(proxy_vars, run_playbook):
 
 
 @pytest.fixture
-def netns_origin(lab, tmp_path):
-    """An HTTP server inside the lab netns: the destination squid is asked to fetch."""
-    (tmp_path / "origin").mkdir()
-    (tmp_path / "origin" / "index.html").write_text("origin behind %s\n" % VM)
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", lab.netns, "/usr/bin/python3", "-m", "http.server", "--bind", lab.netns_address,
-         "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield "http://%s:%d/index.html" % (lab.netns_address, ORIGIN_PORT)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+def netns_origin(serve_in_netns):
+    """The destination squid is asked to fetch."""
+    return serve_in_netns("origin behind %s\n" % VM, ORIGIN_PORT)
 
 
 def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after, netns_origin, run_playbook):

@@ -28,10 +28,8 @@ HOST = "lab"
 
 @pytest.fixture(scope="module")
 def fleet(lab):
-    planned = proxy_fleet.plan(PREFIX)
-    proxy_fleet.build(lab, planned)
-    yield planned
-    proxy_fleet.tear_down(lab, planned)
+    with proxy_fleet.built(lab, PREFIX) as planned:
+        yield planned
 
 
 def ours(entries, fleet):

@@ -124,19 +124,9 @@ def booted_guest(lab, tmp_path):
 
 
 @pytest.fixture
-def netns_origin(lab, tmp_path):
-    """An HTTP server inside the lab netns: the destination squid is asked to fetch."""
-    (tmp_path / "origin").mkdir()
-    (tmp_path / "origin" / "index.html").write_text("egress-lab origin\n")
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", lab.netns, "/usr/bin/python3", "-m", "http.server",
-         "--bind", lab.netns_address, "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield "http://%s:%d/index.html" % (lab.netns_address, ORIGIN_PORT)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+def netns_origin(serve_in_netns):
+    """The destination squid is asked to fetch."""
+    return serve_in_netns("egress-lab origin\n", ORIGIN_PORT)
 
 
 def test_guest_boots_gets_lease_answers_agent_and_proxies(lab, booted_guest, netns_origin):

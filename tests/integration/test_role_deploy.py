@@ -226,18 +226,9 @@ def test_waiting_for_an_address_fails_saying_what_each_source_answered(lab, run_
 
 
 @pytest.fixture
-def origin(lab, tmp_path):
-    """A web server inside the lab's namespace: what the booted proxy is asked to fetch."""
-    (tmp_path / "origin").mkdir()
-    (tmp_path / "origin" / "index.html").write_text("egress_proxy role test origin\n")
-    server = subprocess.Popen(["ip", "netns", "exec", lab.netns, "/usr/bin/python3", "-m", "http.server", "--bind",
-                               lab.netns_address, "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield "http://%s:%d/index.html" % (lab.netns_address, ORIGIN_PORT)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+def origin(serve_in_netns):
+    """What the booted proxy is asked to fetch."""
+    return serve_in_netns("egress_proxy role test origin\n", ORIGIN_PORT)
 
 
 @pytest.fixture
