@@ -37,6 +37,7 @@ VIR_ERR_AUTH_FAILED = 45
 VIR_ERR_NO_STORAGE_POOL = 49
 VIR_ERR_NO_STORAGE_VOL = 50
 VIR_ERR_OPERATION_INVALID = 55
+VIR_ERR_NO_INTERFACE = 57
 VIR_ERR_CONFIG_UNSUPPORTED = 67
 VIR_ERR_OPERATION_TIMEOUT = 68
 VIR_ERR_ARGUMENT_UNSUPPORTED = 74
@@ -51,7 +52,10 @@ VIR_ERR_XML_INVALID_SCHEMA = 92
 VIR_ERR_AUTH_UNAVAILABLE = 94
 VIR_ERR_AGENT_UNSYNCED = 97
 
-NOT_FOUND_CODES = frozenset((VIR_ERR_NO_DOMAIN, VIR_ERR_NO_STORAGE_VOL, VIR_ERR_NO_STORAGE_POOL, VIR_ERR_NO_NETWORK, VIR_ERR_NO_DOMAIN_METADATA))
+NOT_FOUND_CODES = frozenset((
+    VIR_ERR_NO_DOMAIN, VIR_ERR_NO_STORAGE_VOL, VIR_ERR_NO_STORAGE_POOL, VIR_ERR_NO_NETWORK, VIR_ERR_NO_INTERFACE,
+    VIR_ERR_NO_DOMAIN_METADATA,
+))
 
 # The hypervisor will keep rejecting these until someone changes the request
 # or the host. Every other code (including ones nobody taught this table) is
@@ -86,11 +90,19 @@ class KvmError(Exception):
 
     kind = "error"
 
-    def __init__(self, message, code=None, libvirt_message=None):
+    def __init__(self, message, code=None, libvirt_message=None, completed_actions=None):
         super().__init__(message)
         self.message = message
         self.code = code
         self.libvirt_message = libvirt_message
+        # The steps a flow finished before it failed: a failed task that did
+        # steps must still say changed (AWX and callers rely on it) and which.
+        self.completed_actions = completed_actions
+
+    def after(self, message, completed_actions):
+        """The same kind of error with a new message, recording the steps completed before it."""
+        return type(self)(message, code=self.code, libvirt_message=self.libvirt_message,
+                          completed_actions=list(completed_actions))
 
     def has_code(self, code):
         return self.code == code
@@ -98,6 +110,9 @@ class KvmError(Exception):
     def to_result(self):
         """Extra keys for the failed task's result."""
         result = {"error_kind": self.kind}
+        if self.completed_actions is not None:
+            result["changed"] = bool(self.completed_actions)
+            result["actions"] = list(self.completed_actions)
         if self.code is not None:
             result["libvirt_code"] = self.code
             result["libvirt_message"] = self.libvirt_message

@@ -54,6 +54,7 @@ UNDEFINE_NVRAM = 4
 UNDEFINE_ALL = UNDEFINE_MANAGED_SAVE | UNDEFINE_SNAPSHOTS_METADATA | UNDEFINE_NVRAM
 
 METADATA_ELEMENT = 2  # VIR_DOMAIN_METADATA_ELEMENT
+METADATA_AFFECT_LIVE = 1  # VIR_DOMAIN_AFFECT_LIVE
 METADATA_AFFECT_CONFIG = 2  # VIR_DOMAIN_AFFECT_CONFIG
 
 # A remote hypervisor that stops answering is declared dead after
@@ -180,6 +181,12 @@ class Hypervisor:
                 return None
             raise error from exc
 
+    def set_domain_metadata(self, dom, xml, key, uri, live):
+        """Replace the metadata element under ``uri`` in the persistent definition and, when ``live``, the running one."""
+        flags = METADATA_AFFECT_CONFIG | (METADATA_AFFECT_LIVE if live else 0)
+        self._call("writing the metadata of domain '%s'" % dom.name(), dom.setMetadata, METADATA_ELEMENT, xml, key,
+                   uri, flags)
+
     def start_domain(self, dom):
         self._call("starting domain '%s'" % dom.name(), dom.create)
 
@@ -201,6 +208,15 @@ class Hypervisor:
     def domain_addresses(self, dom, source):
         """``virDomainInterfaceAddresses`` for one source (ADDRESS_SOURCE_*)."""
         return self._call("reading the addresses of domain '%s'" % dom.name(), dom.interfaceAddresses, source, 0)
+
+    # --- networking -------------------------------------------------------------
+
+    def lookup_interface(self, name):
+        """A host interface (a bridge, say) by name; NotFoundError when the host has none of that name."""
+        return self._call("looking up host interface '%s'" % name, self._conn.interfaceLookupByName, name)
+
+    def lookup_network(self, name):
+        return self._call("looking up libvirt network '%s'" % name, self._conn.networkLookupByName, name)
 
     # --- storage --------------------------------------------------------------
 

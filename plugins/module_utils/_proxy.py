@@ -89,6 +89,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
     INSTANCE_TAG,
+    METADATA_PREFIX,
     METADATA_URI,
     build_instance_element,
 )
@@ -120,7 +121,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     libvirt_state_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml, parse_volume_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml, to_string
 
 STATE_PRESENT = "present"
 STATE_STOPPED = "stopped"
@@ -144,6 +145,17 @@ DESTROY_DOMAIN = "destroy domain"
 UNDEFINE_DOMAIN = "undefine domain"
 ENABLE_AUTOSTART = "enable autostart"
 DISABLE_AUTOSTART = "disable autostart"
+RECORD_OWNER = "record owner"
+# Once one of these ran, a replacement can no longer say it left the old VM as it was.
+_REMOVAL_ACTIONS = frozenset((DESTROY_DOMAIN, DELETE_OVERLAY, DELETE_SEED, UNDEFINE_DOMAIN))
+
+# How a task relates to an existing domain of its name.
+OWN = "own"  # recorded with this task's uid, or the task gives none
+ADOPTABLE = "adoptable"  # recorded with a uid listed in adopt_uids
+FOREIGN = "foreign"  # recorded with another uid
+UNMANAGED = "unmanaged"  # not created by this collection
+# In adopt_uids: every domain this collection created, whatever its owner.
+ADOPT_ANY = "*"
 
 DEFAULT_VCPUS = 1
 DEFAULT_MEMORY_MIB = 1024
@@ -204,6 +216,7 @@ class ProxyRequest:
     state: str = STATE_PRESENT
     host: Optional[str] = None
     uid: Optional[str] = None
+    adopt_uids: tuple = ()
     vcpus: int = DEFAULT_VCPUS
     memory_mib: int = DEFAULT_MEMORY_MIB
     disk_size_gb: int = DEFAULT_DISK_SIZE_GB
@@ -249,6 +262,8 @@ class ProxyRequest:
         given.setdefault("cpu_mode", DEFAULT_CPU_MODE[virt_type])
         if given.get("mac") is not None:
             given["mac"] = normalize_mac(given["mac"])
+        if "adopt_uids" in given:
+            given["adopt_uids"] = tuple(given["adopt_uids"])
         request = cls(**given)
         request._validate()
         return request
@@ -267,6 +282,11 @@ class ProxyRequest:
         if self.uid is not None:
             # The metadata builder owns the uid rules; building it once refuses a bad uid now.
             build_instance_element(self.uid, _utcnow())
+        if self.adopt_uids and self.uid is None:
+            raise ValidationError("adopt_uids needs uid: the adopted domains are recorded with this task's uid")
+        for adopted in self.adopt_uids:
+            if adopted != ADOPT_ANY:
+                build_instance_element(adopted, _utcnow())
         for option in ("wait_timeout", "shutdown_timeout", "download_timeout", "download_retries"):
             value = getattr(self, option)
             if not _is_int(value) or value < 0:
@@ -320,28 +340,34 @@ class ProxyRequest:
     def disk_bytes(self):
         return self.disk_size_gb * GIB
 
-    def image_identity(self):
-        """What names the disk's content without asking anyone: the image as configured, or the base volume.
+    def image_identity(self, image_sha256=None):
+        """What names the disk's content: the image's digest, or the base volume.
 
-        The URL is left out on purpose: a mirror move serving the same
-        checksum is the same disk, and without a checksum the cache never
-        fetches a cached image again anyway.
+        ``image_sha256`` is the digest a checksum URL (SHA256SUMS) lists now:
+        a new release there is another disk. The URL is left out on purpose:
+        a mirror move serving the same checksum is the same disk, and without
+        a checksum the cache never fetches a cached image again anyway.
         """
         if self.image is not None:
             checksum = self.image.checksum
             if self.image.pinned_sha256 is not None:
                 checksum = "sha256:" + self.image.pinned_sha256  # the same digest in capitals is the same disk
+            elif image_sha256 is not None:
+                checksum = "sha256:" + image_sha256
             return {"name": self.image.name, "format": self.image.format, "checksum": checksum}
         return {"base_volume": self.base_volume}
 
-    def spec(self):
-        """Everything that shapes the VM, as stored in its metadata. Cloud-init data only as sha256 digests."""
+    def spec(self, image_sha256=None):
+        """Everything that shapes the VM, as stored in its metadata. Cloud-init data only as sha256 digests.
+
+        ``image_sha256``: see image_identity.
+        """
         files = self.seed_files()
         return {
             "version": SPEC_VERSION,
             "pool": self.pool,
             "disk_size_gb": self.disk_size_gb,
-            "image": self.image_identity(),
+            "image": self.image_identity(image_sha256),
             "user_data_sha256": _sha256(files[USER_DATA]),
             "meta_data_sha256": _sha256(files[META_DATA]),
             "vendor_data_sha256": _sha256(files[VENDOR_DATA]),
@@ -376,8 +402,13 @@ def build_metadata_element(uid, created_at, spec):
     The spec holds no secrets (cloud-init data appears as digests only) and
     lets diff mode show what a drifted VM was built from.
     """
-    element = build_instance_element(uid, created_at, spec_digest(spec))
-    etree.SubElement(element, etree.QName(METADATA_URI, SPEC_TAG)).text = _canonical_json(spec)
+    return _metadata_element(uid, created_at, spec_digest(spec), spec)
+
+
+def _metadata_element(uid, created_at, digest, spec):
+    element = build_instance_element(uid, created_at, digest)
+    if spec is not None:
+        etree.SubElement(element, etree.QName(METADATA_URI, SPEC_TAG)).text = _canonical_json(spec)
     return element
 
 
@@ -436,9 +467,10 @@ class ProxyManager:
         self._http = http
         self._lock_dir = lock_dir
         self._lock_timeout = lock_timeout
-        self._spec = request.spec() if request.state != STATE_ABSENT else None
-        self._digest = spec_digest(self._spec) if self._spec is not None else None
         # Filled while planning and executing.
+        self._spec = None
+        self._digest = None
+        self._image_probe = None  # the image cache's check-mode answer, asked once
         self._plan = []
         self._pool = None
         self._base = None  # (volume name, path, format, virtual size) of the base image
@@ -446,7 +478,9 @@ class ProxyManager:
         self._dom = None
         self._uid = request.uid
         self._drifted = False
-        self._kept = False  # the existing domain stays (only its state and autostart are made right)
+        self._kept = False  # the existing domain stays (only its state, autostart and owner are made right)
+        self._replacing = None  # the Observed domain a replacement removes
+        self._left_alone = False  # another owner's VM of this spec: reported, not touched
         self._warnings = []
 
     # --- the task --------------------------------------------------------------------------------
@@ -458,6 +492,7 @@ class ProxyManager:
         if request.state == STATE_ABSENT:
             self._plan_absent(current)
         else:
+            self._resolve_spec()
             self._plan_present(current)
         actions = [step.action for step in self._plan]
         if not self.check_mode:
@@ -471,7 +506,11 @@ class ProxyManager:
             "id": format_domain_id(host, request.name),
             "volumes": self._volumes(current),
         }
-        result.update(self._describe(host, current))
+        try:
+            result.update(self._describe(host, current))
+        except KvmError as error:
+            # wait_for_ip gave up after the VM was built: the steps still happened.
+            raise error.after(error.message, actions) from error
         result["diff"] = self._diff(current)
         if self._warnings:
             result["warnings"] = list(self._warnings)
@@ -485,23 +524,61 @@ class ProxyManager:
         except NotFoundError:
             return None
         root = parse_xml(self.hv.domain_xml(dom), "the XML of domain '%s'" % self.request.name)
-        return Observed(handle=dom, info=parse_domain_element(root), spec=_stored_spec(root), state=self.hv.domain_state(dom))
+        return Observed(handle=dom, info=parse_domain_element(root), spec=_stored_spec(root), state=self.hv.domain_state(dom),
+                        autostart=self.hv.domain_autostart(dom))
+
+    def _resolve_spec(self):
+        """The spec this task asks for. A checksum given as a SHA256SUMS URL counts by the digest it lists now.
+
+        So a new release at the same URL is drift, and a fleet converges on one image
+        instead of keeping old VMs on the old base and new ones on the new.
+        """
+        image_sha256 = None
+        if self.request.image is not None and self.request.image.checksum_url is not None:
+            self._image_probe = self._image_result(check_mode=True)
+            image_sha256 = self._image_probe.sha256
+        self._spec = self.request.spec(image_sha256)
+        self._digest = spec_digest(self._spec)
+
+    def _owner(self, current):
+        """How this task relates to the existing domain: OWN, ADOPTABLE, FOREIGN or UNMANAGED."""
+        if not current.managed:
+            return UNMANAGED
+        owner = current.metadata.uid
+        if self.request.uid is None or owner == self.request.uid:
+            return OWN
+        if ADOPT_ANY in self.request.adopt_uids or owner in self.request.adopt_uids:
+            return ADOPTABLE
+        return FOREIGN
 
     def _ownership_problem(self, current):
         """Why this task may not replace or delete ``current``, or None when it may."""
+        owner = self._owner(current)
         name = self.request.name
-        if not current.managed:
+        if owner == UNMANAGED:
             return ("domain '%s' exists but was not created by egress_proxies.kvm (it has no managed <%s> element in "
                     "namespace %s)" % (name, INSTANCE_TAG, METADATA_URI))
-        owner = current.metadata.uid
-        if self.request.uid is not None and owner != self.request.uid:
-            return "domain '%s' is owned by uid '%s', not by this task's uid '%s'" % (name, owner, self.request.uid)
+        if owner == FOREIGN:
+            return "domain '%s' is owned by uid '%s', not by this task's uid '%s'" % (
+                name, current.metadata.uid, self.request.uid)
         return None
 
     def _refuse(self, problem, what):
         return PermanentError(
             "%s; refusing to %s it. Nothing was changed. Choose another name, remove the domain yourself, or set "
             "force=true to let this task %s it" % (problem, what, what))
+
+    def _missing_volumes(self, current):
+        """The domain's pool-backed disks that are gone (deleted by hand): such a VM cannot start again."""
+        missing = []
+        pools = {}
+        for pool_name, volume in current.info.volumes():
+            if pool_name not in pools:
+                pools[pool_name] = self._lookup_pool(pool_name)
+            pool = pools[pool_name]
+            if pool is None or self._lookup_volume(pool, volume) is None:
+                missing.append((pool_name, volume))
+        return missing
 
     # --- planning --------------------------------------------------------------------------------
 
@@ -521,26 +598,54 @@ class ProxyManager:
 
     def _plan_present(self, current):
         request = self.request
-        if current is not None:
-            problem = self._ownership_problem(current)
-            if problem is not None and not request.force:
-                raise self._refuse(problem, "replace")
-            matches = problem is None and current.metadata.spec_digest == self._digest
-            if matches or (problem is None and request.on_drift == ON_DRIFT_IGNORE):
-                self._drifted = not matches
-                self._uid = current.metadata.uid
-                self._plan_keep(current)
-                return
-            self._drifted = problem is None
-            self._plan_removal(current)
-        self._plan_creation()
+        if current is None:
+            self._plan_creation(None)
+            return
+        owner = self._owner(current)
+        matches = current.managed and current.metadata.spec_digest == self._digest
+        keepable = owner != UNMANAGED and (matches or request.on_drift == ON_DRIFT_IGNORE)
+        # A running VM holds its disks open and keeps working; only one that must start again needs them.
+        missing = self._missing_volumes(current) if keepable and not is_active(current.state) else []
+        if owner == FOREIGN and matches and not missing and not request.force:
+            self._plan_foreign(current)
+            return
+        problem = self._ownership_problem(current)
+        if problem is not None and not request.force:
+            raise self._refuse(problem, "replace")
+        if keepable and not missing and problem is None:
+            self._drifted = not matches
+            self._plan_keep(current, adopt=owner == ADOPTABLE)
+            return
+        for pool_name, volume in missing:
+            self._warnings.append(
+                "volume '%s' of domain '%s' is missing from storage pool '%s' (deleted outside this collection?); the "
+                "VM cannot boot without it and is rebuilt" % (volume, request.name, pool_name))
+        self._drifted = problem is None and not matches
+        if problem is None and current.metadata.uid is not None and self._uid is None:
+            self._uid = current.metadata.uid  # the owner stays across a replacement
+        self._plan_creation(current)
 
-    def _plan_keep(self, current):
-        """The domain stays: only its running state and autostart flag are made right."""
+    def _plan_foreign(self, current):
+        """A VM of this spec that another owner recorded: reported and left exactly as it is."""
+        self._dom = current.handle
+        self._kept = True
+        self._left_alone = True
+        self._uid = current.metadata.uid
+        self._warnings.append(
+            "domain '%s' matches this task's spec but is owned by uid '%s', not '%s'; it was left as it is (state and "
+            "autostart included). Add '%s' to adopt_uids to take it over" % (
+                self.request.name, current.metadata.uid, self.request.uid, current.metadata.uid))
+
+    def _plan_keep(self, current, adopt):
+        """The domain stays: only its running state, autostart flag and owner are made right."""
         state = current.state
         name = self.request.name
         self._dom = current.handle
         self._kept = True
+        self._uid = current.metadata.uid
+        if adopt:
+            self._uid = self.request.uid
+            self._add(RECORD_OWNER, lambda: self._record_owner(current))
         if self.request.state == STATE_PRESENT:
             if state == VIR_DOMAIN_SHUTOFF:
                 self._add(START_DOMAIN, self._start)
@@ -553,7 +658,6 @@ class ProxyManager:
         elif state != VIR_DOMAIN_SHUTOFF:
             # Paused, suspended, crashed: a guest in those states cannot act on an ACPI request.
             self._add(DESTROY_DOMAIN, self._destroy)
-        current.autostart = self.hv.domain_autostart(current.handle)
         if current.autostart != self.request.autostart:
             self._add(ENABLE_AUTOSTART if self.request.autostart else DISABLE_AUTOSTART, self._set_autostart)
 
@@ -578,9 +682,8 @@ class ProxyManager:
     def _plan_volume_removal(self, pool_names):
         """Delete the VM's own volumes, found by name; never anything else (so never a base image)."""
         for pool_name in pool_names:
-            try:
-                pool = self.hv.lookup_pool(pool_name)
-            except NotFoundError:
+            pool = self._lookup_pool(pool_name)
+            if pool is None:
                 continue  # a pool that is gone holds nothing left to clean
             for action, volume in ((DELETE_OVERLAY, overlay_volume_name(self.request.name)),
                                    (DELETE_SEED, seed_volume_name(self.request.name))):
@@ -589,16 +692,24 @@ class ProxyManager:
                     self._deleted.add((pool_name, volume))
                     self._add(action, self._deleter(vol))
 
-    def _plan_creation(self):
+    def _plan_creation(self, replacing):
+        """Build the VM; a replacement removes ``replacing`` only once everything the new VM needs is known good.
+
+        The pool, the NIC, the base image (fetched and verified: content-addressed,
+        so this never disturbs the base the old VM runs on) and the disk size are
+        all settled first; a failure there leaves the running proxy as it was.
+        """
         request = self.request
-        try:
-            self._pool = self.hv.lookup_pool(request.pool)
-        except NotFoundError as error:
+        self._pool = self._lookup_pool(request.pool)
+        if self._pool is None:
             raise PermanentError(
                 "storage pool '%s' does not exist on the hypervisor; create it (virsh pool-define-as) or set pool to an "
-                "existing one" % request.pool, error.code, error.libvirt_message) from error
-        self._uid = request.uid or str(uuid.uuid4())
+                "existing one" % request.pool)
+        self._require_nic()
         fetch = self._plan_base()
+        if replacing is not None:
+            self._replacing = replacing
+            self._plan_removal(replacing)
         self._plan_overlay(fetch)
         self._plan_seed()
         self._add(DEFINE_DOMAIN, self._define)
@@ -608,6 +719,25 @@ class ProxyManager:
         if request.autostart:
             self._add(ENABLE_AUTOSTART, self._set_autostart)
 
+    def _require_nic(self):
+        """The bridge or network must exist: a missing one fails at start, after define, and no retry helps."""
+        request = self.request
+        try:
+            if request.bridge is not None:
+                self.hv.lookup_interface(request.bridge)
+            else:
+                self.hv.lookup_network(request.network)
+        except NotFoundError as error:
+            what = ("bridge '%s' (option bridge) is not an interface of the hypervisor; create it or name an existing "
+                    "bridge" % request.bridge if request.bridge is not None else
+                    "libvirt network '%s' (option network) is not defined on the hypervisor; define it (virsh "
+                    "net-define) or name an existing one" % request.network)
+            raise PermanentError("%s. Nothing was changed" % what, error.code, error.libvirt_message) from error
+        except PermanentError as error:
+            # A connection without libvirt's interface driver cannot tell; start will.
+            if not error.has_code(VIR_ERR_NO_SUPPORT):
+                raise
+
     def _image_result(self, check_mode):
         request = self.request
         return ensure_image(
@@ -616,16 +746,22 @@ class ProxyManager:
             lock_dir=self._lock_dir)
 
     def _plan_base(self):
-        """Find the base image; plan its download when it is not cached. Returns True when it must be fetched."""
+        """Find the base image; plan its download when it is not cached. Returns True when it must be fetched.
+
+        The disk size is checked here against the image's virtual size (read
+        from the cached volume, or from the image's header when not cached),
+        so a too small disk fails before anything is downloaded or removed.
+        """
         request = self.request
         if request.image is not None:
-            probe = self._image_result(check_mode=True)
-            if probe.changed:
-                self._base = (probe.volume, None, request.image.format, None)
-                self._add(FETCH_IMAGE, self._fetch_image)
-                return True
+            if self._image_probe is None:
+                self._image_probe = self._image_result(check_mode=True)
+            probe = self._image_probe
             self._base = (probe.volume, probe.path, probe.format, probe.size)
             self._check_disk_size()
+            if probe.changed:
+                self._add(FETCH_IMAGE, self._fetch_image)
+                return True
             return False
         vol = self._lookup_volume(self._pool, request.base_volume)
         if vol is None:
@@ -679,7 +815,10 @@ class ProxyManager:
                 # done, and running the task again resumes from here.
                 message = "%s failed%s: %s" % (
                     step.action, " after %s" % ", ".join(done) if done else "", error.message)
-                raise type(error)(message, code=error.code, libvirt_message=error.libvirt_message) from error
+                if self._replacing is not None and not _REMOVAL_ACTIONS.intersection(done + [step.action]):
+                    message += "; domain '%s' was left as it was (%s) and still needs replacing" % (
+                        self.request.name, libvirt_state_name(self._replacing.state))
+                raise error.after(message, done) from error
             done.append(step.action)
 
     def _fetch_image(self):
@@ -704,8 +843,17 @@ class ProxyManager:
         ensure_seed(self.hv, self.request.pool, self.request.name, self.request.seed_files(), check_mode=False)
 
     def _define(self):
+        if self._uid is None:
+            self._uid = str(uuid.uuid4())
         metadata = build_metadata_element(self._uid, self._clock(), self._spec)
         self._dom = self.hv.define_domain(build_domain_xml(self.request.domain_params(metadata)))
+
+    def _record_owner(self, current):
+        """Write this task's uid over the adopted owner's, keeping createdAt and the recorded spec."""
+        metadata = current.metadata
+        element = _metadata_element(self._uid, metadata.created_at, metadata.spec_digest, current.spec)
+        self.hv.set_domain_metadata(current.handle, to_string(element), METADATA_PREFIX, METADATA_URI,
+                                    live=current.state != VIR_DOMAIN_SHUTOFF)
 
     def _start(self):
         try:
@@ -781,13 +929,14 @@ class ProxyManager:
             if not self._kept:
                 absent.update(uid=self._uid, spec_digest=self._digest, mac=request.mac, autostart=request.autostart)
                 return absent
-            return self._entry(host, current.handle, current.info)
+            return dict(self._entry(host, current.handle, current.info), uid=self._uid)
         # A kept domain's definition did not change; a new one's XML carries the MAC libvirt chose.
         info = current.info if self._kept else parse_domain_xml(self.hv.domain_xml(self._dom))
-        if request.wait_for_ip and request.state == STATE_PRESENT:
+        if request.wait_for_ip and request.state == STATE_PRESENT and not self._left_alone:
             macs = info.macs()
             self._wait_for_ip(macs[0] if macs else None)
-        return self._entry(host, self._dom, info)
+        # An adopted domain's new owner is in its metadata, not in the XML read before.
+        return dict(self._entry(host, self._dom, info), uid=self._uid)
 
     def _entry(self, host, dom, info):
         entry = inspect_domain(self.hv, dom, host, info)
@@ -826,8 +975,8 @@ class ProxyManager:
             base = self._base[0]
         elif self._kept and self._drifted:
             base = base_volume_of((current.spec or {}).get("image"))
-        elif self.request.state != STATE_ABSENT:
-            base = base_volume_of(self.request.image_identity())
+        elif self._spec is not None:
+            base = base_volume_of(self._spec["image"])
         else:
             base = None
         return {"pool": self.request.pool, "overlay": overlay_volume_name(name), "seed": seed_volume_name(name), "base": base}
@@ -837,7 +986,7 @@ class ProxyManager:
         if current is not None:
             metadata = current.metadata
             before = {
-                "state": STATE_PRESENT if is_active(current.state) else STATE_STOPPED,
+                "state": _diff_state(current.state),
                 "managed": current.managed,
                 "uid": metadata.uid if metadata is not None else None,
                 "spec_digest": metadata.spec_digest if metadata is not None else None,
@@ -847,8 +996,10 @@ class ProxyManager:
                 before["autostart"] = current.autostart
         if self.request.state == STATE_ABSENT:
             return {"before": before, "after": {"state": STATE_ABSENT}}
-        if self._kept:
-            after = dict(before, state=self.request.state, autostart=self.request.autostart)
+        if self._left_alone:
+            after = dict(before)
+        elif self._kept:
+            after = dict(before, state=self.request.state, autostart=self.request.autostart, uid=self._uid)
         else:
             after = {
                 "state": self.request.state,
@@ -862,11 +1013,26 @@ class ProxyManager:
 
     # --- helpers ---------------------------------------------------------------------------------
 
+    def _lookup_pool(self, name):
+        try:
+            return self.hv.lookup_pool(name)
+        except NotFoundError:
+            return None
+
     def _lookup_volume(self, pool, name):
         try:
             return self.hv.lookup_volume(pool, name)
         except NotFoundError:
             return None
+
+
+def _diff_state(state):
+    """A domain's state as the diff shows it: present, stopped, or libvirt's name (paused, crashed, ...)."""
+    if is_active(state):
+        return STATE_PRESENT
+    if state == VIR_DOMAIN_SHUTOFF:
+        return STATE_STOPPED
+    return libvirt_state_name(state)
 
 
 def _volume_info(hypervisor, vol):

@@ -97,6 +97,8 @@ class FakeHypervisor:
         self.domains = {}
         self.calls = []
         self.undefine_supported_flags = 7
+        self.interfaces = {"lo", "br0", "br1"}
+        self.networks = {"default"}
         self._failures = {}
         self._upload_cuts = {}
 
@@ -206,6 +208,18 @@ class FakeHypervisor:
                 return etree.tostring(_strip_namespaces(element), encoding="unicode")
         return None
 
+    def set_domain_metadata(self, dom, xml, key, uri, live):
+        self._enter("set_domain_metadata", dom, xml, key, uri, live)
+        root = etree.fromstring(self._live(dom).xml.encode("utf-8"))
+        metadata = root.find("metadata")
+        if metadata is None:
+            metadata = etree.SubElement(root, "metadata")
+        for element in metadata.findall("*"):
+            if etree.QName(element).namespace == uri:
+                metadata.remove(element)
+        metadata.append(etree.fromstring(xml.encode("utf-8")))
+        dom.xml = etree.tostring(root, encoding="unicode")
+
     def start_domain(self, dom):
         self._enter("start_domain", dom)
         if self._live(dom).state in (RUNNING, BLOCKED, PAUSED):
@@ -248,6 +262,18 @@ class FakeHypervisor:
         if dom.state not in (RUNNING, BLOCKED):
             raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
         return dom.addresses.get(source, {})
+
+    def lookup_interface(self, name):
+        self._enter("lookup_interface", name)
+        if name not in self.interfaces:
+            raise self._error(errors.VIR_ERR_NO_INTERFACE, "Interface not found: couldn't find interface named '%s'" % name)
+        return name
+
+    def lookup_network(self, name):
+        self._enter("lookup_network", name)
+        if name not in self.networks:
+            raise self._error(errors.VIR_ERR_NO_NETWORK, "Network not found: no network with matching name '%s'" % name)
+        return name
 
     def lookup_pool(self, name):
         self._enter("lookup_pool", name)

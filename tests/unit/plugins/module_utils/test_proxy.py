@@ -381,7 +381,8 @@ def test_stopped_domain_is_started_and_its_volumes_left_alone(run, converge):
     result = converge(hv, request())
     assert result["actions"] == [proxy.START_DOMAIN]
     assert hv.domains[NAME].state == RUNNING
-    for method in ("define_domain", "upload_volume", "create_volume", "delete_volume", "lookup_pool", "download_volume"):
+    # Its disks are looked up (a VM that must start needs them), never rewritten or read.
+    for method in ("define_domain", "upload_volume", "create_volume", "delete_volume", "download_volume"):
         assert method not in hv.calls[before:], method
 
 
@@ -901,3 +902,233 @@ def test_check_mode_on_a_fresh_host_predicts_the_new_vm(run):
     assert result["diff"]["before"] == {"state": "absent"}
     assert result["diff"]["after"]["spec"] == request().spec()
     assert not hv.domains and pool_names(hv) == sorted([BASE, MARKER])
+
+
+# --- a replacement gets everything it needs before it removes the old VM -----------------------------
+
+NEW_IMAGE = qcow2_image(b"debian 13 point release " * 1000)
+NEW_IMAGE_SHA = hashlib.sha256(NEW_IMAGE).hexdigest()
+NEW_BASE = base_volume_name("debian-13", "qcow2", NEW_IMAGE_SHA)
+
+
+def assert_untouched(hv, volumes):
+    assert hv.domains[NAME].state == RUNNING
+    assert pool_names(hv) == volumes
+    assert domain_of(hv).metadata.uid == UID
+
+
+def new_image_request(url, checksum=NEW_IMAGE_SHA, **changes):
+    changes.setdefault("download_retries", 0)
+    return request(image=dict(name="debian-13", url=url, checksum="sha256:" + checksum), **changes)
+
+
+REPLACEMENT_FAILURES = {
+    "the new image answers 404": (dict(status=404), {}, errors.PermanentError, "404"),
+    "the new image's checksum does not match": (dict(body=qcow2_image(b"tampered")), {}, errors.PermanentError, "checksum says"),
+    "retries run out": (dict(failures=[503, 503]), dict(download_retries=1), errors.TransientError, "503"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPLACEMENT_FAILURES))
+def test_a_replacement_that_cannot_get_its_image_leaves_the_running_vm(run, case):
+    route, changes, error_class, message = REPLACEMENT_FAILURES[case]
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13-new.qcow2", route.pop("body", NEW_IMAGE), **route)
+        hv = running_proxy(run, ready_host())
+        volumes = pool_names(hv)
+        with pytest.raises(error_class, match=message) as raised:
+            run(hv, new_image_request(url, **changes))
+        assert raised.value.message.startswith("fetch base image failed: ")
+        assert "domain '%s' was left as it was (running)" % NAME in raised.value.message
+        assert raised.value.completed_actions == []
+        assert_untouched(hv, volumes)
+    finally:
+        server.close()
+
+
+def test_a_replacement_onto_a_too_small_disk_is_refused_before_anything(run):
+    hv = running_proxy(run, ready_host())
+    hv.add_volume("default", NEW_BASE, content=NEW_IMAGE, fmt="qcow2", capacity=20 * GIB)
+    hv.add_volume("default", NEW_BASE + ".sha256", content=NEW_IMAGE_SHA.encode("ascii"))
+    volumes = pool_names(hv)
+    before = len(hv.calls)
+    with pytest.raises(errors.ValidationError, match="disk_size_gb 10 is smaller"):
+        run(hv, new_image_request("https://images.example/debian-13-new.qcow2"))
+    assert not MUTATING.intersection(hv.calls[before:])
+    assert_untouched(hv, volumes)
+
+
+def test_a_replacement_fetches_first_then_removes_then_builds(converge, run):
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13-new.qcow2", NEW_IMAGE)
+        hv = running_proxy(run, ready_host())
+        result = converge(hv, new_image_request(url))
+        assert result["drifted"] is True
+        assert result["actions"] == [proxy.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
+        assert domain_of(hv).metadata.uid == UID
+        assert result["volumes"]["base"] == NEW_BASE
+    finally:
+        server.close()
+
+
+# --- a failed run says what it changed ----------------------------------------------------------------
+
+
+def test_a_failed_run_reports_the_steps_it_completed(run):
+    hv = ready_host()
+    hv.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "qemu died")
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, request())
+    assert raised.value.completed_actions == [proxy.CREATE_OVERLAY, proxy.WRITE_SEED, proxy.DEFINE_DOMAIN]
+    result = raised.value.to_result()
+    assert result["changed"] is True and result["actions"] == raised.value.completed_actions
+
+
+def test_wait_for_ip_giving_up_still_reports_the_build(run, fake_time):
+    hv = ready_host()
+    with pytest.raises(errors.TransientError, match="no routable IPv4") as raised:
+        run(hv, request(wait_for_ip=True, wait_timeout=4))
+    assert raised.value.to_result()["changed"] is True
+    assert raised.value.completed_actions == CREATE
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(bridge="br9"), "bridge 'br9' \\(option bridge\\) is not an interface of the hypervisor"),
+    (dict(bridge=None, network="lab"), "libvirt network 'lab' \\(option network\\) is not defined"),
+])
+def test_a_missing_bridge_or_network_is_permanent_before_anything(run, changes, message):
+    hv = ready_host()
+    with pytest.raises(errors.PermanentError, match=message) as raised:
+        run(hv, request(**changes))
+    assert raised.value.kind == "permanent"
+    assert not MUTATING.intersection(hv.calls)
+
+
+def test_a_connection_without_the_interface_driver_skips_the_bridge_check(converge):
+    hv = ready_host()
+    hv.fail("lookup_interface", errors.VIR_ERR_NO_SUPPORT, "this function is not supported by the connection driver")
+    assert converge(hv, request(bridge="br9"))["actions"] == CREATE
+
+
+# --- a VM whose own volume is gone is rebuilt ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("volume", [OVERLAY, SEED])
+def test_a_stopped_vm_whose_volume_was_deleted_is_rebuilt(run, converge, volume):
+    hv = running_proxy(run, ready_host())
+    hv.domains[NAME].state = SHUTOFF
+    del hv.pools["default"].volumes[volume]
+    result = converge(hv, request())
+    kept = SEED if volume == OVERLAY else OVERLAY
+    deleted = proxy.DELETE_SEED if volume == OVERLAY else proxy.DELETE_OVERLAY
+    assert result["actions"] == [deleted, proxy.UNDEFINE_DOMAIN] + CREATE
+    assert "volume '%s' of domain '%s' is missing" % (volume, NAME) in result["warnings"][0]
+    assert kept in pool_names(hv)
+    assert_created(hv)
+    assert domain_of(hv).metadata.uid == UID
+
+
+# --- a SHA256SUMS that moves on is a new image -------------------------------------------------------
+
+
+def test_a_new_release_in_the_checksum_file_replaces_the_vm(run, converge):
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13.qcow2", IMAGE)
+        sums = server.add("/SHA256SUMS", ("%s  debian-13.qcow2\n" % IMAGE_SHA).encode())
+        listed = request(image=dict(name="debian-13", url=url, checksum="sha256:" + sums))
+        hv = ready_host()
+        created = converge(hv, listed)
+        assert created["actions"] == CREATE and created["volumes"]["base"] == BASE
+        assert converge(hv, listed)["changed"] is False
+
+        server.add("/debian-13.qcow2", NEW_IMAGE)
+        server.add("/SHA256SUMS", ("%s  debian-13.qcow2\n" % NEW_IMAGE_SHA).encode())
+        result = converge(hv, listed)
+        assert result["drifted"] is True
+        assert result["actions"] == [proxy.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
+        assert result["volumes"]["base"] == NEW_BASE
+        assert hv.volume("default", OVERLAY).backing_path == hv.volume("default", NEW_BASE).path
+        assert result["diff"]["after"]["spec"]["image"]["checksum"] == "sha256:" + NEW_IMAGE_SHA
+    finally:
+        server.close()
+
+
+# --- owners: kept across replacements, another owner's matching VM reported, adoption -----------------
+
+
+def test_a_replacement_keeps_the_owner_when_the_task_gives_none(run, converge):
+    hv = ready_host()
+    run(hv, request(uid=None))
+    owner = domain_of(hv).metadata.uid
+    predicted = run(hv, request(uid=None, vcpus=4), check_mode=True)
+    result = converge(hv, request(uid=None, vcpus=4))
+    assert domain_of(hv).metadata.uid == owner == result["uid"] == predicted["uid"]
+    assert predicted["diff"]["after"]["uid"] == result["diff"]["after"]["uid"] == owner
+
+
+def test_a_matching_vm_of_another_owner_is_reported_and_left_alone(run):
+    hv = ready_host()
+    run(hv, request(uid="previous-owner", autostart=False))
+    hv.domains[NAME].state = SHUTOFF
+    before = len(hv.calls)
+    result = run(hv, request())
+    assert result["changed"] is False and result["actions"] == []
+    assert result["uid"] == "previous-owner"
+    assert "owned by uid 'previous-owner', not '%s'" % UID in result["warnings"][0]
+    assert "adopt_uids" in result["warnings"][0]
+    assert result["diff"]["before"] == result["diff"]["after"]
+    assert not MUTATING.intersection(hv.calls[before:])
+
+
+def test_a_drifted_vm_of_another_owner_is_still_refused(run):
+    hv = ready_host()
+    run(hv, request(uid="previous-owner"))
+    with pytest.raises(errors.PermanentError, match="refusing to replace"):
+        run(hv, request(vcpus=4))
+
+
+@pytest.mark.parametrize("adopt_uids", [["previous-owner"], ["*"]])
+def test_adopt_uids_records_the_new_owner_in_place(run, converge, adopt_uids):
+    hv = ready_host()
+    created = run(hv, request(uid="previous-owner"))
+    result = converge(hv, request(adopt_uids=adopt_uids))
+    assert result["actions"] == [proxy.RECORD_OWNER]
+    assert result["uid"] == UID and result["diff"]["after"]["uid"] == UID
+    assert result["diff"]["before"]["uid"] == "previous-owner"
+    metadata = domain_of(hv).metadata
+    assert (metadata.uid, metadata.spec_digest) == (UID, created["spec_digest"])
+    assert metadata.created_at_raw == created["created_at"]
+    assert converge(hv, request(adopt_uids=adopt_uids))["changed"] is False
+
+
+def test_adopt_uids_replaces_a_drifted_vm_as_the_new_owner(run, converge):
+    hv = ready_host()
+    run(hv, request(uid="previous-owner"))
+    result = converge(hv, request(vcpus=4, adopt_uids=["previous-owner"]))
+    assert result["drifted"] is True and result["actions"] == REMOVE_RUNNING + CREATE
+    assert domain_of(hv).metadata.uid == UID
+
+
+def test_adopt_uids_needs_a_uid():
+    with pytest.raises(errors.ValidationError, match="adopt_uids needs uid"):
+        request(uid=None, adopt_uids=["previous-owner"])
+
+
+# --- the diff says what happens ------------------------------------------------------------------------
+
+
+def test_a_replacement_diff_shows_autostart_before(run, converge):
+    hv = ready_host()
+    run(hv, request(autostart=False))
+    result = converge(hv, request(autostart=False, vcpus=4))
+    assert result["diff"]["before"]["autostart"] is False
+
+
+def test_stopping_a_paused_vm_shows_paused_before(run, converge):
+    hv = running_proxy(run, ready_host())
+    hv.domains[NAME].state = PAUSED
+    result = converge(hv, request(state="stopped"))
+    assert (result["diff"]["before"]["state"], result["diff"]["after"]["state"]) == ("paused", "stopped")
