@@ -11,8 +11,10 @@ Public API (kvm_seed and kvm_proxy call it):
     vendor-data unless the caller gives its own.
 ``seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None)``
     The files of the seed as an ordered ``{file name: bytes}``: ``user-data``
-    (verbatim), ``meta-data`` (``meta_data`` merged over instance-id =
-    local-hostname = name), ``vendor-data``, and ``network-config`` when given.
+    (a string verbatim, a dictionary as a ``#cloud-config`` document),
+    ``meta-data`` (``meta_data`` merged over instance-id = local-hostname =
+    name), ``vendor-data`` (like user-data), and ``network-config`` when
+    given. Raises ValidationError naming the option for a value it cannot write.
 ``build_iso(files)`` -> bytes
     The ISO image, built in memory: label ``cidata``, Rock Ridge and Joliet
     names equal to the file names (what Linux isofs, and so cloud-init, shows).
@@ -128,50 +130,71 @@ def _to_bytes(value, what):
     raise ValidationError("%s must be a string, got %s" % (what, type(value).__name__))
 
 
+def _render_dict(data, option):
+    """The dictionary ``data`` of option ``option`` as deterministic JSON bytes, which cloud-init reads as YAML.
+
+    JSON needs no YAML library where the module runs, and renders the same
+    bytes whatever order the keys came in, so digests of it are stable.
+    """
+    for key in data:
+        if not isinstance(key, str):
+            raise ValidationError("%s keys must be strings, got %r" % (option, key))
+    try:
+        return _render_json(data).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError("%s cannot be written as YAML: %s" % (option, exc)) from exc
+
+
 def render_meta_data(name, meta_data=None):
     """The meta-data file: ``meta_data`` merged over instance-id = local-hostname = ``name``.
 
     A fixed instance-id is what keeps cloud-init from taking a reboot for a
-    new instance. The file is JSON, which is YAML too, so it needs no YAML
-    library where the module runs and renders the same every time.
+    new instance.
     """
     merged = {"instance-id": validate_vm_name(name), "local-hostname": name}
     if meta_data is not None:
         if not isinstance(meta_data, dict):
             raise ValidationError("meta_data must be a dictionary, got %s" % type(meta_data).__name__)
-        for key in meta_data:
-            if not isinstance(key, str):
-                raise ValidationError("meta_data keys must be strings, got %r" % (key,))
         merged.update(meta_data)
-    try:
-        return _render_json(merged).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError("meta_data cannot be written as YAML: %s" % exc) from exc
+    return _render_dict(merged, "meta_data")
 
 
 def render_network_config(network_config):
     """The network-config file: a string verbatim, a dictionary rendered like meta-data."""
     if isinstance(network_config, dict):
-        try:
-            return _render_json(network_config).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise ValidationError("network_config cannot be written as YAML: %s" % exc) from exc
+        return _render_dict(network_config, "network_config")
     return _to_bytes(network_config, "network_config")
+
+
+def render_cloud_data(value, option):
+    """A user-data or vendor-data file: a string verbatim, a dictionary as a cloud-config document.
+
+    cloud-init acts on user-data only by its first line, so a dictionary
+    needs the ``#cloud-config`` header; without it (as a Python repr of the
+    dictionary once was) cloud-init ignores the file without a word.
+    """
+    if isinstance(value, dict):
+        return b"#cloud-config\n" + _render_dict(value, option)
+    if isinstance(value, (str, bytes)):
+        return _to_bytes(value, option)
+    raise ValidationError("%s must be a string or a dictionary (written as #cloud-config), got %s"
+                          % (option, type(value).__name__))
 
 
 def seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None):
     """The seed's files, in the order they are written: ``{file name: bytes}``.
 
-    ``user_data`` is written verbatim (cloud-config, a script, or empty: an
-    empty file is still present, as NoCloud requires). ``vendor_data`` None
-    means DEFAULT_VENDOR_DATA; an empty string means an empty vendor-data.
+    ``user_data`` is a string written verbatim (cloud-config, a script, or
+    empty: an empty file is still present, as NoCloud requires) or a
+    dictionary written as cloud-config. ``vendor_data`` likewise; None means
+    DEFAULT_VENDOR_DATA, an empty string an empty vendor-data.
     ``network_config`` None leaves the file out, so cloud-init keeps its
     default (DHCP on the first NIC).
     """
     files = OrderedDict()
-    files[USER_DATA] = _to_bytes(user_data if user_data is not None else "", "user_data")
+    files[USER_DATA] = render_cloud_data(user_data if user_data is not None else "", "user_data")
     files[META_DATA] = render_meta_data(name, meta_data)
-    files[VENDOR_DATA] = _to_bytes(DEFAULT_VENDOR_DATA if vendor_data is None else vendor_data, "vendor_data")
+    files[VENDOR_DATA] = render_cloud_data(DEFAULT_VENDOR_DATA if vendor_data is None else vendor_data, "vendor_data")
     if network_config is not None:
         files[NETWORK_CONFIG] = render_network_config(network_config)
     return files
@@ -415,13 +438,17 @@ class SeedResult:
     ``files`` summarises the desired files, ``previous`` the files found on
     the volume (None unless ``previous_state`` is PREVIOUS_PRESENT) and
     ``current_files`` their contents, for callers that show them on request.
-    ``reason`` says why the volume is (re)written (None when unchanged) and
-    ``actions`` what was done, in order.
+    ``changed_files`` compares contents when the volume was read, and is
+    every desired file when it was absent or unreadable (then nothing is
+    known of what it held). ``reason`` says why the volume is (re)written
+    (None when unchanged) and ``actions`` what was done, in order.
     """
 
-    def __init__(self, volume, path, size, changed, changed_files, files, previous_state, current_files, reason, actions):
+    def __init__(self, volume, volume_path, size, changed, changed_files, files, previous_state, current_files, reason,
+                 actions):
         self.volume = volume
-        self.path = path
+        # Not "path" in results: Ansible adds a stat of the local file at any result's "path".
+        self.volume_path = volume_path
         self.size = size
         self.changed = changed
         self.changed_files = changed_files
@@ -436,8 +463,9 @@ class SeedResult:
         return {
             "changed": self.changed,
             "volume": self.volume,
-            "path": self.path,
+            "volume_path": self.volume_path,
             "size": self.size,
+            "previous_state": self.previous_state,
             "changed_files": list(self.changed_files),
             "files": [dict(entry) for entry in self.files],
             "reason": self.reason,
@@ -456,11 +484,16 @@ def _by_name(summary):
     return {entry["name"]: {"sha256": entry["sha256"], "size": entry["size"]} for entry in summary}
 
 
-def _download_limit(desired_size):
-    # A seed with the same files as the desired one is about the same size,
-    # whichever ISO writer made it (writers pad differently). A volume far
-    # larger cannot hold the same seed and is not read into memory at all.
-    return 2 * desired_size + 1024 * 1024
+# NoCloud seeds hold a few small text files. A volume larger than this is
+# not read into memory at all: it is reported unreadable and replaced.
+MAX_SEED_READ = 16 * 1024 * 1024
+
+
+def _read_limit(desired_size):
+    # Never below twice this task's own image, which another ISO writer may
+    # pad to more: a seed of these very files is always read back, or a large
+    # user-data would be rewritten on every run.
+    return max(MAX_SEED_READ, 2 * desired_size)
 
 
 def _lookup_volume(hypervisor, pool, volume_name):
@@ -473,9 +506,10 @@ def _lookup_volume(hypervisor, pool, volume_name):
 def _read_current(hypervisor, vol, volume_name, desired_size):
     """(capacity, files or None, why the files could not be read or None)."""
     capacity = parse_volume_xml(hypervisor.volume_xml(vol)).capacity_bytes
-    limit = _download_limit(desired_size)
+    limit = _read_limit(desired_size)
     if capacity is not None and capacity > limit:
-        return capacity, None, "volume %s is %d bytes, too large to be a seed of these files" % (volume_name, capacity)
+        return capacity, None, ("volume %s is %d bytes, too large for a seed (at most %d bytes are read back)"
+                                % (volume_name, capacity, limit))
     data = b"".join(hypervisor.download_volume(vol, limit=capacity if capacity else limit))
     try:
         return capacity, read_iso(data), None
@@ -514,13 +548,14 @@ def _write(hypervisor, pool, pool_name, vol, volume_name, image):
 def ensure_seed(hypervisor, pool_name, name, files, check_mode=False):
     """Make volume ``<name>-seed.iso`` in pool ``pool_name`` a seed holding exactly ``files``.
 
-    The existing volume is read back through libvirt (at most its capacity),
-    parsed and compared file by file: the same files leave it untouched.
-    Different files, or a volume that is not a complete seed (an upload cut
-    off earlier leaves one), are replaced: delete, create a raw volume of
-    the image's size, upload. A truncated seed is never kept, since a VM
-    booted from it would come up without its cloud-init configuration. In
-    check mode only reads happen and the result predicts the change.
+    The existing volume is read back through libvirt (its capacity, when
+    that is within the read limit), parsed and compared file by file: the
+    same files leave it untouched. Different files, or a volume that is not
+    a complete seed (an upload cut off earlier leaves one), are replaced:
+    delete, create a raw volume of the image's size, upload. A truncated
+    seed is never kept, since a VM booted from it would come up without its
+    cloud-init configuration. In check mode only reads happen and the
+    result predicts the change.
     """
     validate_pool_name(pool_name)
     volume_name = seed_volume_name(name)
@@ -530,29 +565,31 @@ def ensure_seed(hypervisor, pool_name, name, files, check_mode=False):
     vol = _lookup_volume(hypervisor, pool, volume_name)
 
     current = None
+    # Absent or unreadable, nothing is known of the old files: every file is new.
+    changed_files = sorted(files)
     if vol is None:
         previous_state, reason = PREVIOUS_ABSENT, "volume %s does not exist" % volume_name
     else:
         capacity, current, problem = _read_current(hypervisor, vol, volume_name, len(image))
         if current is None:
             previous_state, reason = PREVIOUS_UNREADABLE, problem
-        elif changed_file_names(current, files):
-            previous_state = PREVIOUS_PRESENT
-            reason = "files on volume %s differ: %s" % (volume_name, ", ".join(changed_file_names(current, files)))
         else:
-            return SeedResult(volume_name, hypervisor.volume_path(vol), capacity, False, [], desired,
-                              PREVIOUS_PRESENT, current, None, [])
+            previous_state, changed_files = PREVIOUS_PRESENT, changed_file_names(current, files)
+            if not changed_files:
+                return SeedResult(volume_name, hypervisor.volume_path(vol), capacity, False, [], desired,
+                                  PREVIOUS_PRESENT, current, None, [])
+            reason = "files on volume %s differ: %s" % (volume_name, ", ".join(changed_files))
 
     actions = (["delete volume %s" % volume_name] if vol is not None else []) + [
         "create volume %s (%d bytes)" % (volume_name, len(image)),
         "upload seed to volume %s" % volume_name,
     ]
     if check_mode:
-        path = None if vol is None else hypervisor.volume_path(vol)
+        volume_path = None if vol is None else hypervisor.volume_path(vol)
     else:
-        path = hypervisor.volume_path(_write(hypervisor, pool, pool_name, vol, volume_name, image))
-    return SeedResult(volume_name, path, len(image), True, changed_file_names(current or {}, files), desired,
-                      previous_state, current, reason, actions)
+        volume_path = hypervisor.volume_path(_write(hypervisor, pool, pool_name, vol, volume_name, image))
+    return SeedResult(volume_name, volume_path, len(image), True, changed_files, desired, previous_state, current,
+                      reason, actions)
 
 
 def remove_seed(hypervisor, pool_name, name, check_mode=False):

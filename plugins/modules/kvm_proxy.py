@@ -148,16 +148,23 @@ options:
     type: str
   user_data:
     description:
-      - cloud-init user-data, written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - cloud-init user-data.
+      - A string is written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - A dictionary is cloud-config, written as C(#cloud-config) followed by the dictionary as JSON with sorted keys,
+        which cloud-init reads as YAML. The same dictionary always writes the same bytes (and so the same spec),
+        whatever its keys' order.
+      - Any other type (a list, a number) is refused.
       - It often holds secrets, so it is never returned or logged (the option is C(no_log)); the diff shows its sha256
         only.
-    type: str
+    type: raw
   vendor_data:
     description:
       - cloud-init vendor-data. cloud-init merges it under the user-data.
+      - A string is written verbatim; a dictionary is cloud-config, written as O(user_data) writes one. Any other type
+        is refused.
       - Defaults to a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
         read before the host has seen its traffic. An empty string writes an empty vendor-data.
-    type: str
+    type: raw
   meta_data:
     description:
       - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(name).
@@ -281,6 +288,22 @@ EXAMPLES = r"""
     base_volume: base-debian-13-5c3ddb00f60bc455.qcow2
     user_data: "{{ lookup('ansible.builtin.file', 'proxy-user-data.yml') }}"
   delegate_to: localhost
+
+- name: An egress proxy whose cloud-config is a dictionary (written as a #cloud-config document)
+  egress_proxies.kvm.kvm_proxy:
+    name: egress-proxy-3
+    bridge: br0
+    base_volume: base-debian-13-5c3ddb00f60bc455.qcow2
+    user_data:
+      packages: [squid]
+      write_files:
+        - path: /etc/squid/conf.d/egress.conf
+          content: |
+            # only the LAN may use the proxy; never run an open proxy
+            acl lan src 192.168.1.0/24
+            http_access allow lan
+      runcmd:
+        - [systemctl, restart, squid]
 
 - name: Keep a hand-tuned VM although its spec changed (reports drifted instead of replacing it)
   egress_proxies.kvm.kvm_proxy:
@@ -444,8 +467,10 @@ ARGUMENT_SPEC = dict(
         format=dict(type="str", choices=["qcow2", "raw"], default="qcow2"),
     )),
     base_volume=dict(type="str"),
-    user_data=dict(type="str", no_log=True),
-    vendor_data=dict(type="str"),
+    # raw, not str: Ansible would turn a dictionary into its Python repr,
+    # which cloud-init ignores. seed_files writes one as cloud-config.
+    user_data=dict(type="raw", no_log=True),
+    vendor_data=dict(type="raw"),
     meta_data=dict(type="dict"),
     network_config=dict(type="raw"),
     virt_type=dict(type="str", choices=["kvm", "qemu"], default="kvm"),

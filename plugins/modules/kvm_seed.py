@@ -62,11 +62,15 @@ options:
     default: present
   user_data:
     description:
-      - cloud-init user-data, written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - cloud-init user-data.
+      - A string is written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - A dictionary is cloud-config, written as C(#cloud-config) followed by the dictionary as JSON with sorted keys,
+        which cloud-init reads as YAML. The same dictionary always writes the same bytes, whatever its keys' order.
+      - Any other type (a list, a number) is refused.
       - An empty string still writes an empty C(user-data) file, which NoCloud requires.
       - It often holds secrets, so it is declared C(no_log) and never returned, warned about or logged; results and
         diffs show its sha256 only. See O(diff_content) to see it in a diff.
-    type: str
+    type: raw
     default: ""
   meta_data:
     description:
@@ -78,9 +82,11 @@ options:
   vendor_data:
     description:
       - cloud-init vendor-data. cloud-init merges it under the user-data.
+      - A string is written verbatim; a dictionary is cloud-config, written as O(user_data) writes one. Any other type
+        is refused.
       - When not set, a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
         read before the host has seen its traffic. An empty string writes an empty vendor-data.
-    type: str
+    type: raw
   network_config:
     description:
       - cloud-init network configuration (version 1 or 2), written as C(network-config).
@@ -136,7 +142,17 @@ EXAMPLES = r"""
 
 - name: Show where the seed volume is and what it holds
   ansible.builtin.debug:
-    msg: "{{ seed.path }}: {{ seed.files | map(attribute='name') | join(', ') }}"
+    msg: "{{ seed.volume_path }}: {{ seed.files | map(attribute='name') | join(', ') }}"
+
+- name: Seed proxy-3 with cloud-config given as a dictionary (written as a #cloud-config document)
+  egress_proxies.kvm.kvm_seed:
+    name: proxy-3
+    user_data:
+      packages: [squid]
+      runcmd:
+        - [systemctl, enable, --now, squid]
+    vendor_data:
+      packages: [qemu-guest-agent]
 
 - name: Seed with a static address and no vendor-data, on a remote hypervisor
   egress_proxies.kvm.kvm_seed:
@@ -180,10 +196,11 @@ volume:
   returned: always
   type: str
   sample: proxy-1-seed.iso
-path:
+volume_path:
   description:
     - Path of the seed volume on the hypervisor.
     - Null in check mode when the volume would be created, and with O(state=absent).
+    - Not named C(path), which Ansible would take for a file on the host that runs the module.
   returned: always
   type: str
   sample: /var/lib/libvirt/images/proxy-1-seed.iso
@@ -210,10 +227,22 @@ files:
       description: Size of the file in bytes.
       type: int
       sample: 512
+previous_state:
+  description:
+    - What the task found where the seed volume should be.
+    - V(absent) when there was no volume; V(unreadable) when it was not a complete seed, or larger than a seed is
+      read back (16 MiB, or twice this seed's image when that is more); V(present) when its files were read.
+  returned: state is present
+  type: str
+  choices: [absent, unreadable, present]
+  sample: present
 changed_files:
   description:
     - Names of the files added, removed or modified on the volume (in check mode, that would be), sorted.
-    - Every file when the volume was missing or unreadable.
+    - When RV(previous_state) is V(present), the old files were read and compared by content, so only files whose
+      content differs, and files added or removed, are listed.
+    - When RV(previous_state) is V(absent) or V(unreadable), what the volume held is not known, and every file
+      written is listed.
   returned: state is present
   type: list
   elements: str
@@ -247,6 +276,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
     PYCDLIB_REQUIREMENT,
     ensure_seed,
     remove_seed,
+    render_cloud_data,
     seed_files,
 )
 
@@ -256,9 +286,11 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     # no_log keeps user-data out of the invocation Ansible returns with -v and
     # out of the hypervisor's journal, and masks it wherever it would appear.
-    user_data=dict(type="str", default="", no_log=True),
+    # raw, not str: Ansible would turn a dictionary into its Python repr,
+    # which cloud-init ignores. seed_files writes one as cloud-config.
+    user_data=dict(type="raw", default="", no_log=True),
     meta_data=dict(type="dict"),
-    vendor_data=dict(type="str"),
+    vendor_data=dict(type="raw"),
     network_config=dict(type="raw"),
     diff_content=dict(type="bool", default=False),
 )
@@ -290,6 +322,34 @@ def content_diff(volume, current, desired):
     return "".join(parts)
 
 
+def _masked_strings(value):
+    """The strings Ansible masks in a result for a no_log value: its every non-empty string and number."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _masked_strings(item)
+    elif isinstance(value, str) and value:
+        yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield str(value)
+
+
+def mask_as_document(ansible_module, option, document):
+    """Hide the no_log dictionary ``option`` as the one ``document`` it is written as, not value by value.
+
+    Ansible masks each value of a no_log dictionary wherever it appears in
+    the result: a cloud-config naming "default" or 1 would turn the pool
+    name, the volume name and every size into "********". As the document
+    string the option is masked whole, as a string user_data always was.
+    Safe only for the module's sole no_log option: no other option's secret
+    can share one of the values unmasked here.
+    """
+    ansible_module.no_log_values.difference_update(_masked_strings(ansible_module.params[option]))
+    ansible_module.params[option] = document
+    ansible_module.no_log_values.add(document)
+
+
 class SeedManager:
     """Validates the parameters, then writes, keeps or removes one VM's seed volume."""
 
@@ -302,6 +362,9 @@ class SeedManager:
         params = self.params
         validate_vm_name(params["name"])
         validate_pool_name(params["pool"])
+        if isinstance(params["user_data"], dict):
+            document = render_cloud_data(params["user_data"], "user_data").decode("utf-8")
+            mask_as_document(self.module.module, "user_data", document)
         network_config = params["network_config"]
         if network_config is not None and not isinstance(network_config, (str, dict)):
             raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)
@@ -328,7 +391,7 @@ class SeedManager:
         result = {
             "changed": removed,
             "volume": volume,
-            "path": None,
+            "volume_path": None,
             "reason": "volume %s exists and state is absent" % volume if removed else None,
             "actions": ["delete volume %s" % volume] if removed else [],
         }

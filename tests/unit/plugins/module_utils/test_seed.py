@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
     DEFAULT_VENDOR_DATA,
+    MAX_SEED_READ,
     SEED_LABEL,
     UnreadableSeedError,
     build_iso,
@@ -154,6 +155,44 @@ def test_user_data_bytes_are_written_as_they_are_and_other_types_refused():
     assert seed_files(NAME, b"\xff\x00binary")["user-data"] == b"\xff\x00binary"
     with pytest.raises(errors.ValidationError, match="user_data must be a string"):
         seed_files(NAME, 42)
+
+
+CLOUD_CONFIG = {"packages": ["squid"], "write_files": [{"path": "/etc/eptest", "content": "x\u2028y\n"}],
+                "runcmd": [["systemctl", "restart", "squid"]]}
+
+
+@pytest.mark.parametrize("option, file_name", [("user_data", "user-data"), ("vendor_data", "vendor-data")])
+def test_a_dictionary_is_written_as_a_cloud_config_document(option, file_name):
+    content = seed_files(NAME, **{option: CLOUD_CONFIG})[file_name]
+    assert content.startswith(b"#cloud-config\n")
+    assert yaml.safe_load(content) == CLOUD_CONFIG
+    assert json.loads(content.split(b"\n", 1)[1]) == CLOUD_CONFIG
+
+
+def test_a_cloud_config_dictionary_renders_the_same_bytes_whatever_its_key_order():
+    # kvm_proxy's spec digest covers these bytes: other bytes for the same
+    # dictionary would make every VM look drifted and be replaced.
+    reordered = {"runcmd": [["systemctl", "restart", "squid"]],
+                 "write_files": [{"content": "x\u2028y\n", "path": "/etc/eptest"}], "packages": ["squid"]}
+    expected = (b'#cloud-config\n{\n  "packages": [\n    "squid"\n  ],\n  "runcmd": [\n    [\n      "systemctl",\n'
+                b'      "restart",\n      "squid"\n    ]\n  ],\n  "write_files": [\n    {\n'
+                b'      "content": "x\\u2028y\\n",\n      "path": "/etc/eptest"\n    }\n  ]\n}\n')
+    assert seed_files(NAME, CLOUD_CONFIG)["user-data"] == seed_files(NAME, reordered)["user-data"] == expected
+    assert seed_files(NAME, vendor_data=reordered)["vendor-data"] == expected
+
+
+@pytest.mark.parametrize("option", ["user_data", "vendor_data"])
+@pytest.mark.parametrize("value, message", [
+    (["packages", "squid"], "must be a string or a dictionary (written as #cloud-config), got list"),
+    (42, "must be a string or a dictionary (written as #cloud-config), got int"),
+    (True, "must be a string or a dictionary (written as #cloud-config), got bool"),
+    ({1: "x"}, "keys must be strings"),
+    ({"x": float("nan")}, "cannot be written as YAML"),
+])
+def test_cloud_data_that_is_neither_text_nor_a_dictionary_is_refused_naming_the_option(option, value, message):
+    with pytest.raises(errors.ValidationError) as raised:
+        seed_files(NAME, **{option: value})
+    assert raised.value.message.startswith(option + " ") and message in raised.value.message
 
 
 # --- the image ---------------------------------------------------------------------------------
@@ -365,7 +404,7 @@ def test_creates_a_raw_volume_sized_to_the_image(hv):
     assert result.changed and result.previous_state == "absent"
     assert vol.format == "raw" and vol.capacity == len(vol.content) == result.size
     assert read_iso(bytes(vol.content)) == dict(files)
-    assert result.path == "/var/lib/libvirt/images/default/" + SEED_VOLUME
+    assert result.volume_path == "/var/lib/libvirt/images/default/" + SEED_VOLUME
     assert result.changed_files == ["meta-data", "user-data", "vendor-data"]
     assert result.actions == ["create volume %s (%d bytes)" % (SEED_VOLUME, result.size), "upload seed to volume " + SEED_VOLUME]
     assert result.as_dict()["files"] == [
@@ -380,7 +419,7 @@ def test_same_files_are_unchanged_and_nothing_is_written(hv):
     assert not result.changed and result.changed_files == [] and result.actions == [] and result.reason is None
     assert mutating(hv.calls) == []
     assert result.size == hv.volume("default", SEED_VOLUME).capacity
-    assert result.path == "/var/lib/libvirt/images/default/" + SEED_VOLUME
+    assert result.volume_path == "/var/lib/libvirt/images/default/" + SEED_VOLUME
     assert result.diff()["before"] == result.diff()["after"]
 
 
@@ -456,6 +495,46 @@ def test_an_unreadable_volume_is_rebuilt(hv, content):
     assert result.diff()["before"] == {"volume": SEED_VOLUME, "state": "unreadable"}
 
 
+def test_a_seed_larger_than_the_new_one_is_read_and_compared_file_by_file(hv):
+    # 5 MiB of padding: larger than twice the new seed plus 1 MiB, still far below the read limit.
+    old = seed_files(NAME, USER_DATA, network_config="version: 2\n")
+    old["padding"] = bytes(5 * 1024 * 1024)
+    hv.add_volume("default", SEED_VOLUME, build_iso(old))
+    files = seed_files(NAME, USER_DATA)
+    result = ensure_seed(hv, "default", NAME, files, check_mode=True)
+    assert result.changed and result.previous_state == "present"
+    assert result.changed_files == ["network-config", "padding"]
+    assert result.reason == "files on volume %s differ: network-config, padding" % SEED_VOLUME
+    assert result.as_dict()["previous_state"] == "present"
+    assert ensure_seed(hv, "default", NAME, files).changed_files == ["network-config", "padding"]
+    assert read_iso(bytes(hv.volume("default", SEED_VOLUME).content)) == dict(files)
+
+
+def test_a_seed_of_a_user_data_larger_than_the_read_limit_is_still_read_back(hv):
+    files = seed_files(NAME, bytes(MAX_SEED_READ + 1024 * 1024))
+    ensure_seed(hv, "default", NAME, files)
+    assert hv.volume("default", SEED_VOLUME).capacity > MAX_SEED_READ
+    assert not ensure_seed(hv, "default", NAME, files).changed
+
+
+def test_a_volume_past_the_read_limit_is_not_read_and_every_file_is_listed(hv):
+    hv.add_volume("default", SEED_VOLUME, b"", capacity=MAX_SEED_READ + 1)
+    hv.calls.clear()
+    result = ensure_seed(hv, "default", NAME, seed_files(NAME, USER_DATA), check_mode=True)
+    assert "download_volume" not in hv.calls
+    assert result.previous_state == "unreadable" and result.as_dict()["previous_state"] == "unreadable"
+    assert result.reason == "volume %s is %d bytes, too large for a seed (at most %d bytes are read back)" % (
+        SEED_VOLUME, MAX_SEED_READ + 1, MAX_SEED_READ)
+    assert result.changed_files == ["meta-data", "user-data", "vendor-data"]
+
+
+def test_the_result_names_the_volume_path_never_path(hv):
+    # Ansible adds a stat of the local file at any result's "path" (size, mode, owner...).
+    result = ensure_seed(hv, "default", NAME, seed_files(NAME, USER_DATA)).as_dict()
+    assert "path" not in result
+    assert result["volume_path"] == "/var/lib/libvirt/images/default/" + SEED_VOLUME
+
+
 def test_a_qcow2_volume_of_that_name_is_replaced_by_a_raw_one(hv):
     hv.add_volume("default", SEED_VOLUME, b"QFI\xfb" + bytes(60), fmt="qcow2", capacity=1 << 30)
     hv.calls.clear()
@@ -468,7 +547,7 @@ def test_a_qcow2_volume_of_that_name_is_replaced_by_a_raw_one(hv):
 def test_check_mode_predicts_and_touches_nothing(hv):
     files = seed_files(NAME, USER_DATA)
     predicted = ensure_seed(hv, "default", NAME, files, check_mode=True)
-    assert predicted.changed and predicted.path is None and hv.volume("default", SEED_VOLUME) is None
+    assert predicted.changed and predicted.volume_path is None and hv.volume("default", SEED_VOLUME) is None
     real = ensure_seed(hv, "default", NAME, files)
     assert (predicted.actions, predicted.changed_files, predicted.size, predicted.files) == (
         real.actions, real.changed_files, real.size, real.files)
@@ -477,7 +556,7 @@ def test_check_mode_predicts_and_touches_nothing(hv):
     before = bytes(hv.volume("default", SEED_VOLUME).content)
     hv.calls.clear()
     predicted = ensure_seed(hv, "default", NAME, changed, check_mode=True)
-    assert predicted.changed and predicted.changed_files == ["user-data"] and predicted.path == real.path
+    assert predicted.changed and predicted.changed_files == ["user-data"] and predicted.volume_path == real.volume_path
     assert mutating(hv.calls) == []
     assert bytes(hv.volume("default", SEED_VOLUME).content) == before
     assert not ensure_seed(hv, "default", NAME, files, check_mode=True).changed

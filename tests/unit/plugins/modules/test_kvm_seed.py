@@ -59,14 +59,17 @@ def test_check_real_idempotent_check_idempotent_real(run, hypervisor):
     args = dict(name="proxy-1", user_data=USER_DATA)
 
     result = run(args, check_mode=True, diff=True)
-    assert result["changed"] and result["path"] is None
+    assert result["changed"] and result["volume_path"] is None
     assert result["diff"]["before"] == {"volume": VOLUME, "state": "absent"}
     assert result["diff"]["after"]["files"]["user-data"] == {"sha256": sha(USER_DATA), "size": len(USER_DATA)}
     assert hypervisor.volume("default", VOLUME) is None
 
     result = run(args, diff=True)
     assert result["changed"] and result["volume"] == VOLUME
-    assert result["path"] == "/var/lib/libvirt/images/default/" + VOLUME
+    assert result["volume_path"] == "/var/lib/libvirt/images/default/" + VOLUME
+    # Ansible stats the local file at a result's "path"; the result has none for it to stat.
+    assert not {"path", "mode", "owner", "uid"} & set(result)
+    assert result["previous_state"] == "absent"
     assert result["changed_files"] == ["meta-data", "user-data", "vendor-data"]
     assert [f["name"] for f in result["files"]] == ["user-data", "meta-data", "vendor-data"]
     assert result["reason"] == "volume %s does not exist" % VOLUME
@@ -127,12 +130,24 @@ def test_content_diff_shows_binary_files_by_name_only():
     assert diff == "Binary file user-data differs\n"
 
 
+def test_a_cloud_config_dictionary_is_masked_whole_not_value_by_value(run):
+    # Ansible masks every value of a no_log dictionary wherever it appears:
+    # "proxy-1", "default" and 1 would have masked the volume, the pool and sizes.
+    user_data = {"hostname": "proxy-1", "users": ["default"], "chpasswd": {"users": [{"name": "debian", "password": SECRET}]},
+                 "bootcmd": [["sleep", 1]]}
+    result = run(dict(name="proxy-1", user_data=user_data), diff=True)
+    assert result["volume"] == VOLUME and result["volume_path"] == "/var/lib/libvirt/images/default/" + VOLUME
+    assert isinstance(result["size"], int) and "*" not in "".join(entry["sha256"] for entry in result["files"])
+    assert result["invocation"]["module_args"]["user_data"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+    assert SECRET not in run.output and "chpasswd" not in run.output
+
+
 def test_meta_data_vendor_data_and_network_config_land_on_the_volume(run, hypervisor):
     network = {"version": 2, "ethernets": {"primary": {"match": {"name": "en*"}, "dhcp4": True}}}
     args = dict(name="proxy-1", pool="fast", meta_data={"local-hostname": "proxy-1.example.net"},
                 vendor_data="", network_config=network)
     result = run(args)
-    assert result["changed"] and result["path"] == "/srv/fast/" + VOLUME
+    assert result["changed"] and result["volume_path"] == "/srv/fast/" + VOLUME
     files = volume_files(hypervisor, "fast")
     assert files["user-data"] == b"" and files["vendor-data"] == b""
     assert yaml.safe_load(files["meta-data"]) == {"instance-id": "proxy-1", "local-hostname": "proxy-1.example.net"}
@@ -164,6 +179,35 @@ def test_unreadable_volume_is_reported_and_replaced(run, hypervisor):
     result = run(dict(name="proxy-1"), check_mode=True, diff=True)
     assert result["changed"] and result["diff"]["before"] == {"volume": VOLUME, "state": "unreadable"}
     assert result["reason"].startswith("volume %s is not a readable seed: " % VOLUME)
+    # Nothing is known of the old files: every file written is listed, and the result says why.
+    assert result["previous_state"] == "unreadable"
+    assert result["changed_files"] == ["meta-data", "user-data", "vendor-data"]
+
+
+def test_a_large_existing_seed_is_compared_file_by_file(run, hypervisor):
+    old = seed_files("proxy-1", USER_DATA, network_config={"version": 2})
+    old["padding"] = bytes(5 * 1024 * 1024)
+    hypervisor.add_volume("default", VOLUME, build_iso(old))
+    result = run(dict(name="proxy-1", user_data=USER_DATA), check_mode=True, diff=True)
+    assert result["changed"] and result["previous_state"] == "present"
+    assert result["changed_files"] == ["network-config", "padding"]
+    before, after = result["diff"]["before"], result["diff"]["after"]
+    assert before["state"] == "present" and before["files"]["vendor-data"] == after["files"]["vendor-data"]
+
+
+def test_cloud_config_dictionaries_are_written_as_cloud_config(run, hypervisor):
+    user_data = {"packages": ["squid"], "runcmd": [["systemctl", "restart", "squid"]], "hostname": "proxy-1"}
+    vendor_data = {"packages": ["qemu-guest-agent"], "package_update": False}
+    result = run(dict(name="proxy-1", user_data=user_data, vendor_data=vendor_data))
+    assert result["changed"]
+    files = volume_files(hypervisor)
+    for name, expected in (("user-data", user_data), ("vendor-data", vendor_data)):
+        assert files[name].startswith(b"#cloud-config\n") and yaml.safe_load(files[name]) == expected
+    # The same dictionaries in another key order are the same files: nothing to do.
+    reordered = dict(name="proxy-1", vendor_data=dict(reversed(list(vendor_data.items()))),
+                     user_data=dict(reversed(list(user_data.items()))))
+    assert not run(reordered)["changed"]
+    assert volume_files(hypervisor) == files
 
 
 def test_absent_check_real_idempotent(run, hypervisor):
@@ -186,6 +230,10 @@ def test_absent_check_real_idempotent(run, hypervisor):
     (dict(name="proxy-1", pool="../etc"), "not a valid storage pool name"),
     (dict(name="proxy-1", network_config=[1, 2]), "network_config must be a YAML string or a dictionary"),
     (dict(name="proxy-1", meta_data={"x": float("inf")}), "meta_data cannot be written"),
+    (dict(name="proxy-1", user_data=["packages", "squid"]), "user_data must be a string or a dictionary"),
+    (dict(name="proxy-1", user_data=42), "user_data must be a string or a dictionary"),
+    (dict(name="proxy-1", vendor_data=["packages"]), "vendor_data must be a string or a dictionary"),
+    (dict(name="proxy-1", vendor_data=42), "vendor_data must be a string or a dictionary"),
 ])
 def test_bad_input_fails_before_connecting(run, hypervisor, args, message):
     result = run(args)
