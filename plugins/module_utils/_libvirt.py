@@ -182,7 +182,10 @@ class Hypervisor:
             raise error from exc
 
     def set_domain_metadata(self, dom, xml, key, uri, live):
-        """Replace the metadata element under ``uri`` in the persistent definition and, when ``live``, the running one."""
+        """Replace the metadata element under ``uri`` in the persistent definition and, when ``live``, the running one.
+
+        ``xml`` is unqualified (_metadata.unqualified_xml): libvirt qualifies it with ``uri`` under prefix ``key``.
+        """
         flags = METADATA_AFFECT_CONFIG | (METADATA_AFFECT_LIVE if live else 0)
         self._call("writing the metadata of domain '%s'" % dom.name(), dom.setMetadata, METADATA_ELEMENT, xml, key,
                    uri, flags)

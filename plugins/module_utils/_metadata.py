@@ -127,6 +127,21 @@ def build_instance_xml(uid, created_at, spec_digest=None):
     return to_string(build_instance_element(uid, created_at, spec_digest))
 
 
+def unqualified_xml(element):
+    """``element`` as virDomainSetMetadata takes it: without namespaces.
+
+    libvirt puts the element and its children into the namespace of the call,
+    under the key as prefix; an element that declares that prefix itself is
+    refused ("failed to create a new XML namespace", measured on libvirt 9.0).
+    """
+    copy = etree.fromstring(to_string(element))
+    for node in copy.iter():
+        if isinstance(node.tag, str):
+            node.tag = etree.QName(node).localname
+    etree.cleanup_namespaces(copy)
+    return to_string(copy)
+
+
 def _instance_from_element(element):
     qname = etree.QName(element)
     if qname.localname != INSTANCE_TAG or qname.namespace not in (None, METADATA_URI):

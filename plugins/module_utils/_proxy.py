@@ -92,6 +92,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     METADATA_PREFIX,
     METADATA_URI,
     build_instance_element,
+    unqualified_xml,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     base_volume_name,
@@ -121,7 +122,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     libvirt_state_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml, parse_volume_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml, to_string
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml
 
 STATE_PRESENT = "present"
 STATE_STOPPED = "stopped"
@@ -705,10 +706,13 @@ class ProxyManager:
             raise PermanentError(
                 "storage pool '%s' does not exist on the hypervisor; create it (virsh pool-define-as) or set pool to an "
                 "existing one" % request.pool)
-        self._require_nic()
-        fetch = self._plan_base()
+        self._replacing = replacing
+        try:
+            self._require_nic()
+            fetch = self._plan_base()
+        except KvmError as error:
+            raise error.after(self._left_as_it_was(error.message, []), []) from error
         if replacing is not None:
-            self._replacing = replacing
             self._plan_removal(replacing)
         self._plan_overlay(fetch)
         self._plan_seed()
@@ -743,7 +747,9 @@ class ProxyManager:
         return ensure_image(
             self.hv, request.pool, request.image, check_mode=check_mode, http=self._http, timeout=request.download_timeout,
             retries=request.download_retries, validate_certs=request.validate_certs, lock_timeout=self._lock_timeout,
-            lock_dir=self._lock_dir)
+            # Planning checks the disk size itself, naming disk_size_gb; the fetch
+            # refuses an image that changed since to a larger one before writing it.
+            lock_dir=self._lock_dir, max_virtual_size=None if check_mode else request.disk_bytes)
 
     def _plan_base(self):
         """Find the base image; plan its download when it is not cached. Returns True when it must be fetched.
@@ -815,11 +821,15 @@ class ProxyManager:
                 # done, and running the task again resumes from here.
                 message = "%s failed%s: %s" % (
                     step.action, " after %s" % ", ".join(done) if done else "", error.message)
-                if self._replacing is not None and not _REMOVAL_ACTIONS.intersection(done + [step.action]):
-                    message += "; domain '%s' was left as it was (%s) and still needs replacing" % (
-                        self.request.name, libvirt_state_name(self._replacing.state))
-                raise error.after(message, done) from error
+                raise error.after(self._left_as_it_was(message, done + [step.action]), done) from error
             done.append(step.action)
+
+    def _left_as_it_was(self, message, attempted):
+        """``message``, saying so when a replacement failed before it touched the VM it replaces."""
+        if self._replacing is None or _REMOVAL_ACTIONS.intersection(attempted):
+            return message
+        return "%s; domain '%s' was left as it was (%s) and still needs replacing" % (
+            message, self.request.name, libvirt_state_name(self._replacing.state))
 
     def _fetch_image(self):
         result = self._image_result(check_mode=False)
@@ -852,7 +862,7 @@ class ProxyManager:
         """Write this task's uid over the adopted owner's, keeping createdAt and the recorded spec."""
         metadata = current.metadata
         element = _metadata_element(self._uid, metadata.created_at, metadata.spec_digest, current.spec)
-        self.hv.set_domain_metadata(current.handle, to_string(element), METADATA_PREFIX, METADATA_URI,
+        self.hv.set_domain_metadata(current.handle, unqualified_xml(element), METADATA_PREFIX, METADATA_URI,
                                     live=current.state != VIR_DOMAIN_SHUTOFF)
 
     def _start(self):

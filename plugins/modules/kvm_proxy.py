@@ -29,7 +29,8 @@ description:
     image, snapshot metadata and NVRAM). Volumes left behind by a run that died before the domain was defined are found
     by name and deleted too. A missing pool means there is nothing left to clean. Base images are never deleted.
   - A domain of the same name that this collection did not create, or that records another owner O(uid), is never
-    replaced or deleted unless O(force=true); the task fails instead, naming the owner.
+    replaced or deleted unless O(force=true) (or, for another owner, O(adopt_uids) lists it); the task fails instead,
+    naming the owner. Another owner's VM that matches the request is left as it is, with a warning.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
@@ -76,11 +77,22 @@ options:
     type: str
   uid:
     description:
-      - Owner recorded in the domain's metadata (for example the UID of the object that asked for the proxy).
-      - When set, a domain recorded with another uid is not replaced or deleted unless O(force=true).
-      - When not set, any domain this collection created is accepted whatever its uid, and a new domain gets a
-        random UUID.
+      - Owner recorded in the domain's metadata (for example the name of the deployment that asks for the proxy).
+      - When set, a domain recorded with another uid is not replaced or deleted unless O(force=true) or its owner is
+        listed in O(adopt_uids). One that already matches the request is left exactly as it is, with a warning naming
+        its owner, and the task does not fail.
+      - When not set, any domain this collection created is accepted whatever its uid and keeps its owner when it is
+        replaced; a new domain gets a random UUID (null in check mode, which cannot know it).
     type: str
+  adopt_uids:
+    description:
+      - Owners whose domains this task takes over, recording O(uid) in their metadata instead (action
+        V(record owner), in place, without replacing the VM when its spec matches).
+      - V(*) takes over any domain this collection created. Domains it did not create still need O(force=true).
+      - For example the random uids of proxies created before a stable O(uid) was chosen.
+    type: list
+    elements: str
+    default: []
   vcpus:
     description: Number of virtual CPUs.
     type: int
@@ -231,8 +243,16 @@ options:
     default: false
 notes:
   - Changing any option that shapes the VM (see the description) replaces it. The options that do not (O(state),
-    O(autostart), O(uid), O(host), O(wait_for_ip), the timeouts, O(image.url)) are applied in place or only affect
-    this run.
+    O(autostart), O(host), O(wait_for_ip), the timeouts, O(image.url)) are applied in place or only affect this run;
+    a new O(uid) is recorded in place only for owners listed in O(adopt_uids).
+  - A replacement first caches and verifies the new base image and checks the bridge or network, the pool and the disk
+    size against the image; only then is the old VM removed. When that preparation fails, the old VM keeps running as
+    it was and the message says so.
+  - When O(image.checksum) is a C(SHA256SUMS) URL, the digest it lists is part of the spec: a new release published
+    there is drift, so every VM moves to the same image.
+  - A VM that is not running and whose overlay or seed volume is gone (deleted outside this collection) cannot boot; it
+    is rebuilt, with a warning.
+  - A failed task that completed steps before failing returns RV(changed=true) and those steps in RV(actions).
   - The base image is held under a lock on the machine the module runs on while the overlay is created on it, so a
     concurrent M(egress_proxies.kvm.kvm_base_image) prune on the same machine cannot remove it in between.
   - The libvirt conversation is small and constant for an existing VM (the domain is looked up by name; nothing lists
@@ -374,7 +394,9 @@ ip_sources:
   type: dict
   sample: {"arp": "no address yet", "agent": "198.18.0.150"}
 uid:
-  description: Owner recorded in the VM's metadata.
+  description:
+    - Owner recorded in the VM's metadata.
+    - Null in check mode for a VM that would be created without O(uid) (its random UUID is chosen when it is created).
   returned: always
   type: str
   sample: 3f9c2b1e-5d1a-4c57-9a0e-2f3b8d6c7e10
@@ -426,8 +448,9 @@ actions:
     - What was done, in order (in check mode, what would be done, exactly).
     - Each is one of V(fetch base image), V(create overlay), V(delete overlay), V(write seed), V(delete seed),
       V(define domain), V(start domain), V(shutdown domain), V(destroy domain), V(undefine domain),
-      V(enable autostart), V(disable autostart).
+      V(enable autostart), V(disable autostart), V(record owner).
     - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
+    - When the task fails, the steps completed before the failure.
   returned: always
   type: list
   elements: str
@@ -453,6 +476,7 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "stopped", "absent"], default="present"),
     host=dict(type="str"),
     uid=dict(type="str"),
+    adopt_uids=dict(type="list", elements="str", default=[]),
     vcpus=dict(type="int", default=1),
     memory_mib=dict(type="int", default=1024),
     disk_size_gb=dict(type="int", default=10),

@@ -64,8 +64,21 @@ class AnsibleRun:
         return [task["hosts"][host] for play in self.result["plays"] for task in play["tasks"]
                 if task["task"]["name"] == task_name and host in task["hosts"]]
 
+    def failures(self):
+        """(task name, msg) of every failed task and loop item."""
+        found = []
+        for play in (self.result or {}).get("plays", []):
+            for task in play["tasks"]:
+                for result in task["hosts"].values():
+                    for failed in [result] + [item for item in result.get("results", []) if isinstance(item, dict)]:
+                        if failed.get("failed"):
+                            found.append((task["task"]["name"], failed.get("msg")))
+        return found
+
     def __repr__(self):
-        return "AnsibleRun(rc=%d)\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, self.stdout[-4000:], self.stderr[-4000:])
+        failed = "".join("\n- %s: %s" % failure for failure in self.failures())
+        return "AnsibleRun(rc=%d)%s\n--- stdout\n%s\n--- stderr\n%s" % (
+            self.rc, failed, self.stdout[-4000:], self.stderr[-4000:])
 
 
 def _ansible_env(tmp_dir, json_output):

@@ -20,7 +20,9 @@ from tests.lab import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.boot]
 
-PLAYBOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks", "kvm_proxy_boot.yml")
+PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
+PLAYBOOK = os.path.join(PLAYBOOKS, "kvm_proxy_boot.yml")
+UNFETCHABLE = os.path.join(PLAYBOOKS, "kvm_proxy_replace_unfetchable.yml")
 VM = config.TEST_DOMAIN_PREFIX + "boot-proxy"
 MAC = "52:54:00:e9:1a:05"
 MARKER = "seed of %s applied by cloud-init" % VM
@@ -115,14 +117,33 @@ def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after,
     assert rc == 0 and "status: done" in status, status
 
     # squid in the guest proxies a request made from inside the lab netns.
-    body = None
-    deadline = time.monotonic() + 120
-    while body is None and time.monotonic() < deadline:
+    assert fetch_through(lab, ip, netns_origin) == "origin behind %s\n" % VM
+
+    # A replacement onto an image that answers 404 fails before it touches the running proxy...
+    domain_uuid = virsh("domuuid", VM).stdout.strip()
+    refused = run_playbook(UNFETCHABLE, dict(proxy_vars, missing_url=lab.mirror_url + "gone/next.qcow2"))
+    assert refused.rc == 0, refused
+    assert virsh("domstate", VM).stdout.strip() == "running"
+    assert virsh("domuuid", VM).stdout.strip() == domain_uuid
+    assert fetch_through(lab, ip, netns_origin, attempts_for=10) == "origin behind %s\n" % VM
+
+    # ...and one onto an image it can get replaces it.
+    replaced = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="present", image_name="debian-12-egress-next"),
+                            timeout=WAIT_TIMEOUT + 600)
+    assert replaced.rc == 0, replaced
+    result = replaced.task_results("Make the proxy present")[0]
+    assert result["drifted"] and result["actions"][:2] == ["fetch base image", "destroy domain"]
+    assert virsh("domuuid", VM).stdout.strip() != domain_uuid
+    assert fetch_through(lab, result["ip"], netns_origin) == "origin behind %s\n" % VM
+
+
+def fetch_through(lab, ip, url, attempts_for=120):
+    """The body of ``url`` fetched through squid at ``ip`` from inside the lab netns (retried while squid starts)."""
+    deadline = time.monotonic() + attempts_for
+    while True:
         fetched = subprocess.run(
             ["ip", "netns", "exec", lab.netns, "curl", "-sS", "--max-time", "10", "-x", "http://%s:%d" % (ip, SQUID_PORT),
-             netns_origin], capture_output=True, text=True, check=False)
-        if fetched.returncode == 0:
-            body = fetched.stdout
-        else:
-            time.sleep(2)
-    assert body == "origin behind %s\n" % VM
+             url], capture_output=True, text=True, check=False)
+        if fetched.returncode == 0 or time.monotonic() >= deadline:
+            return fetched.stdout
+        time.sleep(2)

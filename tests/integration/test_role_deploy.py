@@ -96,7 +96,8 @@ def clean(lab, run_playbook):
     """Nothing of this test's on the lab before and after it (the destroy playbook, then a check)."""
 
     def destroy():
-        run = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True))
+        # Whichever owner a test left the proxies with.
+        run = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True, egress_proxy_adopt_uids=["*"]))
         assert run.rc == 0, run
         assert domain_state(RUNNING) is None and domain_state(STOPPED) is None
 
@@ -182,6 +183,35 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     assert changed(again) == 0, again
 
 
+def test_owner_is_stable_another_owner_is_reported_and_adoption_is_explicit(lab, run_playbook, clean):
+    default_owner = {key: value for key, value in role_vars(lab).items() if key != "egress_proxy_uid"}
+    deployed = run_playbook(DEPLOY, default_owner)
+    assert deployed.rc == 0, deployed
+    created = item_results(deployed, CONVERGE_TASK)
+    assert created[RUNNING]["uid"] == created[STOPPED]["uid"] == "egress_proxies.kvm.egress_proxy"
+
+    # A new owner on matching proxies: reported, nothing refused, nothing touched.
+    new_owner = dict(default_owner, egress_proxy_uid="role-test-next")
+    reported = run_playbook(DEPLOY, new_owner)
+    assert reported.rc == 0, reported
+    kept = item_results(reported, CONVERGE_TASK)
+    # The result names the owner (kvm_proxy warns too: its unit tests check the wording).
+    for name in (RUNNING, STOPPED):
+        assert not kept[name]["changed"] and kept[name]["uid"] == "egress_proxies.kvm.egress_proxy"
+    assert domain_state(STOPPED) == "shut off"
+
+    # Adopting the old owner records the new one in place: no replacement, and then nothing to do.
+    adopt = dict(new_owner, egress_proxy_adopt_uids=["egress_proxies.kvm.egress_proxy"])
+    adopted = run_playbook(DEPLOY, adopt)
+    assert adopted.rc == 0, adopted.failures()
+    recorded = item_results(adopted, CONVERGE_TASK)
+    for name in (RUNNING, STOPPED):
+        assert recorded[name]["actions"] == ["record owner"] and recorded[name]["uid"] == "role-test-next"
+        assert recorded[name]["created_at"] == created[name]["created_at"]
+    again = run_playbook(DEPLOY, adopt)
+    assert again.rc == 0 and changed(again) == 0, again
+
+
 @pytest.mark.parametrize("overrides, words", [
     ({"egress_proxy_instances": [{"name": RUNNING, "vcpus": "many"}]}, "vcpus"),
     ({"egress_proxy_instances": [{"name": RUNNING, "memory": 512}]}, "memory"),
@@ -194,6 +224,7 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     ({"egress_proxy_allowed_clients": []}, "allowed_clients"),
     ({"egress_proxy_allowed_clients": ["198.18.0.0/24 all"]}, "allowed_clients"),
     ({"egress_proxy_port": 70000}, "port 70000"),
+    ({"egress_proxy_uid": ""}, "empty owner"),
 ])
 def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides, words):
     run = run_playbook(DEPLOY, role_vars(lab, **overrides))

@@ -217,7 +217,13 @@ class FakeHypervisor:
         for element in metadata.findall("*"):
             if etree.QName(element).namespace == uri:
                 metadata.remove(element)
-        metadata.append(etree.fromstring(xml.encode("utf-8")))
+        element = etree.fromstring(xml.encode("utf-8"))
+        if any(isinstance(node.tag, str) and etree.QName(node).namespace for node in element.iter()):
+            # As libvirt 9.0 answers an element that brings its own namespace.
+            raise self._error(errors.VIR_ERR_INTERNAL_ERROR, "internal error: failed to create a new XML namespace")
+        qualified = etree.SubElement(metadata, etree.QName(uri, element.tag), nsmap={key: uri})
+        for child in element:
+            etree.SubElement(qualified, etree.QName(uri, child.tag)).text = child.text
         dom.xml = etree.tostring(root, encoding="unicode")
 
     def start_domain(self, dom):
