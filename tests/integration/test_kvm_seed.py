@@ -40,6 +40,8 @@ write_files:
 """ % SECRET
 CHANGED_USER_DATA = USER_DATA.replace("written from the seed", "written from the changed seed")
 DEFAULT_VENDOR_DATA = {"packages": ["qemu-guest-agent"], "runcmd": [["systemctl", "enable", "--now", "qemu-guest-agent"]]}
+# What Ansible adds to a result that has a "path" key, from a stat of that path on the host running the module.
+FILE_STAT_KEYS = {"path", "uid", "gid", "owner", "group", "mode", "state"}
 
 
 def _delete(hypervisor, pool):
@@ -205,3 +207,43 @@ def test_missing_pool_fails_clearly(lab, task):
     assert "storage pool 'eptest-no-such-pool'" in failed["msg"] and lab.uri in failed["msg"]
     assert failed["error_kind"] == "not_found"
     assert json.dumps(failed).count(SECRET) == 0
+
+
+def test_cloud_config_dictionaries_are_written_as_cloud_config_documents(lab, hypervisor, task, tmp_path):
+    user_data = {"hostname": NAME, "users": ["default"], "write_files": [{"path": "/etc/eptest", "content": "from a dict\n"}],
+                 "chpasswd": {"expire": False, "users": [{"name": "debian", "password": SECRET, "type": "text"}]}}
+    vendor_data = {"packages": ["qemu-guest-agent"], "package_update": False}
+    created, stdout = task(user_data=user_data, vendor_data=vendor_data)
+    assert created["changed"] and created["previous_state"] == "absent", created
+    # The user-data's values ("default", the VM's name) are not masked in the result, nor is the secret shown.
+    assert created["volume"] == VOLUME and created["volume_path"] == lab.pool_dir + "/" + VOLUME
+    assert SECRET not in stdout and "chpasswd" not in stdout
+
+    label, rock_ridge, joliet, _plain = second_reader(tmp_path, volume_bytes(hypervisor, lab))
+    assert label == "cidata" and rock_ridge == joliet
+    for name, expected in (("user-data", user_data), ("vendor-data", vendor_data)):
+        assert rock_ridge[name].startswith(b"#cloud-config\n"), rock_ridge[name][:40]
+        assert yaml.safe_load(rock_ridge[name]) == expected
+
+    # The same dictionaries with their keys in another order are the same documents.
+    reordered = dict(user_data=dict(reversed(list(user_data.items()))), vendor_data=dict(reversed(list(vendor_data.items()))))
+    again, _stdout = task(diff=True, **reordered)
+    assert not again["changed"] and again["diff"]["before"] == again["diff"]["after"], again
+
+
+def test_the_result_describes_the_volume_not_a_local_file(lab, hypervisor, task):
+    created, _stdout = task(user_data=USER_DATA)
+    assert created["changed"], created
+    old_size = len(volume_bytes(hypervisor, lab))
+
+    # In check mode the volume still holds the old seed: a stat of its file would report the old size.
+    larger = USER_DATA + "".join("# padding line %d\n" % number for number in range(3000))
+    predicted, _stdout = task(user_data=larger, check=True)
+    assert predicted["changed"] and not FILE_STAT_KEYS & set(predicted), predicted
+    new_size = predicted["size"]
+    assert new_size > old_size and predicted["actions"][1] == "create volume %s (%d bytes)" % (VOLUME, new_size)
+    assert predicted["volume_path"] == lab.pool_dir + "/" + VOLUME
+
+    written, _stdout = task(user_data=larger)
+    assert written["size"] == new_size == len(volume_bytes(hypervisor, lab)), written
+    assert not FILE_STAT_KEYS & set(written)
