@@ -10,7 +10,8 @@ Public API (used by kvm_base_image and kvm_proxy)::
                      checksum="sha256:<64 hex>" | "sha256:https://.../SHA256SUMS" | None,
                      format="qcow2" | "raw")
     result = ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None,
-                          timeout=60, retries=3, validate_certs=True, lock_timeout=3600)
+                          timeout=60, retries=3, validate_certs=True, lock_timeout=3600,
+                          max_virtual_size=None)
     result.volume, result.path, result.format, result.sha256, result.size,
     result.downloaded, result.changed, result.bytes, result.seconds, result.throughput,
     result.actions, result.diff(), result.as_dict()
@@ -35,15 +36,23 @@ How the cache lives in the pool (the pool is the only state):
 - No operation here deletes a base volume that another volume of the pool
   uses as its backing store (found by reading every volume's XML): removing
   such a base fails and names the volumes that use it.
+- A base is self-contained: an image whose header names a backing file or
+  an external data file would let every VM on it read that file of the
+  hypervisor, so it is refused from its first bytes (_image_header), and a
+  base that libvirt reports with a backing store after the refresh is
+  deleted before its marker is written.
 
 The download is streamed: the HTTP body is read in chunks that are hashed on
 the way and sent straight into libvirt's upload stream, so memory stays flat
-and nothing touches the local disk. The base is created as a raw volume of
-exactly Content-Length bytes because libvirt's upload overwrites a file
-without truncating it: a qcow2 volume pre-created by libvirt can be larger
-than the image and would keep a tail of its own metadata (measured on libvirt
-9.0). The pool refresh afterwards lets libvirt probe the real format and
-virtual size.
+and nothing touches the local disk. Its head (the qcow2 header, within the
+first cluster) is read before the volume is created, so an image refused
+for its header, format or virtual size writes nothing; check mode reads the
+same head with a Range request, which is how it knows the virtual size.
+The base is created as a raw volume of exactly Content-Length bytes because
+libvirt's upload overwrites a file without truncating it: a qcow2 volume
+pre-created by libvirt can be larger than the image and would keep a tail
+of its own metadata (measured on libvirt 9.0). The pool refresh afterwards
+lets libvirt probe the real format and virtual size.
 
 Concurrent runs on the same machine (parallel playbooks, async tasks, several
 controllers running the module on the hypervisor) serialise on an flock per
@@ -83,6 +92,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     TransientError,
     ValidationError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import (
+    MAX_HEADER_BYTES,
+    NeedMoreBytes,
+    parse_image_header,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     MARKER_SUFFIX,
     base_volume_name,
@@ -111,11 +125,15 @@ CHUNK_SIZE = 1024 * 1024
 
 # A SHA256SUMS file lists a few dozen images; anything much larger is not one.
 MAX_CHECKSUM_FILE_BYTES = 4 * 1024 * 1024
-QCOW2_MAGIC = b"QFI\xfb"
+# Check mode's header read: small chunks, so only about what the header needs is read.
+PROBE_CHUNK_SIZE = 64 * 1024
+GIB = 1024 ** 3
 LOCK_DIR_NAME = "egress_proxies_kvm-locks"
 USER_AGENT = "egress_proxies.kvm kvm_base_image"
 
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+# What a server answers to "Range: bytes=0-N": the bytes sent and the image's length ("*" if unknown).
+_CONTENT_RANGE = re.compile(r"bytes 0-[0-9]+/(?P<length>[0-9]+|\*)")
 # "<hex>  <file>" (text mode) and "<hex> *<file>" (binary mode) of sha256sum,
 # and the BSD form "SHA256 (<file>) = <hex>".
 _GNU_SUM_LINE = re.compile(r"(?P<digest>[0-9a-fA-F]{64}) [ *](?P<file>.+)")
@@ -235,7 +253,12 @@ def find_in_checksum_file(text, file_name):
 
 @dataclass
 class ImageResult:
-    """What ensure_image found or did. ``path`` and ``size`` are None when check mode predicts a download."""
+    """What ensure_image found or did.
+
+    ``path`` is None when check mode predicts a download; ``size`` (the
+    virtual size in bytes) then comes from the image's header, or is the
+    length of a raw image (None if the server did not say it).
+    """
 
     volume: str
     path: Optional[str]
@@ -380,14 +403,6 @@ class _Retryable(Exception):
     """An HTTP-side failure worth another attempt (5xx, network, short body)."""
 
 
-class _Rejected(Exception):
-    """Raised inside the upload's chunk iterator to stop a body that must not be cached."""
-
-    def __init__(self, error):
-        super().__init__(error.message)
-        self.error = error
-
-
 def _refuse_non_http_redirect(response, *args, **kwargs):
     if response.is_redirect:
         target = urljoin(response.url, response.headers.get("location", ""))
@@ -396,17 +411,20 @@ def _refuse_non_http_redirect(response, *args, **kwargs):
     return response
 
 
-def _get(session, url, timeout, validate_certs):
-    """GET ``url`` as a stream; map transport failures onto _Retryable or PermanentError."""
+def _get(session, url, timeout, validate_certs, first_bytes=None):
+    """GET ``url`` (its ``first_bytes`` only, if given) as a stream; map transport failures onto _Retryable or PermanentError."""
+    # The body is hashed as it arrives: a transparently decompressed
+    # body would neither match Content-Length nor the published digest.
+    headers = {"Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+    if first_bytes is not None:
+        headers["Range"] = "bytes=0-%d" % (first_bytes - 1)
     try:
         return session.get(
             url,
             stream=True,
             timeout=timeout,
             verify=validate_certs,
-            # The body is hashed as it arrives: a transparently decompressed
-            # body would neither match Content-Length nor the published digest.
-            headers={"Accept-Encoding": "identity", "User-Agent": USER_AGENT},
+            headers=headers,
             hooks={"response": [_refuse_non_http_redirect]},
         )
     except requests.exceptions.SSLError as exc:
@@ -426,6 +444,17 @@ def _check_status(response, url):
     if 400 <= status < 500:
         raise PermanentError("%s answered %s; check the URL" % (url, reason.strip()))
     raise _Retryable("%s answered %s" % (url, reason.strip()))
+
+
+def _content_length(response, url):
+    """The body's length from Content-Length; the base volume is created with exactly that size."""
+    length = response.headers.get("Content-Length")
+    if length is None or not length.isdigit():
+        raise PermanentError("%s sent no Content-Length; the base volume needs a known size, so serve the image "
+                             "from a server that sends it" % url)
+    if int(length) == 0:
+        raise PermanentError("%s is empty (Content-Length: 0)" % url)
+    return int(length)
 
 
 def _with_retries(attempt, retries, backoff, what):
@@ -597,29 +626,35 @@ def _raw_volume_xml(name, capacity):
 
 
 class _Body:
-    """The HTTP body as chunks for upload_volume, hashed and counted on the way."""
+    """The HTTP body as chunks for upload_volume, hashed and counted on the way; its header is read first."""
 
-    def __init__(self, response, url, length, disk_format):
-        self._response = response
+    def __init__(self, response, url, length):
         self._url = url
         self.length = length
-        self._format = disk_format
         self.hash = hashlib.sha256()
         self.received = 0
+        self._received_chunks = self._receive(response)
         self._head = b""
 
+    def read_header(self):
+        """The image's header, read off the start of the body; those bytes are the first chunk uploaded."""
+        header, self._head = _read_header(self._received_chunks, self.length, self._url)
+        return header
+
     def chunks(self):
+        head, self._head = self._head, b""
+        if head:
+            yield head
+        yield from self._received_chunks
+
+    def _receive(self, response):
         try:
-            for chunk in self._response.iter_content(CHUNK_SIZE):
+            for chunk in response.iter_content(CHUNK_SIZE):
                 if not chunk:
                     continue
                 self.received += len(chunk)
                 if self.received > self.length:
                     raise _Retryable("%s sent more than its Content-Length of %d bytes" % (self._url, self.length))
-                if len(self._head) < len(QCOW2_MAGIC):
-                    self._head += chunk[:len(QCOW2_MAGIC)]
-                    if len(self._head) >= len(QCOW2_MAGIC):
-                        self._check_format()
                 self.hash.update(chunk)
                 yield chunk
         except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
@@ -629,16 +664,81 @@ class _Body:
         # closed early just ends the body, so count.
         if self.received != self.length:
             raise _Retryable("%s ended after %d of its %d bytes" % (self._url, self.received, self.length))
-        if len(self._head) < len(QCOW2_MAGIC):
-            self._check_format()
 
-    def _check_format(self):
-        is_qcow2 = self._head.startswith(QCOW2_MAGIC)
-        if self._format == "qcow2" and not is_qcow2:
-            raise _Rejected(PermanentError("%s is not a qcow2 image (no qcow2 header); set format to raw if it is a "
-                                           "raw disk image" % self._url))
-        if self._format == "raw" and is_qcow2:
-            raise _Rejected(PermanentError("%s is a qcow2 image but format is raw; set format to qcow2" % self._url))
+
+def _read_header(chunks, length, url):
+    """Read ``chunks`` until the image's header is known: (ImageHeader, the bytes read)."""
+    head = bytearray()
+    header = parse_image_header(head, length, url)
+    while isinstance(header, NeedMoreBytes):
+        chunk = next(chunks, None)
+        if chunk is None:
+            raise _Retryable("%s ended after %d bytes, inside the image's header" % (url, len(head)))
+        head += chunk
+        header = parse_image_header(head, length, url)
+    return header, bytes(head)
+
+
+def _gib(size):
+    return ("%.2f" % (size / GIB)).rstrip("0").rstrip(".")
+
+
+def _check_virtual_size(size, url, max_virtual_size):
+    if max_virtual_size is not None and size is not None and size > max_virtual_size:
+        raise ValidationError("image %s has a virtual size of %d bytes (%s GiB), more than the maximum of %d bytes "
+                              "(%s GiB)" % (url, size, _gib(size), max_virtual_size, _gib(max_virtual_size)))
+
+
+def _not_self_contained(url, what_it_needs, outcome):
+    return ("image %s %s: a base image must be self-contained, or every VM on it could read that file of the "
+            "hypervisor; %s. Use an image without backing or data files (qemu-img convert -O qcow2 makes one)"
+            % (url, what_it_needs, outcome))
+
+
+def _check_header(header, spec, max_virtual_size):
+    """Refuse an image whose header makes it unfit to be this base, before anything is written."""
+    if spec.format == "qcow2" and header.format != "qcow2":
+        raise PermanentError("%s is not a qcow2 image (no qcow2 header); set format to raw if it is a raw disk image"
+                             % spec.url)
+    if spec.format == "raw" and header.format == "qcow2":
+        raise PermanentError("%s is a qcow2 image but format is raw; set format to qcow2" % spec.url)
+    if not header.self_contained:
+        raise PermanentError(_not_self_contained(
+            spec.url, "names %s in its qcow2 header" % " and ".join(header.external_files()), "nothing was cached"))
+    _check_virtual_size(header.virtual_size, spec.url, max_virtual_size)
+
+
+def _probe_once(session, spec, timeout, validate_certs):
+    """The image's header, from a request for its first bytes (a server that sends it all is read no further)."""
+    url = spec.url
+    response = _get(session, url, timeout, validate_certs, first_bytes=MAX_HEADER_BYTES)
+    try:
+        # 416 Range Not Satisfiable: not even byte 0 exists.
+        if response.status_code == 416:
+            raise PermanentError("%s is empty" % url)
+        _check_status(response, url)
+        if response.status_code == 206:
+            content_range = response.headers.get("Content-Range", "")
+            match = _CONTENT_RANGE.fullmatch(content_range.strip())
+            if match is None:
+                raise PermanentError("%s answered a request for its first bytes with Content-Range %r"
+                                     % (url, content_range))
+            length = None if match.group("length") == "*" else int(match.group("length"))
+        else:
+            length = _content_length(response, url)
+
+        def chunks():
+            try:
+                for chunk in response.iter_content(PROBE_CHUNK_SIZE):
+                    if chunk:
+                        yield chunk
+            except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
+                    requests.exceptions.Timeout) as exc:
+                raise _Retryable("reading the header of %s failed: %s" % (url, exc)) from exc
+
+        return _read_header(chunks(), length, url)[0]
+    finally:
+        response.close()
 
 
 @dataclass
@@ -648,29 +748,22 @@ class _Fetched:
     seconds: float
 
 
-def _fetch_once(hypervisor, pool, volume, spec, sha256, session, timeout, validate_certs):
+def _fetch_once(hypervisor, pool, volume, spec, sha256, session, timeout, validate_certs, max_virtual_size):
     response = _get(session, spec.url, timeout, validate_certs)
     try:
         _check_status(response, spec.url)
-        length = response.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise PermanentError("%s sent no Content-Length; the base volume needs a known size, so serve the image "
-                                 "from a server that sends it" % spec.url)
-        length = int(length)
-        if length == 0:
-            raise PermanentError("%s is empty (Content-Length: 0)" % spec.url)
+        length = _content_length(response, spec.url)
         started = time.monotonic()
+        body = _Body(response, spec.url, length)
+        # Checked before the volume exists, so a refused image writes nothing.
+        _check_header(body.read_header(), spec, max_virtual_size)
         vol = hypervisor.create_volume(pool, _raw_volume_xml(volume, length))
-        body = _Body(response, spec.url, length, spec.format)
         try:
             hypervisor.upload_volume(vol, body.chunks())
             digest = body.hash.hexdigest()
             if sha256 is not None and digest != sha256:
                 raise PermanentError("%s has sha256 %s but the checksum says %s; the download was discarded. Check the "
                                      "checksum, or whether the mirror serves a different release" % (spec.url, digest, sha256))
-        except _Rejected as exc:
-            _discard(hypervisor, vol)
-            raise exc.error from None
         except BaseException:
             _discard(hypervisor, vol)
             raise
@@ -686,6 +779,18 @@ def _discard(hypervisor, vol):
         hypervisor.delete_volume(vol)
     except KvmError:
         pass
+
+
+def _refreshed_base(hypervisor, pool, pool_name, volume, spec):
+    """The new base as libvirt reads it after the refresh; deleted if libvirt finds it backs onto another file."""
+    vol = hypervisor.lookup_volume(pool, volume)
+    info = _volume_info(hypervisor, vol)
+    if info.backing_path is not None:
+        _discard(hypervisor, vol)
+        raise PermanentError(_not_self_contained(
+            spec.url, "has the backing store %r as libvirt reads it in pool '%s'" % (info.backing_path, pool_name),
+            "base volume '%s' was deleted" % volume))
+    return info
 
 
 def _write_marker(hypervisor, pool, marker_name, digest):
@@ -714,16 +819,25 @@ def _session(http):
 
 def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
                  retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None):
+                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None):
     """Make the image ready in the pool and describe its base volume (an ImageResult).
 
     ``http`` is a requests.Session-like object (a new Session when None).
+    In check mode an image that is not cached is not downloaded, but its
+    header is read (a Range request for its first bytes), so the result
+    has its virtual size and an image that would be refused is refused.
+    With ``max_virtual_size`` (bytes), an image with a larger virtual size
+    raises ValidationError before anything is written.
     Raises PermanentError for what a retry cannot fix (4xx, no
-    Content-Length, checksum mismatch, wrong format, base in use while its
-    marker is broken) and TransientError when retries ran out.
+    Content-Length, checksum mismatch, wrong format, a header naming a
+    backing or data file, base in use while its marker is broken) and
+    TransientError when retries ran out.
     """
     spec.require_url()
     validate_pool_name(pool_name)
+    if max_virtual_size is not None and (isinstance(max_virtual_size, bool) or not isinstance(max_virtual_size, int)
+                                         or max_virtual_size <= 0):
+        raise ValidationError("max_virtual_size must be a positive number of bytes, got %r" % (max_virtual_size,))
     with _session(http) as session:
         sha256 = resolve_sha256(spec, session, timeout, retries, validate_certs, backoff)
         volume = base_volume_name(spec.name, spec.format, sha256)
@@ -732,38 +846,50 @@ def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
         cached = _inspect(hypervisor, pool, volume, marker_name)
         before = {"volume": volume, "sha256": cached.marker_digest, "state": cached.state}
         if cached.ready(sha256):
-            return _ready_result(hypervisor, cached, volume, spec, before)
+            return _ready_result(hypervisor, cached, pool_name, volume, spec, before, max_virtual_size)
         actions = []
         if check_mode:
             _remove_leftovers(hypervisor, pool, pool_name, cached, volume, marker_name, True, actions)
+            header = _with_retries(lambda: _probe_once(session, spec, timeout, validate_certs), retries, backoff,
+                                   "reading the header of image %s" % spec.url)
+            _check_header(header, spec, max_virtual_size)
             actions += ["download %s into volume %s" % (spec.url, volume), "write marker volume %s" % marker_name]
-            return ImageResult(volume=volume, path=None, format=spec.format, sha256=sha256, size=None, downloaded=True,
-                               changed=True, actions=actions, before=before,
+            return ImageResult(volume=volume, path=None, format=spec.format, sha256=sha256, size=header.virtual_size,
+                               downloaded=True, changed=True, actions=actions, before=before,
                                after={"volume": volume, "sha256": sha256, "state": STATE_PRESENT})
         with volume_lock(hypervisor.uri, pool_name, volume, lock_timeout, lock_dir):
             # Another run may have finished the download while this one waited.
             cached = _inspect(hypervisor, pool, volume, marker_name)
             before = {"volume": volume, "sha256": cached.marker_digest, "state": cached.state}
             if cached.ready(sha256):
-                return _ready_result(hypervisor, cached, volume, spec, before)
+                return _ready_result(hypervisor, cached, pool_name, volume, spec, before, max_virtual_size)
             _remove_leftovers(hypervisor, pool, pool_name, cached, volume, marker_name, False, actions)
             fetched = _with_retries(
-                lambda: _fetch_once(hypervisor, pool, volume, spec, sha256, session, timeout, validate_certs),
+                lambda: _fetch_once(hypervisor, pool, volume, spec, sha256, session, timeout, validate_certs,
+                                    max_virtual_size),
                 retries, backoff, "downloading image %s into volume '%s' of pool '%s'" % (spec.url, volume, pool_name))
             actions.append("download %s into volume %s" % (spec.url, volume))
             # The volume was sized from Content-Length as raw bytes; the refresh
             # makes libvirt probe the qcow2 header for the real virtual size.
             hypervisor.refresh_pool(pool)
+            # Without a marker the base is never used, so it is checked before the marker is written.
+            info = _refreshed_base(hypervisor, pool, pool_name, volume, spec)
             _write_marker(hypervisor, pool, marker_name, fetched.sha256)
             actions.append("write marker volume %s" % marker_name)
-            info = _volume_info(hypervisor, hypervisor.lookup_volume(pool, volume))
     return ImageResult(volume=volume, path=info.path, format=spec.format, sha256=fetched.sha256, size=info.capacity_bytes,
                        downloaded=True, changed=True, bytes=fetched.bytes, seconds=fetched.seconds, actions=actions,
                        before=before, after={"volume": volume, "sha256": fetched.sha256, "state": STATE_PRESENT})
 
 
-def _ready_result(hypervisor, cached, volume, spec, before):
+def _ready_result(hypervisor, cached, pool_name, volume, spec, before, max_virtual_size):
     info = _volume_info(hypervisor, cached.base)
+    # Cached before images had to be self-contained: refused, not deleted, since VMs may run on it.
+    if info.backing_path is not None:
+        raise PermanentError(
+            "base volume '%s' in pool '%s' has the backing store %r: it was cached from an image that is not "
+            "self-contained, and every VM on it can read that file of the hypervisor. Delete those VMs, remove the "
+            "image (kvm_base_image state=absent) and cache a self-contained one" % (volume, pool_name, info.backing_path))
+    _check_virtual_size(info.capacity_bytes, spec.url, max_virtual_size)
     return ImageResult(volume=volume, path=info.path, format=spec.format, sha256=cached.marker_digest,
                        size=info.capacity_bytes, downloaded=False, changed=False, before=before,
                        after={"volume": volume, "sha256": cached.marker_digest, "state": STATE_PRESENT})

@@ -6,7 +6,8 @@
 
 Every case of the reference's image_test.go, plus what this port adds:
 content-addressed bases, in-use protection, prune/remove, SHA256SUMS
-files, redirects, short bodies, format sniffing, check mode and the
+files, redirects, short bodies, format sniffing, self-contained images,
+the virtual size known before the download, check mode and the
 inter-process lock.
 """
 
@@ -17,7 +18,7 @@ __metaclass__ = type
 import hashlib
 import http.server
 import os
-import struct
+import re
 import subprocess
 import sys
 import threading
@@ -32,17 +33,18 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     TransientError,
     ValidationError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header
 
 VIRTUAL_SIZE = 2 * 1024 ** 3
 MUTATING = {"refresh_pool", "create_volume", "delete_volume", "upload_volume"}
 
 
-def qcow2_image(payload):
-    """A body that starts like a qcow2 file (magic, version, virtual size at offset 24)."""
-    header = cache.QCOW2_MAGIC + struct.pack(">I", 3) + b"\0" * 16 + struct.pack(">Q", VIRTUAL_SIZE)
-    return header + payload
+def qcow2_image(payload, virtual_size=VIRTUAL_SIZE, **header):
+    """A body that starts with a valid qcow2 header (options of qcow2_header), then ``payload``."""
+    return qcow2_header(virtual_size, **header) + payload
 
 
 IMAGE = qcow2_image(b"fake qcow2 payload " * 60000)  # ~1.1 MiB: more than one chunk
@@ -50,6 +52,12 @@ IMAGE_SHA = hashlib.sha256(IMAGE).hexdigest()
 NEWER_IMAGE = qcow2_image(b"the next release " * 50000)
 NEWER_SHA = hashlib.sha256(NEWER_IMAGE).hexdigest()
 RAW_IMAGE = b"\0" * 512 * 300
+# What a VM on these would read: files of the hypervisor.
+EVIL_IMAGE = qcow2_image(b"evil payload " * 1000, backing_file="/etc/hostname")
+EVIL_SHA = hashlib.sha256(EVIL_IMAGE).hexdigest()
+DATA_FILE_IMAGE = qcow2_image(b"data file payload " * 1000, data_file="/dev/vda")
+DATA_FILE_SHA = hashlib.sha256(DATA_FILE_IMAGE).hexdigest()
+PROBE_RANGE = "bytes=0-%d" % (MAX_HEADER_BYTES - 1)
 RAW_SHA = hashlib.sha256(RAW_IMAGE).hexdigest()
 
 
@@ -57,10 +65,12 @@ class Route:
     """How the server answers one path. Attributes may be changed while a test runs."""
 
     def __init__(self, body=b"", status=200, content_length=True, delay=0.0, cut_after=None, location=None,
-                 failures=None):
+                 failures=None, ranges=True, range_length="total"):
         self.body = body
         self.status = status
         self.content_length = content_length
+        self.ranges = ranges  # answer "Range: bytes=0-N" with a 206; False ignores it, as some servers do
+        self.range_length = range_length  # "total", or "*" for a 206 that does not tell the length
         self.delay = delay
         self.cut_after = cut_after  # send Content-Length, then close after this many bytes
         self.location = location
@@ -68,12 +78,13 @@ class Route:
 
 
 class ImageServer:
-    """http.server in a thread: serves Routes, counts hits and keeps request headers per path."""
+    """http.server in a thread: serves Routes, counts hits and keeps every request's path and headers."""
 
     def __init__(self):
         self.routes = {}
         self.hits = {}
         self.headers = []
+        self.requests = []
         self._lock = threading.Lock()
         server = self
 
@@ -83,6 +94,7 @@ class ImageServer:
                 with server._lock:
                     server.hits[path] = server.hits.get(path, 0) + 1
                     server.headers.append(dict(self.headers))
+                    server.requests.append((path, dict(self.headers)))
                 route = server.routes.get(path)
                 if route is None:
                     self.send_error(404)
@@ -97,6 +109,19 @@ class ImageServer:
                     return
                 if status != 200:
                     self.send_error(status)
+                    return
+                asked = re.fullmatch(r"bytes=0-([0-9]+)", self.headers.get("Range", ""))
+                if route.ranges and asked:
+                    if not route.body:
+                        self.send_error(416)
+                        return
+                    sent = route.body[:int(asked.group(1)) + 1]
+                    self.send_response(206)
+                    self.send_header("Content-Range", "bytes 0-%d/%s" % (
+                        len(sent) - 1, len(route.body) if route.range_length == "total" else route.range_length))
+                    self.send_header("Content-Length", str(len(sent)))
+                    self.end_headers()
+                    self.wfile.write(sent)
                     return
                 self.send_response(200)
                 if route.content_length:
@@ -122,6 +147,10 @@ class ImageServer:
 
     def hit_count(self, path):
         return self.hits.get(path, 0)
+
+    def ranges_asked(self, path):
+        """The Range header of every request for ``path`` (None for a whole download), in order."""
+        return [headers.get("Range") for requested, headers in self.requests if requested == path]
 
     def close(self):
         self.httpd.shutdown()
@@ -629,14 +658,14 @@ def test_check_mode_predicts_a_download_and_touches_nothing(hv, server, ensure, 
     hv.add_volume("default", volume, content=b"partial")
     url = server.add("/debian.qcow2", IMAGE)
     result = ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=True)
-    assert (result.changed, result.downloaded, result.path, result.size) == (True, True, None, None)
+    assert (result.changed, result.downloaded, result.path, result.size) == (True, True, None, VIRTUAL_SIZE)
     assert result.sha256 == IMAGE_SHA
     assert result.actions == ["delete leftover base volume %s" % volume, "download %s into volume %s" % (url, volume),
                               "write marker volume %s.sha256" % volume]
     assert result.diff() == {"before": {"volume": volume, "sha256": None, "state": "incomplete"},
                              "after": {"volume": volume, "sha256": IMAGE_SHA, "state": "present"}}
     assert not MUTATING.intersection(hv.calls)
-    assert server.hit_count("/debian.qcow2") == 0
+    assert server.ranges_asked("/debian.qcow2") == [PROBE_RANGE]  # the header only
     assert not (tmp_path / "locks").exists()
 
 
@@ -647,17 +676,234 @@ def test_check_mode_predicts_no_change_when_cached(hv, server, ensure):
     assert result.path is not None
 
 
-def test_check_mode_reads_the_sha256sums_file_but_not_the_image(hv, server, ensure):
+def test_check_mode_reads_the_sha256sums_file_and_only_the_image_header(hv, server, ensure):
     url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
     sums = server.add("/SHA256SUMS", ("%s  debian-13-generic-amd64.qcow2\n" % IMAGE_SHA).encode())
     result = ensure(debian(url, "sha256:" + sums), check_mode=True)
     assert result.volume == base_name(IMAGE_SHA)
-    assert (server.hit_count("/SHA256SUMS"), server.hit_count("/debian-13-generic-amd64.qcow2")) == (1, 0)
+    assert server.ranges_asked("/SHA256SUMS") == [None]
+    assert server.ranges_asked("/debian-13-generic-amd64.qcow2") == [PROBE_RANGE]
 
 
 def test_check_mode_without_checksum_cannot_know_the_digest(server, ensure):
     result = ensure(debian(server.add("/debian.qcow2", IMAGE)), check_mode=True)
     assert (result.volume, result.sha256, result.diff()["after"]["sha256"]) == ("base-debian-13.qcow2", None, None)
+
+
+# --- self-contained images, and the virtual size known before the download -------------------------
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("body, sha, names", [
+    (EVIL_IMAGE, EVIL_SHA, "names the backing file '/etc/hostname' in its qcow2 header"),
+    (DATA_FILE_IMAGE, DATA_FILE_SHA, "names the external data file '/dev/vda' in its qcow2 header"),
+])
+def test_an_image_that_needs_another_file_is_refused_and_nothing_is_written(hv, server, ensure, check_mode, body, sha,
+                                                                             names):
+    url = server.add("/evil.qcow2", body)
+    with pytest.raises(PermanentError) as raised:
+        ensure(debian(url, "sha256:" + sha), check_mode=check_mode)
+    assert type(raised.value) is PermanentError  # not retried, and not a TransientError after retries
+    assert raised.value.message.startswith("image %s %s: a base image must be self-contained" % (url, names))
+    assert "nothing was cached" in raised.value.message
+    assert volume_names(hv) == []  # no base, no marker
+    assert "create_volume" not in hv.calls
+    assert server.hit_count("/evil.qcow2") == 1
+
+
+def test_an_image_without_checksum_that_needs_another_file_is_refused(hv, server, ensure):
+    with pytest.raises(PermanentError, match="names the backing file '/etc/hostname'"):
+        ensure(debian(server.add("/evil.qcow2", EVIL_IMAGE)))
+    assert volume_names(hv) == []
+
+
+def test_an_invalid_qcow2_header_is_refused_before_the_volume_exists(hv, server, ensure):
+    url = server.add("/debian.qcow2", qcow2_image(b"x" * 1000, cluster_bits=30))
+    for check_mode in (True, False):
+        with pytest.raises(PermanentError, match="has an invalid qcow2 header .cluster_bits 30 is outside 9-21."):
+            ensure(debian(url), check_mode=check_mode)
+    assert "create_volume" not in hv.calls
+
+
+def test_a_base_libvirt_finds_a_backing_store_in_is_deleted_before_its_marker(hv, server, ensure, monkeypatch):
+    """The header check passed, but libvirt's own probe after the refresh reads a backing store."""
+    url = server.add("/debian.qcow2", IMAGE)
+    volume = base_name(IMAGE_SHA)
+    original = hv.refresh_pool
+
+    def refresh_finding_a_backing_store(pool):
+        original(pool)
+        hv.volume("default", volume).backing_path = "/etc/shadow"
+
+    monkeypatch.setattr(hv, "refresh_pool", refresh_finding_a_backing_store)
+    with pytest.raises(PermanentError) as raised:
+        ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert raised.value.message.startswith(
+        "image %s has the backing store '/etc/shadow' as libvirt reads it in pool 'default': "
+        "a base image must be self-contained" % url)
+    assert "base volume '%s' was deleted" % volume in raised.value.message
+    assert volume_names(hv) == []
+    assert [c for c in hv.calls if c in MUTATING] == ["create_volume", "upload_volume", "refresh_pool", "delete_volume"]
+
+
+def test_a_cached_base_with_a_backing_store_is_refused_but_kept(hv, server, ensure):
+    """Cached before images had to be self-contained: VMs may use it, so it is not deleted."""
+    volume = base_name(IMAGE_SHA)
+    cache_by_hand(hv, volume, IMAGE, IMAGE_SHA)
+    hv.volume("default", volume).backing_path = "/etc/hostname"
+    for check_mode in (True, False):
+        with pytest.raises(PermanentError) as raised:
+            ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA), check_mode=check_mode)
+        assert "base volume '%s' in pool 'default' has the backing store '/etc/hostname'" % volume in raised.value.message
+        assert "kvm_base_image state=absent" in raised.value.message
+    assert volume_names(hv) == [volume, volume + ".sha256"]
+    assert not MUTATING.intersection(hv.calls)
+
+
+@pytest.mark.parametrize("route", [dict(), dict(ranges=False), dict(range_length="*")])
+def test_check_mode_reports_the_virtual_size_from_the_header(hv, server, ensure, route):
+    """Whether the server answers the Range request with a 206 (with or without the length) or sends it all."""
+    url = server.add("/debian.qcow2", qcow2_image(b"payload " * 300000, virtual_size=3 * 1024 ** 3), **route)
+    result = ensure(debian(url), check_mode=True)
+    assert (result.changed, result.downloaded, result.size) == (True, True, 3 * 1024 ** 3)
+    assert server.ranges_asked("/debian.qcow2") == [PROBE_RANGE]
+    assert not MUTATING.intersection(hv.calls)
+
+
+@pytest.mark.parametrize("route", [dict(), dict(ranges=False)])
+def test_check_mode_reports_a_raw_image_s_length_as_its_size(hv, server, ensure, route):
+    url = server.add("/disk.raw", RAW_IMAGE, **route)
+    result = ensure(debian(url, fmt="raw"), check_mode=True)
+    assert result.size == len(RAW_IMAGE)
+    assert result.size == ensure(debian(url, fmt="raw")).size
+
+
+def test_check_mode_refuses_the_wrong_format(server, ensure):
+    with pytest.raises(PermanentError, match="is a qcow2 image but format is raw"):
+        ensure(debian(server.add("/debian.qcow2", IMAGE), fmt="raw"), check_mode=True)
+    with pytest.raises(PermanentError, match="not a qcow2 image"):
+        ensure(debian(server.add("/disk.raw", RAW_IMAGE)), check_mode=True)
+
+
+def test_check_mode_header_read_is_retried_like_the_download(server, ensure):
+    url = server.add("/debian.qcow2", IMAGE, failures=[503, 500])
+    assert ensure(debian(url), check_mode=True, retries=2).size == VIRTUAL_SIZE
+    assert server.hit_count("/debian.qcow2") == 3
+    server.routes["/debian.qcow2"].failures = [503] * 3
+    with pytest.raises(TransientError, match="reading the header of image %s failed after 3 attempt" % url):
+        ensure(debian(url), check_mode=True, retries=2)
+
+
+def test_check_mode_on_an_empty_or_missing_image_fails_like_the_download(server, ensure):
+    with pytest.raises(PermanentError, match="is empty"):
+        ensure(debian(server.add("/empty.qcow2", b"")), check_mode=True)
+    with pytest.raises(PermanentError, match="answered HTTP 404"):
+        ensure(debian(server.url("/missing.qcow2")), check_mode=True)
+    with pytest.raises(PermanentError, match="sent no Content-Length"):
+        ensure(debian(server.add("/debian.qcow2", IMAGE, ranges=False, content_length=False)), check_mode=True)
+
+
+class _EndlessResponse:
+    """A 200 for a huge image that ignores Range: counts what is read and whether it was closed."""
+
+    status_code = 200
+    reason = "OK"
+    is_redirect = False
+
+    def __init__(self, head):
+        self.headers = {"Content-Length": str(100 * 1024 ** 3)}
+        self.head = head
+        self.read = 0
+        self.closed = False
+
+    def iter_content(self, chunk_size):
+        data = self.head + b"\0" * (chunk_size - len(self.head) % chunk_size)
+        while True:
+            for start in range(0, len(data), chunk_size):
+                self.read += chunk_size
+                yield data[start:start + chunk_size]
+            data = b"\0" * chunk_size
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("head", [qcow2_header(VIRTUAL_SIZE), qcow2_header(VIRTUAL_SIZE, cluster_bits=21)])
+def test_check_mode_reads_no_more_than_the_header_asked_for_and_closes(ensure, head):
+    class Session:
+        def __init__(self):
+            self.responses = []
+
+        def get(self, url, **kwargs):
+            assert kwargs["headers"]["Range"] == PROBE_RANGE and kwargs["stream"] is True
+            self.responses.append(_EndlessResponse(head))
+            return self.responses[-1]
+
+    session = Session()
+    assert ensure(debian("http://mirror.example/debian.qcow2"), check_mode=True, http=session).size == VIRTUAL_SIZE
+    (response,) = session.responses
+    assert response.closed and response.read <= MAX_HEADER_BYTES
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_max_virtual_size_refuses_a_larger_image_before_anything_is_written(hv, server, ensure, check_mode):
+    url = server.add("/debian.qcow2", IMAGE)
+    with pytest.raises(ValidationError) as raised:
+        ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=check_mode, max_virtual_size=1024 ** 3)
+    assert raised.value.message == (
+        "image %s has a virtual size of 2147483648 bytes (2 GiB), more than the maximum of 1073741824 bytes (1 GiB)" % url)
+    assert "create_volume" not in hv.calls and volume_names(hv) == []
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=check_mode, max_virtual_size=VIRTUAL_SIZE).size \
+        == VIRTUAL_SIZE
+
+
+def test_max_virtual_size_of_a_raw_image_is_its_length(hv, server, ensure):
+    url = server.add("/disk.raw", RAW_IMAGE)
+    with pytest.raises(ValidationError, match="virtual size of %d bytes" % len(RAW_IMAGE)):
+        ensure(debian(url, fmt="raw"), max_virtual_size=len(RAW_IMAGE) - 1)
+    assert "create_volume" not in hv.calls
+
+
+def test_max_virtual_size_applies_to_a_cached_image_too(hv, server, ensure):
+    cache_by_hand(hv, base_name(IMAGE_SHA), IMAGE, IMAGE_SHA)
+    with pytest.raises(ValidationError, match="virtual size of 2147483648 bytes"):
+        ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA), max_virtual_size=VIRTUAL_SIZE - 1)
+    assert server.hit_count("/debian.qcow2") == 0
+
+
+def test_max_virtual_size_raised_between_plan_and_fetch_is_still_refused(hv, server, ensure):
+    """The image changes upstream after check mode saw it: the real run reads the new header and refuses it."""
+    url = server.add("/debian.qcow2", IMAGE)
+    assert ensure(debian(url), check_mode=True, max_virtual_size=VIRTUAL_SIZE).size == VIRTUAL_SIZE
+    server.routes["/debian.qcow2"].body = qcow2_image(b"bigger", virtual_size=2 * VIRTUAL_SIZE)
+    with pytest.raises(ValidationError, match="virtual size of 4294967296 bytes .4 GiB."):
+        ensure(debian(url), max_virtual_size=VIRTUAL_SIZE)
+    assert "create_volume" not in hv.calls
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "1G"])
+def test_max_virtual_size_must_be_a_positive_number_of_bytes(hv, ensure, value):
+    with pytest.raises(ValidationError, match="max_virtual_size must be a positive number of bytes"):
+        ensure(debian("http://mirror.example/debian.qcow2"), max_virtual_size=value)
+    assert hv.calls == []
+
+
+def test_the_header_read_first_is_uploaded_first_and_hashed_once(hv, server, ensure, monkeypatch):
+    uploaded = []
+    original = hv.upload_volume
+
+    def recording(vol, chunks):
+        def tee():
+            for chunk in chunks:
+                uploaded.append(chunk)
+                yield chunk
+        return original(vol, tee())
+
+    monkeypatch.setattr(hv, "upload_volume", recording)
+    result = ensure(debian(server.add("/debian.qcow2", IMAGE), "sha256:" + IMAGE_SHA))
+    assert result.sha256 == IMAGE_SHA and b"".join(uploaded[:-1]) == IMAGE
+    assert uploaded[0] == IMAGE[:len(uploaded[0])]
+    assert server.ranges_asked("/debian.qcow2") == [None]  # the real run reads the header off the download
 
 
 # --- remove_image and prune_images ------------------------------------------------------------------

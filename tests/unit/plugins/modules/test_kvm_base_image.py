@@ -15,11 +15,16 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_c
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
+    DATA_FILE_IMAGE,
+    DATA_FILE_SHA,
+    EVIL_IMAGE,
+    EVIL_SHA,
     IMAGE,
     IMAGE_SHA,
     MUTATING,
     NEWER_IMAGE,
     NEWER_SHA,
+    PROBE_RANGE,
     VIRTUAL_SIZE,
     ImageServer,
     add_overlay,
@@ -76,6 +81,8 @@ def test_check_real_check_real(run, server, hypervisor, opened):
 
     predicted = run(args, check_mode=True, diff=True)
     assert (predicted["changed"], predicted["downloaded"], predicted["volume"]) == (True, True, volume)
+    # The virtual size comes from the image's header, read without downloading the image.
+    assert (predicted["size"], predicted["volume_path"]) == (VIRTUAL_SIZE, None)
     assert predicted["diff"] == {"before": absent, "after": present}
     assert hypervisor.pools["default"].volumes == {}
 
@@ -94,7 +101,23 @@ def test_check_real_check_real(run, server, hypervisor, opened):
         assert (result["changed"], result["downloaded"], result["bytes"], result["throughput"]) == (False, False, 0, 0)
         assert result["diff"] == {"before": present, "after": present}
         assert result["volume_path"] == done["volume_path"]
-    assert server.hit_count("/debian-13-generic-amd64.qcow2") == 1
+    # One header read (check mode), one download, nothing once cached.
+    assert server.ranges_asked("/debian-13-generic-amd64.qcow2") == [PROBE_RANGE, None]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("body, sha, named", [
+    (EVIL_IMAGE, EVIL_SHA, "the backing file '/etc/hostname'"),
+    (DATA_FILE_IMAGE, DATA_FILE_SHA, "the external data file '/dev/vda'"),
+])
+def test_an_image_that_is_not_self_contained_fails_and_leaves_nothing(run, server, hypervisor, check_mode, body, sha,
+                                                                      named):
+    result = run(image_args(server, body=body, sha=sha), check_mode=check_mode)
+    assert result["failed"] is True
+    assert result["error_kind"] == "permanent"
+    assert "names %s in its qcow2 header: a base image must be self-contained" % named in result["msg"]
+    assert hypervisor.pools["default"].volumes == {}
+    assert "create_volume" not in hypervisor.calls
 
 
 def test_no_diff_key_without_diff_mode(run, server):
@@ -221,4 +244,4 @@ def test_check_mode_never_mutates(run, server, hypervisor):
     run(image_args(server, prune=True), check_mode=True)
     run(dict(name="debian-13", state="absent"), check_mode=True)
     assert not MUTATING.intersection(hypervisor.calls)
-    assert server.hit_count("/debian-13-generic-amd64.qcow2") == 0
+    assert server.ranges_asked("/debian-13-generic-amd64.qcow2") == [PROBE_RANGE]  # the header only
