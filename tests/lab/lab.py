@@ -78,6 +78,7 @@ def status():
     """{component: description}; a component that is down says so."""
     daemons = libvirt_host.daemons_running()
     state = {
+        libvirt_host.KVM_DEVICE: libvirt_host.kvm_device_status(),
         "libvirt daemons": "running" if daemons else "not running",
         "pool %s" % config.POOL_NAME: (libvirt_host.pool_state() or "undefined") if daemons else "unknown",
         "bridge %s" % config.BRIDGE: "present" if network.link_exists(config.BRIDGE) else "absent",
@@ -92,5 +93,6 @@ def status():
 
 
 def is_up(state):
-    return all(value in ("running", "present", "current") for key, value in state.items()
-               if key != "lab domains")
+    return libvirt_host.kvm_device_ready() and all(
+        value in ("running", "present", "current") for key, value in state.items()
+        if key not in ("lab domains", libvirt_host.KVM_DEVICE))

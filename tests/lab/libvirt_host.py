@@ -2,6 +2,8 @@
 
 import grp
 import os
+import pwd
+import stat
 import subprocess
 import time
 
@@ -10,6 +12,9 @@ from tests.lab.shell import LabError, read_pidfile, report, run, succeeds
 
 LIBVIRT_SOCKET = "/run/libvirt/libvirt-sock"
 KVM_DEVICE = "/dev/kvm"
+KVM_GROUP = "kvm"  # libvirt-qemu's group, the one libvirtd checks the node with
+KVM_DEVICE_MODE = 0o660  # udev's rule: KERNEL=="kvm", GROUP="kvm", MODE="0660"
+KVM_GROUP_ACCESS = stat.S_IRGRP | stat.S_IWGRP
 # (binary, pid file) in start order: libvirtd's qemu driver hands guest consoles to virtlogd.
 DAEMONS = (("virtlogd", "/run/virtlogd.pid"), ("libvirtd", "/run/libvirtd.pid"))
 
@@ -22,29 +27,77 @@ def daemons_running():
     return all(read_pidfile(pidfile) for pidfile in dict(DAEMONS).values())
 
 
-def ensure_kvm_device_group():
-    """Give /dev/kvm to group kvm, as udev does on a normal Debian host.
-
-    On these machines the node arrives owned by an unrelated group. libvirtd's capability probe
-    (run as root) then sees KVM while its cache check (as libvirt-qemu, group kvm) does not, so it
-    re-probes QEMU forever and every domain define hangs. Guests still run under TCG (type qemu):
-    nested KVM is broken here.
-    """
-    if not os.path.exists(KVM_DEVICE):
-        return []
+def _kvm_group():
     try:
-        kvm_gid = grp.getgrnam("kvm").gr_gid
+        return grp.getgrnam(KVM_GROUP)
     except KeyError:
+        raise LabError("no group %s; libvirt-daemon-system creates it (scripts/bootstrap installs that)" % KVM_GROUP) from None
+
+
+def _kvm_node():
+    """os.stat of /dev/kvm, or None when this host has no such node."""
+    try:
+        return os.stat(KVM_DEVICE)
+    except FileNotFoundError:
+        return None
+
+
+def _group_can_use(node):
+    return node.st_gid == _kvm_group().gr_gid and node.st_mode & KVM_GROUP_ACCESS == KVM_GROUP_ACCESS
+
+
+def kvm_device_ready():
+    """Whether group kvm can read and write /dev/kvm (True when this host has no such node)."""
+    node = _kvm_node()
+    return node is None or _group_can_use(node)
+
+
+def kvm_device_status():
+    """/dev/kvm's type and mode as `ls -l` shows them, owner:group, and what up would change."""
+    node = _kvm_node()
+    if node is None:
+        return "absent"
+    shown = "%s %s:%s" % (stat.filemode(node.st_mode), _name(pwd.getpwuid, node.st_uid), _name(grp.getgrgid, node.st_gid))
+    if _group_can_use(node):
+        return shown
+    return "%s (not read-write for group %s; up sets group %s, mode %04o)" % (shown, KVM_GROUP, KVM_GROUP, KVM_DEVICE_MODE)
+
+
+def _name(lookup, number):
+    """The user or group name of number (lookup: pwd.getpwuid or grp.getgrgid), else the number."""
+    try:
+        return lookup(number)[0]
+    except KeyError:
+        return str(number)
+
+
+def ensure_kvm_device():
+    """Give /dev/kvm to group kvm with mode 0660, as udev's rule does on a normal Debian host.
+
+    On these machines the node arrives as crw------- root:root (or root:kvm). libvirtd's capability
+    probe (run as root) then sees KVM while its cache check (as libvirt-qemu, group kvm) does not, so
+    it re-probes QEMU on every define (25-50 s each instead of milliseconds). Done before the daemons
+    start, so that libvirtd's first probe already agrees with its cache check. Guests still run under
+    TCG (type qemu): nested KVM is broken here.
+    """
+    node = _kvm_node()
+    if node is None:
         return []
-    if os.stat(KVM_DEVICE).st_gid == kvm_gid:
-        return []
-    os.chown(KVM_DEVICE, -1, kvm_gid)
-    return ["gave %s to group kvm" % KVM_DEVICE]
+    kvm = _kvm_group()
+    actions = []
+    if node.st_gid != kvm.gr_gid:
+        os.chown(KVM_DEVICE, -1, kvm.gr_gid)
+        actions.append("gave %s to group %s (was %s)" % (KVM_DEVICE, KVM_GROUP, _name(grp.getgrgid, node.st_gid)))
+    # A mode that already lets the group read and write (0666 on some hosts) is left alone.
+    if node.st_mode & KVM_GROUP_ACCESS != KVM_GROUP_ACCESS:
+        os.chmod(KVM_DEVICE, KVM_DEVICE_MODE)
+        actions.append("set %s to mode %04o (was %04o)" % (KVM_DEVICE, KVM_DEVICE_MODE, stat.S_IMODE(node.st_mode)))
+    return actions
 
 
 def ensure_daemons():
     """Start virtlogd and libvirtd when they are not running (these machines have no systemd)."""
-    actions = ensure_kvm_device_group()
+    actions = ensure_kvm_device()
     started = []
     for binary, pidfile in DAEMONS:
         if read_pidfile(pidfile):
