@@ -18,6 +18,13 @@ description:
   - The sha256 of the body is computed on the way; a mismatch with O(checksum) deletes the volume and fails.
     The pool is then refreshed so libvirt reads the image's real virtual size, and a marker volume
     C(<base>.sha256) recording the verified digest is written last.
+  - Images must be self-contained. A qcow2 image whose header names a backing file or an external data file
+    would let every VM whose disk is an overlay on it read that file of the hypervisor, so it is refused from the
+    first bytes of the download, before any volume is created, and the task fails naming the file. A base that
+    libvirt still reports with a backing store after the pool refresh is deleted before its marker is written.
+    Flatten such an image first (C(qemu-img convert -O qcow2)). A base cached with a backing store by an earlier
+    version of this module fails the task, and is kept for the VMs that may use it, until it is removed with
+    O(state=absent).
   - The image is ready when its base volume and a well-formed marker exist and, with O(checksum), the marker
     records that checksum. A ready image is never downloaded again. The leftovers of an interrupted run
     (a base without marker, a marker without base) are removed before fetching again.
@@ -39,6 +46,10 @@ attributes:
     support: full
     details:
       - Predicts whether the image would be downloaded and which volumes would be removed, without changing the pool.
+      - For an image that is not cached, check mode reads its header, the first bytes of O(url) (an HTTP
+        C(Range) request; from a server that ignores it, only the first bytes of the response are read), so
+        RV(size) is the image's virtual size and an image the real run would refuse (not self-contained, wrong
+        format) fails in check mode too.
       - A O(checksum) of the form C(sha256:<URL>) is still fetched in check mode, because the digest names the volume.
   diff_mode:
     support: full
@@ -60,6 +71,7 @@ options:
       - Where to download the image from. Only C(http://) and C(https://) URLs are accepted, and redirects to any
         other scheme are refused.
       - The server must send C(Content-Length), which every distro mirror does.
+      - The image must be self-contained (see the description).
       - Required with O(state=present), and with O(state=absent) when O(checksum) names a checksum file.
     type: str
   checksum:
@@ -73,7 +85,7 @@ options:
     type: str
   format:
     description:
-      - Disk format of the image. The first bytes of the download are checked against it.
+      - Disk format of the image. The first bytes of the download (the qcow2 header) are checked against it.
       - Ubuntu's C(.img) cloud images are qcow2.
     type: str
     choices: [qcow2, raw]
@@ -193,7 +205,8 @@ sha256:
 size:
   description:
     - Virtual size of the image in bytes, as libvirt reports the base volume's capacity; a VM disk on it is at least this large.
-    - Null in check mode when the image would be downloaded.
+    - In check mode when the image would be downloaded, the virtual size its qcow2 header gives (the length of a raw
+      image), read without downloading the image; null only for a raw image whose server does not say its length.
   returned: state is present
   type: int
   sample: 3758096384
