@@ -32,6 +32,19 @@ def common_argument_spec():
     return dict(uri=dict(type="str", default=DEFAULT_URI))
 
 
+def _masked_strings(value):
+    """The strings Ansible masks in a result for a no_log value: its every non-empty string and number."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _masked_strings(item)
+    elif isinstance(value, str) and value:
+        yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield str(value)
+
+
 class KvmModule:
     """An AnsibleModule plus the collection's conventions.
 
@@ -61,6 +74,20 @@ class KvmModule:
     @property
     def diff_mode(self):
         return self.module._diff
+
+    def mask_as_document(self, option, document):
+        """Hide the no_log dictionary ``option`` as the one ``document`` it is written as, not value by value.
+
+        Ansible masks each value of a no_log dictionary wherever it appears in
+        the result: a cloud-config naming "default" or 1 would turn the pool
+        name, the volume name and every size into "********". As the document
+        string the option is masked whole, as a string always was. Safe only
+        for a module's sole no_log option: no other option's secret can share
+        one of the values unmasked here.
+        """
+        self.module.no_log_values.difference_update(_masked_strings(self.params[option]))
+        self.params[option] = document
+        self.module.no_log_values.add(document)
 
     def fail(self, error, **result):
         """Fail the task for a typed error, naming the hypervisor it happened on."""

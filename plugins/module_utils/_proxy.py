@@ -49,7 +49,7 @@ import time
 import uuid
 from collections import namedtuple
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import (
@@ -227,8 +227,8 @@ class ProxyRequest:
     mac: Optional[str] = None
     image: Optional[ImageSpec] = None
     base_volume: Optional[str] = None
-    user_data: Optional[str] = None
-    vendor_data: Optional[str] = None
+    user_data: Union[str, dict, None] = None
+    vendor_data: Union[str, dict, None] = None
     meta_data: Optional[dict] = None
     network_config: Any = None
     virt_type: str = "kvm"

@@ -248,7 +248,7 @@ notes:
   - A replacement first caches and verifies the new base image and checks the bridge or network, the pool and the disk
     size against the image; only then is the old VM removed. When that preparation fails, the old VM keeps running as
     it was and the message says so.
-  - When O(image.checksum) is a C(SHA256SUMS) URL, the digest it lists is part of the spec: a new release published
+  - When O(image.checksum) is a C(SHA256SUMS) URL, the digest it lists is part of the spec. A new release published
     there is drift, so every VM moves to the same image.
   - A VM that is not running and whose overlay or seed volume is gone (deleted outside this collection) cannot boot; it
     is rebuilt, with a warning.
@@ -469,7 +469,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache im
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, render_cloud_data
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -522,6 +522,8 @@ class ProxyTask:
 
     def validate(self):
         validate_download_options(self.kvm.params["timeout"], self.kvm.params["retries"], self.kvm.params["lock_timeout"])
+        if isinstance(self.kvm.params["user_data"], dict):
+            self.kvm.mask_as_document("user_data", render_cloud_data(self.kvm.params["user_data"], "user_data").decode("utf-8"))
         params = {RENAMED.get(key, key): value for key, value in self.kvm.params.items()}
         self.request = ProxyRequest.from_params(params)
 

@@ -322,34 +322,6 @@ def content_diff(volume, current, desired):
     return "".join(parts)
 
 
-def _masked_strings(value):
-    """The strings Ansible masks in a result for a no_log value: its every non-empty string and number."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list):
-        for item in value:
-            yield from _masked_strings(item)
-    elif isinstance(value, str) and value:
-        yield value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        yield str(value)
-
-
-def mask_as_document(ansible_module, option, document):
-    """Hide the no_log dictionary ``option`` as the one ``document`` it is written as, not value by value.
-
-    Ansible masks each value of a no_log dictionary wherever it appears in
-    the result: a cloud-config naming "default" or 1 would turn the pool
-    name, the volume name and every size into "********". As the document
-    string the option is masked whole, as a string user_data always was.
-    Safe only for the module's sole no_log option: no other option's secret
-    can share one of the values unmasked here.
-    """
-    ansible_module.no_log_values.difference_update(_masked_strings(ansible_module.params[option]))
-    ansible_module.params[option] = document
-    ansible_module.no_log_values.add(document)
-
-
 class SeedManager:
     """Validates the parameters, then writes, keeps or removes one VM's seed volume."""
 
@@ -364,7 +336,7 @@ class SeedManager:
         validate_pool_name(params["pool"])
         if isinstance(params["user_data"], dict):
             document = render_cloud_data(params["user_data"], "user_data").decode("utf-8")
-            mask_as_document(self.module.module, "user_data", document)
+            self.module.mask_as_document("user_data", document)
         network_config = params["network_config"]
         if network_config is not None and not isinstance(network_config, (str, dict)):
             raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)

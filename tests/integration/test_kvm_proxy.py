@@ -141,3 +141,68 @@ def test_an_unmanaged_domain_survives_delete_and_replace(lab, hypervisor, hand_m
     dom = hypervisor.lookup_domain(HAND_MADE)
     assert is_active(hypervisor.domain_state(dom))
     assert HAND_MADE + ".qcow2" in volume_names(hypervisor, lab.pool)
+
+
+TASK = os.path.join(PLAYBOOKS, "kvm_proxy_task.yml")
+
+
+def proxy_task(lab, tiny, **options):
+    proxy = {
+        "uri": lab.uri, "name": VM, "uid": "eptest-owner", "pool": lab.pool, "bridge": lab.bridge, "vcpus": 1,
+        "memory_mib": 256, "disk_size_gb": 1, "virt_type": lab.virt_type, "cpu_mode": lab.cpu_mode,
+        "image": {"name": IMAGE_NAME, "url": tiny["url"], "checksum": "sha256:" + tiny["sha256"]},
+    }
+    proxy.update(options)
+    # An option set to None is left out (Ansible counts a present null in mutually exclusive options).
+    return {key: value for key, value in proxy.items() if value is not None}
+
+
+def run_task(run_playbook, proxy, check=False):
+    run = run_playbook(TASK, {"proxy": proxy, "check": check, "diff": True})
+    assert run.rc == 0, run
+    return run.task_results("Show the result")[0]["kvm_proxy_result"]
+
+
+@pytest.mark.parametrize("nic, message", [
+    ({"bridge": "eptest-nobr0"}, "bridge 'eptest-nobr0' (option bridge) is not an interface of the hypervisor"),
+    ({"bridge": None, "network": "eptest-nonet"}, "libvirt network 'eptest-nonet' (option network) is not defined"),
+])
+def test_a_missing_bridge_or_network_fails_before_anything_is_created(lab, hypervisor, tiny, clean_vm, run_playbook,
+                                                                      nic, message):
+    before = volume_names(hypervisor, lab.pool)
+    for check in (True, False):
+        result = run_task(run_playbook, proxy_task(lab, tiny, **nic), check=check)
+        assert result["failed"] and message in result["msg"], result
+        assert result["error_kind"] == "permanent" and result["changed"] is False
+    with pytest.raises(NotFoundError):
+        hypervisor.lookup_domain(VM)
+    assert volume_names(hypervisor, lab.pool) == before
+
+
+def test_a_failed_start_reports_changed_and_the_steps_done(lab, hypervisor, tiny, clean_vm, run_playbook):
+    # lo exists but is no bridge: libvirt defines the domain and fails to start it.
+    result = run_task(run_playbook, proxy_task(lab, tiny, bridge="lo"))
+    assert result["failed"], result
+    assert result["changed"] is True
+    assert result["actions"] == ["fetch base image", "create overlay", "write seed", "define domain"]
+    assert result["msg"].startswith("start domain failed after fetch base image, create overlay, write seed, define domain")
+
+
+@pytest.mark.parametrize("volume", ["overlay", "seed"])
+def test_a_stopped_vm_whose_volume_was_deleted_is_rebuilt(lab, hypervisor, tiny, clean_vm, run_playbook, volume):
+    created = run_task(run_playbook, proxy_task(lab, tiny, state="stopped"))
+    assert created["changed"] and not created.get("failed"), created
+    subprocess.run(["virsh", "-q", "-c", lab.uri, "vol-delete", created["volumes"][volume], "--pool", lab.pool],
+                   check=True, capture_output=True)
+
+    predicted = run_task(run_playbook, proxy_task(lab, tiny, state="stopped"), check=True)
+    rebuilt = run_task(run_playbook, proxy_task(lab, tiny, state="stopped"))
+    assert not rebuilt.get("failed"), rebuilt
+    assert predicted["actions"] == rebuilt["actions"]
+    assert "undefine domain" in rebuilt["actions"] and "define domain" in rebuilt["actions"]
+    assert any("is missing from storage pool" in warning for warning in rebuilt["warnings"])
+    assert {created["volumes"]["overlay"], created["volumes"]["seed"]} <= volume_names(hypervisor, lab.pool)
+    assert rebuilt["uid"] == "eptest-owner"
+
+    started = run_task(run_playbook, proxy_task(lab, tiny))
+    assert started["actions"] == ["start domain"] and not started.get("failed"), started

@@ -173,3 +173,26 @@ def test_renamed_download_options_reach_the_request(monkeypatch):
 
     kvm_proxy.ProxyTask(Params).validate()
     assert (seen["download_timeout"], seen["download_retries"]) == (60, 3)
+
+
+def test_a_failed_task_reports_changed_and_the_steps_it_completed(run, hypervisor):
+    hypervisor.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "qemu died")
+    result, _out, _opened = run(ARGS)
+    assert result["failed"] is True and result["changed"] is True
+    assert result["actions"] == ["create overlay", "write seed", "define domain"]
+    assert result["msg"].startswith("start domain failed after create overlay, write seed, define domain: ")
+
+
+def test_a_failure_before_any_step_reports_no_change(run, hypervisor):
+    result, _out, _opened = run(dict(ARGS, bridge="br9"))
+    assert result["failed"] is True and result["changed"] is False and result["actions"] == []
+    assert "bridge 'br9' (option bridge) is not an interface of the hypervisor" in result["msg"]
+    assert result["error_kind"] == "permanent"
+
+
+def test_a_cloud_config_dictionary_is_masked_whole_not_value_by_value(run, hypervisor):
+    # Values such as the pool name or a size inside the dictionary must not mask the same words in the result.
+    user_data = {"chpasswd": {"list": SECRET}, "packages": ["squid"], "default": "default", "size": 1}
+    result, out, _opened = run(dict(ARGS, user_data=user_data))
+    assert SECRET not in out
+    assert result["volumes"]["pool"] == "default" and result["name"] == NAME
