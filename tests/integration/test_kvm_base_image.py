@@ -2,13 +2,15 @@
 
 Modules run through ansible-playbook on /usr/bin/python3 (Debian's python3-libvirt 9.0 and
 python3-requests 2.28), as on a real hypervisor. Servers started here make the interesting
-moments deterministic: they count requests, and can hold a response after a given number
-of bytes until the test releases it (to kill the module mid-upload, or to make two runs overlap).
+moments deterministic: they count requests, answer "Range: bytes=0-N" as mirrors do, and can hold
+a response after a given number of bytes until the test releases it (to kill the module mid-upload,
+or to make two runs overlap).
 """
 
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -54,11 +56,12 @@ class Hold:
 
 
 class ImageServer:
-    """A private HTTP server for files on disk, with Content-Length, hit counts and held responses."""
+    """A private HTTP server for files on disk, with Content-Length, Range, hit counts and held responses."""
 
     def __init__(self):
         self.files = {}
         self.hits = {}
+        self.ranges = {}  # path -> the Range header of each request (None for a whole download)
         self.holds = {}
         self._lock = threading.Lock()
         server = self
@@ -68,12 +71,23 @@ class ImageServer:
 
             def do_GET(self):
                 path = self.path.split("?", 1)[0]
+                asked = re.fullmatch(r"bytes=0-([0-9]+)", self.headers.get("Range", ""))
                 with server._lock:
                     server.hits[path] = server.hits.get(path, 0) + 1
-                    hold = server.holds.pop(path, None)
+                    server.ranges.setdefault(path, []).append(self.headers.get("Range"))
+                    hold = None if asked else server.holds.pop(path, None)
                 source = server.files.get(path)
                 if source is None:
                     self.send_error(404)
+                    return
+                if asked:
+                    with open(source, "rb") as handle:
+                        head = handle.read(int(asked.group(1)) + 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", "bytes 0-%d/%d" % (len(head) - 1, os.path.getsize(source)))
+                    self.send_header("Content-Length", str(len(head)))
+                    self.end_headers()
+                    self.wfile.write(head)
                     return
                 self.send_response(200)
                 self.send_header("Content-Length", str(os.path.getsize(source)))
@@ -129,7 +143,9 @@ def server():
 
 @pytest.fixture(scope="session")
 def sources(lab, tmp_path_factory):
-    """Local qcow2 images: the lab's tiny one, a different small one, and a bigger one to kill uploads in."""
+    """Local images: the lab's tiny qcow2, a different small one, a bigger one to kill uploads in, and
+    images that are not self-contained: qcow2 with a backing file, qcow2 with an external data file,
+    and QED with a backing file (which only libvirt's probe after the upload reads)."""
     directory = tmp_path_factory.mktemp("kvm-base-image-sources")
     made = {"v1": lab.images[config.TINY_QCOW2]["path"]}
     for name, megabytes in (("v2", 2), ("big", 24)):
@@ -139,7 +155,14 @@ def sources(lab, tmp_path_factory):
         made[name] = str(directory / (name + ".qcow2"))
         subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, made[name]], check=True)
         os.unlink(raw)
-    return {name: {"path": path, "sha256": sha256_file(path), "size": os.path.getsize(path)}
+    for name, options in (("backing", ["-f", "qcow2", "-b", "/etc/hostname", "-F", "raw"]),
+                          ("data-file", ["-f", "qcow2", "-o", "data_file=%s" % (directory / "data.raw")]),
+                          ("qed-backing", ["-f", "qed", "-b", "/etc/hostname", "-F", "raw"])):
+        made[name] = str(directory / name)
+        subprocess.run(["qemu-img", "create", "-q"] + options + [made[name]] + ([] if "-b" in options else ["1G"]),
+                       check=True)
+    return {name: {"path": path, "sha256": sha256_file(path), "size": os.path.getsize(path),
+                   "virtual_size": qemu_img_info(path)["virtual-size"]}
             for name, path in made.items()}
 
 
@@ -245,12 +268,16 @@ def test_fetch_from_the_mirror_check_real_idempotent(lab, hypervisor, run_playbo
         "image_url": "%s?eptest=%s" % (image["url"], token),
         "image_checksum": "sha256:%sSHA256SUMS" % lab.mirror_url,
         "expected_sha256": image["sha256"], "expected_size": image["size"],
+        "expected_virtual_size": qemu_img_info(image["path"])["virtual-size"],
     })
     assert played.rc == 0, played
 
+    # Four runs: check mode reads the header (the mirror ignores Range and answers 200; only the
+    # first bytes are read), the real run downloads, the idempotent runs send nothing.
     requests = mirror_requests(token)
-    assert len(requests) == 1, requests  # four runs, one download
-    assert '"GET /%s?eptest=%s HTTP/1.1" 200' % (config.GUEST_IMAGE, token) in requests[0]
+    assert len(requests) == 2, requests
+    for request in requests:
+        assert '"GET /%s?eptest=%s HTTP/1.1" 200' % (config.GUEST_IMAGE, token) in request
 
     result = played.task_results("Cache the image")[0]
     volume = volume_name("eptest-img", image["sha256"])
@@ -386,6 +413,60 @@ def test_http_errors_are_clear_and_leave_nothing(lab, hypervisor, server, source
     mismatch = task(image, url=server.serve("/v1.qcow2", sources["v1"]["path"]), checksum="sha256:" + "0" * 64)
     assert mismatch.get("failed") is True
     assert "has sha256 %s but the checksum says %s" % (sources["v1"]["sha256"], "0" * 64) in mismatch["msg"]
+    assert image_volumes(hypervisor, lab, image) == []
+
+
+def test_check_mode_reports_the_virtual_size_from_the_header(lab, hypervisor, server, sources, task):
+    """A qcow2 image not cached yet: check mode asks for its first bytes only and reports its virtual size."""
+    image = "eptest-img-vsize"
+    source = sources["v2"]
+    url = server.serve("/v2.qcow2", source["path"])
+    predicted = task(image, url=url, checksum="sha256:" + source["sha256"], check=True, diff=True)
+    assert (predicted.get("failed"), predicted["changed"], predicted["downloaded"]) == (False, True, True), predicted
+    assert predicted["size"] == source["virtual_size"] == 2 * 1024 * 1024
+    assert predicted["volume_path"] is None
+    assert server.ranges["/v2.qcow2"] == ["bytes=0-2097151"]  # answered 206: the image was not downloaded
+    assert image_volumes(hypervisor, lab, image) == []
+
+    done = task(image, url=url, checksum="sha256:" + source["sha256"])
+    assert (done["changed"], done["size"]) == (True, predicted["size"]), done
+    assert server.ranges["/v2.qcow2"] == ["bytes=0-2097151", None]
+
+
+@pytest.mark.parametrize("source_name, named", [
+    ("backing", "names the backing file '/etc/hostname' in its qcow2 header"),
+    ("data-file", "names the external data file '{directory}/data.raw' in its qcow2 header"),
+])
+def test_an_image_naming_another_file_is_refused_and_leaves_nothing(lab, hypervisor, server, sources, task, source_name,
+                                                                    named):
+    """Served with its right sha256, such an image would let every VM on it read that file of the hypervisor."""
+    image = "eptest-img-" + source_name
+    source = sources[source_name]
+    named = named.format(directory=os.path.dirname(source["path"]))
+    url = server.serve("/%s.qcow2" % source_name, source["path"])
+    for check in (True, False):
+        refused = task(image, url=url, checksum="sha256:" + source["sha256"], check=check)
+        assert refused.get("failed") is True, refused
+        assert refused["error_kind"] == "permanent"
+        assert refused["msg"].startswith("image %s %s: a base image must be self-contained" % (url, named)), refused
+        # No base and no marker: nothing of the image reached the pool.
+        assert image_volumes(hypervisor, lab, image) == []
+    assert server.ranges["/%s.qcow2" % source_name] == ["bytes=0-2097151", None]
+
+
+def test_a_backing_store_libvirt_reads_after_the_upload_is_deleted_before_the_marker(lab, hypervisor, server, sources,
+                                                                                     task):
+    """QED has no qcow2 header, so as format raw it passes the header check; libvirt's probe after the
+    upload reads its backing file, and the base is deleted without a marker."""
+    image = "eptest-img-qed"
+    source = sources["qed-backing"]
+    url = server.serve("/disk.img", source["path"])
+    refused = task(image, url=url, checksum="sha256:" + source["sha256"], format="raw")
+    assert refused.get("failed") is True, refused
+    assert refused["msg"].startswith(
+        "image %s has the backing store '/etc/hostname' as libvirt reads it in pool '%s': a base image must be "
+        "self-contained" % (url, lab.pool)), refused
+    assert "base volume '%s' was deleted" % ("base-%s-%s.raw" % (image, source["sha256"][:16])) in refused["msg"]
     assert image_volumes(hypervisor, lab, image) == []
 
 
