@@ -250,6 +250,9 @@ notes:
     it was and the message says so.
   - When O(image.checksum) is a C(SHA256SUMS) URL, the digest it lists is part of the spec. A new release published
     there is drift, so every VM moves to the same image.
+  - The image must be self-contained, as M(egress_proxies.kvm.kvm_base_image) requires. Planning reads the header of an
+    image that is not cached yet (one ranged request), so a disk smaller than the image fails before any download,
+    in check mode too.
   - A VM that is not running and whose overlay or seed volume is gone (deleted outside this collection) cannot boot; it
     is rebuilt, with a warning.
   - A failed task that completed steps before failing returns RV(changed=true) and those steps in RV(actions).

@@ -46,6 +46,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
     FakeHypervisor,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
+    PROBE_RANGE,
     VIRTUAL_SIZE,
     ImageServer,
     qcow2_image,
@@ -226,7 +227,8 @@ def test_create_fetches_the_image_on_first_use_only(converge):
 
         result = converge(hv, first)
         assert result["actions"] == [proxy.FETCH_IMAGE] + CREATE
-        assert server.hit_count("/debian-13.qcow2") == 1
+        # Check mode's and the real run's plans read the header; the fetch downloads it once.
+        assert server.ranges_asked("/debian-13.qcow2") == [PROBE_RANGE, PROBE_RANGE, None]
         assert bytes(hv.volume("default", BASE).content) == IMAGE
         assert_created(hv)
 
@@ -234,7 +236,7 @@ def test_create_fetches_the_image_on_first_use_only(converge):
         second = proxy.ProxyRequest.from_params(params(name="proxy-second", uid="uid-2", image=first.image.__dict__))
         result = converge(hv, second)
         assert result["actions"] == CREATE
-        assert server.hit_count("/debian-13.qcow2") == 1
+        assert server.hit_count("/debian-13.qcow2") == 3
         assert_created(hv, "proxy-second")
     finally:
         server.close()
@@ -243,7 +245,8 @@ def test_create_fetches_the_image_on_first_use_only(converge):
 def test_create_resumes_after_the_image_fetch_fails(run, converge):
     server = ImageServer()
     try:
-        url = server.add("/debian-13.qcow2", IMAGE, failures=[503])
+        # The plan's header read gets through; the download then fails.
+        url = server.add("/debian-13.qcow2", IMAGE, failures=[200, 503])
         hv = FakeHypervisor(hostname="nas1")
         hv.add_pool("default")
         req = request(image=dict(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA), download_retries=0)
@@ -904,6 +907,12 @@ def test_check_mode_on_a_fresh_host_predicts_the_new_vm(run):
     assert not hv.domains and pool_names(hv) == sorted([BASE, MARKER])
 
 
+def test_check_mode_does_not_invent_the_uid_a_new_vm_will_get(run):
+    # A random uid in check mode would differ from the one the real run records.
+    predicted = run(ready_host(), request(uid=None), check_mode=True)
+    assert predicted["uid"] is None and predicted["diff"]["after"]["uid"] is None
+
+
 # --- a replacement gets everything it needs before it removes the old VM -----------------------------
 
 NEW_IMAGE = qcow2_image(b"debian 13 point release " * 1000)
@@ -957,6 +966,22 @@ def test_a_replacement_onto_a_too_small_disk_is_refused_before_anything(run):
         run(hv, new_image_request("https://images.example/debian-13-new.qcow2"))
     assert not MUTATING.intersection(hv.calls[before:])
     assert_untouched(hv, volumes)
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_an_image_larger_than_the_disk_fails_before_it_is_downloaded(run, check_mode):
+    large = qcow2_image(b"a 20 GiB disk " * 1000, virtual_size=20 * GIB)
+    server = ImageServer()
+    try:
+        url = server.add("/large.qcow2", large)
+        hv = ready_host()
+        before = len(hv.calls)
+        with pytest.raises(errors.ValidationError, match="disk_size_gb 10 is smaller than the 21474836480 bytes"):
+            run(hv, new_image_request(url, checksum=hashlib.sha256(large).hexdigest()), check_mode=check_mode)
+        assert server.ranges_asked("/large.qcow2") == [PROBE_RANGE], "only the header may be read"
+        assert not MUTATING.intersection(hv.calls[before:])
+    finally:
+        server.close()
 
 
 def test_a_replacement_fetches_first_then_removes_then_builds(converge, run):
