@@ -119,6 +119,16 @@ class KvmError(Exception):
         return result
 
 
+def unless_already(code, call, *args):
+    """Run ``call(*args)``; a libvirt error ``code`` means it had happened already, which is what was wanted."""
+    try:
+        return call(*args)
+    except KvmError as error:
+        if not error.has_code(code):
+            raise
+        return None
+
+
 class NotFoundError(KvmError):
     kind = "not_found"
 
