@@ -255,7 +255,7 @@ notes:
     in check mode too.
   - A VM that is not running and whose overlay or seed volume is gone (deleted outside this collection) cannot boot; it
     is rebuilt, with a warning.
-  - A failed task that completed steps before failing returns RV(changed=true) and those steps in RV(actions).
+  - A failed task that completed steps before failing returns C(changed=true) and those steps in RV(actions).
   - The base image is held under a lock on the machine the module runs on while the overlay is created on it, so a
     concurrent M(egress_proxies.kvm.kvm_base_image) prune on the same machine cannot remove it in between.
   - The libvirt conversation is small and constant for an existing VM (the domain is looked up by name; nothing lists
@@ -471,7 +471,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache im
     validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, render_cloud_data
 
 ARGUMENT_SPEC = dict(

@@ -21,6 +21,9 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy as proxy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_execute as execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_plan as steps
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import (
     DomainParams,
     build_domain_xml,
@@ -68,8 +71,8 @@ MUTATING = {
     "define_domain", "start_domain", "shutdown_domain", "destroy_domain", "undefine_domain", "set_domain_autostart",
     "refresh_pool", "create_volume", "delete_volume", "upload_volume",
 }
-CREATE = [proxy.CREATE_OVERLAY, proxy.WRITE_SEED, proxy.DEFINE_DOMAIN, proxy.START_DOMAIN, proxy.ENABLE_AUTOSTART]
-REMOVE_RUNNING = [proxy.DESTROY_DOMAIN, proxy.DELETE_OVERLAY, proxy.DELETE_SEED, proxy.UNDEFINE_DOMAIN]
+CREATE = [steps.CREATE_OVERLAY, steps.WRITE_SEED, steps.DEFINE_DOMAIN, steps.START_DOMAIN, steps.ENABLE_AUTOSTART]
+REMOVE_RUNNING = [steps.DESTROY_DOMAIN, steps.DELETE_OVERLAY, steps.DELETE_SEED, steps.UNDEFINE_DOMAIN]
 
 
 class FakeTime:
@@ -105,7 +108,7 @@ def params(**changes):
 
 
 def request(**changes):
-    return proxy.ProxyRequest.from_params(params(**changes))
+    return proxy_request.ProxyRequest.from_params(params(**changes))
 
 
 def ready_host(hostname="nas1"):
@@ -210,7 +213,7 @@ def test_create_on_a_fresh_host(converge):
     assert (info.vcpus, info.memory_mib, info.virt_type) == (2, 2048, "kvm")
     assert info.nics[0].bridge == "br0"
     assert info.metadata.managed and info.metadata.uid == UID
-    assert info.metadata.spec_digest == result["spec_digest"] == proxy.spec_digest(request().spec())
+    assert info.metadata.spec_digest == result["spec_digest"] == proxy_request.spec_digest(request().spec())
     # No image download, and exactly one upload: the seed.
     assert "download_volume" not in hv.calls[hv.calls.index("define_domain"):]
     assert hv.calls.count("upload_volume") == 1
@@ -226,14 +229,14 @@ def test_create_fetches_the_image_on_first_use_only(converge):
         first = request(image=dict(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA))
 
         result = converge(hv, first)
-        assert result["actions"] == [proxy.FETCH_IMAGE] + CREATE
+        assert result["actions"] == [steps.FETCH_IMAGE] + CREATE
         # Check mode's and the real run's plans read the header; the fetch downloads it once.
         assert server.ranges_asked("/debian-13.qcow2") == [PROBE_RANGE, PROBE_RANGE, None]
         assert bytes(hv.volume("default", BASE).content) == IMAGE
         assert_created(hv)
 
         # A second proxy with the same image on the same host reuses the cache.
-        second = proxy.ProxyRequest.from_params(params(name="proxy-second", uid="uid-2", image=first.image.__dict__))
+        second = proxy_request.ProxyRequest.from_params(params(name="proxy-second", uid="uid-2", image=first.image.__dict__))
         result = converge(hv, second)
         assert result["actions"] == CREATE
         assert server.hit_count("/debian-13.qcow2") == 3
@@ -255,7 +258,7 @@ def test_create_resumes_after_the_image_fetch_fails(run, converge):
         assert pool_names(hv) == [] and not hv.domains
 
         result = converge(hv, req)
-        assert result["actions"] == [proxy.FETCH_IMAGE] + CREATE
+        assert result["actions"] == [steps.FETCH_IMAGE] + CREATE
         assert_created(hv)
     finally:
         server.close()
@@ -304,10 +307,10 @@ RESUME_CASES = {
     "seed volume creation fails after the overlay exists": (fail_create_seed, CREATE[1:]),
     "seed upload cut off half-way": (lambda hv: hv.cut_upload_after(SEED, 2048), CREATE[1:]),
     "define fails after both volumes exist": (
-        lambda hv: hv.fail("define_domain", times=1), [proxy.DEFINE_DOMAIN, proxy.START_DOMAIN, proxy.ENABLE_AUTOSTART]),
+        lambda hv: hv.fail("define_domain", times=1), [steps.DEFINE_DOMAIN, steps.START_DOMAIN, steps.ENABLE_AUTOSTART]),
     "start fails after define": (
-        lambda hv: hv.fail("start_domain", times=1), [proxy.START_DOMAIN, proxy.ENABLE_AUTOSTART]),
-    "autostart fails after start": (lambda hv: hv.fail("set_domain_autostart", times=1), [proxy.ENABLE_AUTOSTART]),
+        lambda hv: hv.fail("start_domain", times=1), [steps.START_DOMAIN, steps.ENABLE_AUTOSTART]),
+    "autostart fails after start": (lambda hv: hv.fail("set_domain_autostart", times=1), [steps.ENABLE_AUTOSTART]),
 }
 
 
@@ -358,7 +361,7 @@ def test_leftover_seed_with_the_right_files_is_kept(run, converge):
     hv.delete_volume(hv.volume("default", OVERLAY))
 
     result = converge(hv, request())
-    assert result["actions"] == [proxy.CREATE_OVERLAY, proxy.DEFINE_DOMAIN, proxy.START_DOMAIN, proxy.ENABLE_AUTOSTART]
+    assert result["actions"] == [steps.CREATE_OVERLAY, steps.DEFINE_DOMAIN, steps.START_DOMAIN, steps.ENABLE_AUTOSTART]
     assert_created(hv)
 
 
@@ -371,7 +374,7 @@ def test_leftover_overlay_is_reused_when_it_fits_and_replaced_when_not(converge)
     other = ready_host()
     other.add_volume("default", OVERLAY, fmt="qcow2", capacity=10 * GIB, backing_path="/srv/other-base.qcow2",
                      backing_format="qcow2")
-    assert converge(other, request())["actions"] == [proxy.DELETE_OVERLAY] + CREATE
+    assert converge(other, request())["actions"] == [steps.DELETE_OVERLAY] + CREATE
     assert_created(other)
 
 
@@ -382,7 +385,7 @@ def test_stopped_domain_is_started_and_its_volumes_left_alone(run, converge):
     before = len(hv.calls)
 
     result = converge(hv, request())
-    assert result["actions"] == [proxy.START_DOMAIN]
+    assert result["actions"] == [steps.START_DOMAIN]
     assert hv.domains[NAME].state == RUNNING
     # Its disks are looked up (a VM that must start needs them), never rewritten or read.
     for method in ("define_domain", "upload_volume", "create_volume", "delete_volume", "download_volume"):
@@ -394,7 +397,7 @@ def test_domain_started_meanwhile_counts_as_started(run):
     run(hv, request())
     hv.domains[NAME].state = SHUTOFF
     hv.fail("start_domain", errors.VIR_ERR_OPERATION_INVALID, "domain is already running", times=1)
-    assert run(hv, request())["actions"] == [proxy.START_DOMAIN]
+    assert run(hv, request())["actions"] == [steps.START_DOMAIN]
 
 
 def test_paused_domain_is_not_started_blindly(run):
@@ -408,9 +411,9 @@ def test_paused_domain_is_not_started_blindly(run):
 def test_autostart_is_made_right_on_an_existing_domain(converge):
     hv = ready_host()
     converge(hv, request())
-    assert converge(hv, request(autostart=False))["actions"] == [proxy.DISABLE_AUTOSTART]
+    assert converge(hv, request(autostart=False))["actions"] == [steps.DISABLE_AUTOSTART]
     assert hv.domains[NAME].autostart is False
-    assert converge(hv, request())["actions"] == [proxy.ENABLE_AUTOSTART]
+    assert converge(hv, request())["actions"] == [steps.ENABLE_AUTOSTART]
 
 
 def test_base_volume_instead_of_image(converge):
@@ -433,7 +436,7 @@ def test_network_mac_and_tcg_reach_the_domain(converge):
 def test_stopped_state_creates_without_starting(converge):
     hv = ready_host()
     result = converge(hv, request(state="stopped"))
-    assert result["actions"] == [proxy.CREATE_OVERLAY, proxy.WRITE_SEED, proxy.DEFINE_DOMAIN, proxy.ENABLE_AUTOSTART]
+    assert result["actions"] == [steps.CREATE_OVERLAY, steps.WRITE_SEED, steps.DEFINE_DOMAIN, steps.ENABLE_AUTOSTART]
     assert result["state"] == "Stopped"
     assert_created(hv, running=False)
 
@@ -473,7 +476,7 @@ def test_bad_requests_fail_before_the_hypervisor_is_touched(changes, message):
 
 
 def test_absent_needs_only_a_name():
-    req = proxy.ProxyRequest.from_params({"name": NAME, "state": "absent", "pool": "default"})
+    req = proxy_request.ProxyRequest.from_params({"name": NAME, "state": "absent", "pool": "default"})
     assert req.state == "absent"
 
 
@@ -526,7 +529,7 @@ def test_a_failed_step_says_how_far_the_run_got(run):
 
 def test_a_pinned_checksum_in_capitals_is_the_same_image():
     upper = request(image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="SHA256:" + IMAGE_SHA.upper()))
-    assert proxy.spec_digest(upper.spec()) == proxy.spec_digest(request().spec())
+    assert proxy_request.spec_digest(upper.spec()) == proxy_request.spec_digest(request().spec())
 
 
 # --- drift -------------------------------------------------------------------------------------------
@@ -564,7 +567,7 @@ def test_drift_replaces_the_vm_and_the_diff_says_what_changed(run, converge):
     dict(image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="sha256:" + "0" * 64)),
 ])
 def test_everything_that_shapes_the_vm_is_in_the_digest(changes):
-    assert proxy.spec_digest(request(**changes).spec()) != proxy.spec_digest(request().spec())
+    assert proxy_request.spec_digest(request(**changes).spec()) != proxy_request.spec_digest(request().spec())
 
 
 @pytest.mark.parametrize("changes", [
@@ -576,7 +579,7 @@ def test_everything_that_shapes_the_vm_is_in_the_digest(changes):
     dict(image=dict(name="debian-13", url="https://mirror.example/debian-13.qcow2", checksum="sha256:" + IMAGE_SHA)),
 ])
 def test_what_does_not_shape_the_vm_stays_out_of_the_digest(changes):
-    assert proxy.spec_digest(request(**changes).spec()) == proxy.spec_digest(request().spec())
+    assert proxy_request.spec_digest(request(**changes).spec()) == proxy_request.spec_digest(request().spec())
 
 
 def test_the_spec_shows_cloud_init_data_as_digests_only():
@@ -620,7 +623,7 @@ def test_replace_after_a_failure_half_way_finishes_on_the_next_run(run, converge
     # The domain is still defined, so the next run sees the drift again and finishes the removal.
     assert NAME in hv.domains and hv.volume("default", OVERLAY) is None
     result = converge(hv, request(vcpus=4))
-    assert result["actions"] == [proxy.DELETE_SEED, proxy.UNDEFINE_DOMAIN] + CREATE
+    assert result["actions"] == [steps.DELETE_SEED, steps.UNDEFINE_DOMAIN] + CREATE
     assert_created(hv)
 
 
@@ -690,7 +693,7 @@ def test_force_deletes_an_unmanaged_domain(converge):
     hv = ready_host()
     hand_made(hv)
     result = converge(hv, request(state="absent", force=True))
-    assert result["actions"] == [proxy.DESTROY_DOMAIN, proxy.DELETE_OVERLAY, proxy.UNDEFINE_DOMAIN]
+    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.DELETE_OVERLAY, steps.UNDEFINE_DOMAIN]
     assert_gone(hv)
 
 
@@ -699,7 +702,7 @@ def test_force_replaces_a_domain_of_another_uid(converge):
     owned_by(hv, "uid-of-someone-else")
     result = converge(hv, request(force=True))
     assert result["drifted"] is False
-    assert result["actions"] == [proxy.DESTROY_DOMAIN, proxy.UNDEFINE_DOMAIN] + CREATE
+    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN] + CREATE
     assert domain_of(hv).metadata.uid == UID
 
 
@@ -721,12 +724,12 @@ DELETE_CASES = {
         lambda run, hv: setattr(running_proxy(run, hv).domains[NAME], "state", SHUTOFF), REMOVE_RUNNING[1:]),
     "domain gone, volumes left": (
         lambda run, hv: (hv.add_volume("default", OVERLAY, fmt="qcow2"), hv.add_volume("default", SEED)),
-        [proxy.DELETE_OVERLAY, proxy.DELETE_SEED]),
-    "domain gone, seed left": (lambda run, hv: hv.add_volume("default", SEED), [proxy.DELETE_SEED]),
+        [steps.DELETE_OVERLAY, steps.DELETE_SEED]),
+    "domain gone, seed left": (lambda run, hv: hv.add_volume("default", SEED), [steps.DELETE_SEED]),
     "domain without volumes": (
         lambda run, hv: (running_proxy(run, hv), hv.delete_volume(hv.volume("default", OVERLAY)),
                          hv.delete_volume(hv.volume("default", SEED))),
-        [proxy.DESTROY_DOMAIN, proxy.UNDEFINE_DOMAIN]),
+        [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN]),
     "nothing exists": (lambda run, hv: None, []),
 }
 
@@ -751,7 +754,7 @@ def test_delete_with_a_missing_pool_still_removes_the_domain(run, converge):
     run(hv, request())
     del hv.pools["default"]
     result = converge(hv, absent())
-    assert result["actions"] == [proxy.DESTROY_DOMAIN, proxy.UNDEFINE_DOMAIN]
+    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN]
     assert NAME not in hv.domains
 
 
@@ -822,7 +825,7 @@ def test_delete_never_touches_other_vms_or_base_images(run):
 def test_stopped_shuts_the_guest_down_gracefully(run, converge, fake_time):
     hv = running_proxy(run, ready_host())
     result = converge(hv, request(state="stopped"))
-    assert result["actions"] == [proxy.SHUTDOWN_DOMAIN]
+    assert result["actions"] == [steps.SHUTDOWN_DOMAIN]
     assert result["state"] == "Stopped" and "warnings" not in result
     assert "destroy_domain" not in hv.calls
     assert converge(hv, request(state="stopped"))["changed"] is False
@@ -832,7 +835,7 @@ def test_stopped_stops_hard_after_the_timeout(run, fake_time):
     hv = running_proxy(run, ready_host())
     hv.domains[NAME].honours_acpi = False
     result = run(hv, request(state="stopped", shutdown_timeout=30))
-    assert result["actions"] == [proxy.SHUTDOWN_DOMAIN]
+    assert result["actions"] == [steps.SHUTDOWN_DOMAIN]
     assert hv.domains[NAME].state == SHUTOFF
     assert sum(fake_time.slept) == 30
     assert "did not power off within 30 s" in result["warnings"][0]
@@ -841,7 +844,7 @@ def test_stopped_stops_hard_after_the_timeout(run, fake_time):
 def test_stopped_destroys_a_paused_guest(run, converge):
     hv = running_proxy(run, ready_host())
     hv.domains[NAME].state = PAUSED
-    assert converge(hv, request(state="stopped"))["actions"] == [proxy.DESTROY_DOMAIN]
+    assert converge(hv, request(state="stopped"))["actions"] == [steps.DESTROY_DOMAIN]
 
 
 # --- wait_for_ip -------------------------------------------------------------------------------------
@@ -858,7 +861,7 @@ def test_wait_for_ip_polls_until_the_guest_has_an_address(run, fake_time):
     fake_time.on_sleep = lambda n: lease(hv, "198.18.0.150", ADDRESS_SOURCE_AGENT) if n == 3 else None
     result = run(hv, request(wait_for_ip=True, mac="52:54:00:12:34:56"))
     assert (result["state"], result["ip"]) == ("Running", "198.18.0.150")
-    assert fake_time.slept == [proxy.POLL_INTERVAL] * 3
+    assert fake_time.slept == [execute.POLL_INTERVAL] * 3
 
 
 def test_wait_for_ip_gives_up_with_what_each_source_said(run, fake_time):
@@ -991,7 +994,7 @@ def test_a_replacement_fetches_first_then_removes_then_builds(converge, run):
         hv = running_proxy(run, ready_host())
         result = converge(hv, new_image_request(url))
         assert result["drifted"] is True
-        assert result["actions"] == [proxy.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
+        assert result["actions"] == [steps.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
         assert domain_of(hv).metadata.uid == UID
         assert result["volumes"]["base"] == NEW_BASE
     finally:
@@ -1006,7 +1009,7 @@ def test_a_failed_run_reports_the_steps_it_completed(run):
     hv.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "qemu died")
     with pytest.raises(errors.TransientError) as raised:
         run(hv, request())
-    assert raised.value.completed_actions == [proxy.CREATE_OVERLAY, proxy.WRITE_SEED, proxy.DEFINE_DOMAIN]
+    assert raised.value.completed_actions == [steps.CREATE_OVERLAY, steps.WRITE_SEED, steps.DEFINE_DOMAIN]
     result = raised.value.to_result()
     assert result["changed"] is True and result["actions"] == raised.value.completed_actions
 
@@ -1047,8 +1050,8 @@ def test_a_stopped_vm_whose_volume_was_deleted_is_rebuilt(run, converge, volume)
     del hv.pools["default"].volumes[volume]
     result = converge(hv, request())
     kept = SEED if volume == OVERLAY else OVERLAY
-    deleted = proxy.DELETE_SEED if volume == OVERLAY else proxy.DELETE_OVERLAY
-    assert result["actions"] == [deleted, proxy.UNDEFINE_DOMAIN] + CREATE
+    deleted = steps.DELETE_SEED if volume == OVERLAY else steps.DELETE_OVERLAY
+    assert result["actions"] == [deleted, steps.UNDEFINE_DOMAIN] + CREATE
     assert "volume '%s' of domain '%s' is missing" % (volume, NAME) in result["warnings"][0]
     assert kept in pool_names(hv)
     assert_created(hv)
@@ -1073,7 +1076,7 @@ def test_a_new_release_in_the_checksum_file_replaces_the_vm(run, converge):
         server.add("/SHA256SUMS", ("%s  debian-13.qcow2\n" % NEW_IMAGE_SHA).encode())
         result = converge(hv, listed)
         assert result["drifted"] is True
-        assert result["actions"] == [proxy.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
+        assert result["actions"] == [steps.FETCH_IMAGE] + REMOVE_RUNNING + CREATE
         assert result["volumes"]["base"] == NEW_BASE
         assert hv.volume("default", OVERLAY).backing_path == hv.volume("default", NEW_BASE).path
         assert result["diff"]["after"]["spec"]["image"]["checksum"] == "sha256:" + NEW_IMAGE_SHA
@@ -1120,7 +1123,7 @@ def test_adopt_uids_records_the_new_owner_in_place(run, converge, adopt_uids):
     hv = ready_host()
     created = run(hv, request(uid="previous-owner"))
     result = converge(hv, request(adopt_uids=adopt_uids))
-    assert result["actions"] == [proxy.RECORD_OWNER]
+    assert result["actions"] == [steps.RECORD_OWNER]
     assert result["uid"] == UID and result["diff"]["after"]["uid"] == UID
     assert result["diff"]["before"]["uid"] == "previous-owner"
     metadata = domain_of(hv).metadata

@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy as proxy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
@@ -160,7 +160,7 @@ def test_libvirt_errors_carry_code_and_message(run, hypervisor):
 
 def test_renamed_download_options_reach_the_request(monkeypatch):
     seen = {}
-    real = proxy.ProxyRequest.from_params
+    real = proxy_request.ProxyRequest.from_params
 
     def spy(params):
         seen.update(params)
