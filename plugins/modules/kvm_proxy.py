@@ -465,9 +465,9 @@ drifted:
   sample: false
 """
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
     REQUESTS_REQUIREMENT,
-    download_argument_spec,
     validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
@@ -475,43 +475,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import P
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, render_cloud_data
 
-ARGUMENT_SPEC = dict(
-    name=dict(type="str", required=True),
-    state=dict(type="str", choices=["present", "stopped", "absent"], default="present"),
-    host=dict(type="str"),
-    uid=dict(type="str"),
-    adopt_uids=dict(type="list", elements="str", default=[]),
-    vcpus=dict(type="int", default=1),
-    memory_mib=dict(type="int", default=1024),
-    disk_size_gb=dict(type="int", default=10),
-    pool=dict(type="str", default="default"),
-    bridge=dict(type="str"),
-    network=dict(type="str"),
-    mac=dict(type="str"),
-    image=dict(type="dict", options=dict(
-        name=dict(type="str", required=True),
-        url=dict(type="str", required=True),
-        checksum=dict(type="str"),
-        format=dict(type="str", choices=["qcow2", "raw"], default="qcow2"),
-    )),
-    base_volume=dict(type="str"),
-    # raw, not str: Ansible would turn a dictionary into its Python repr,
-    # which cloud-init ignores. seed_files writes one as cloud-config.
-    user_data=dict(type="raw", no_log=True),
-    vendor_data=dict(type="raw"),
-    meta_data=dict(type="dict"),
-    network_config=dict(type="raw"),
-    virt_type=dict(type="str", choices=["kvm", "qemu"], default="kvm"),
-    cpu_mode=dict(type="str", choices=["host-passthrough", "host-model", "maximum", "none"]),
-    machine=dict(type="str", default="q35"),
-    autostart=dict(type="bool", default=True),
-    wait_for_ip=dict(type="bool", default=False),
-    wait_timeout=dict(type="int", default=300),
-    shutdown_timeout=dict(type="int", default=120),
-    on_drift=dict(type="str", choices=["replace", "ignore"], default="replace"),
-    force=dict(type="bool", default=False),
-    **download_argument_spec()
-)
+ARGUMENT_SPEC = kvm_proxy_argument_spec()
 
 # The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
 RENAMED = {"timeout": "download_timeout", "retries": "download_retries"}

@@ -236,17 +236,13 @@ proxies:
       sample: true
 """
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_info_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
 
-ARGUMENT_SPEC = dict(
-    name=dict(type="str"),
-    uid=dict(type="str"),
-    include_unmanaged=dict(type="bool", default=False),
-    host=dict(type="str"),
-)
+ARGUMENT_SPEC = kvm_proxy_info_argument_spec()
 
 
 class ProxyInfo:
