@@ -32,11 +32,7 @@ except ImportError:
     libvirt = None
     LIBVIRT_IMPORT_ERROR = traceback.format_exc()
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
-    VIR_ERR_NO_DOMAIN_METADATA,
-    TransientError,
-    classify,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import TransientError, classify
 
 LIBVIRT_REQUIREMENT = ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR)
 
@@ -98,8 +94,19 @@ def _silence_default_error_handler():
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
 
 
+def _mutating(method):
+    # The mark MUTATING_METHODS is built from; the method itself is unchanged.
+    method.mutates_hypervisor = True
+    return method
+
+
 class Hypervisor:
-    """One open libvirt connection, with exactly the calls this collection uses."""
+    """One open libvirt connection, with exactly the calls this collection uses.
+
+    The methods that change the hypervisor are marked ``@_mutating`` and
+    listed in ``Hypervisor.MUTATING_METHODS``: check mode and the info paths
+    call none of them, and the tests assert that from this one list.
+    """
 
     def __init__(self, conn, uri):
         self._conn = conn
@@ -158,6 +165,7 @@ class Hypervisor:
         """Every domain, running and defined-but-off."""
         return self._call("listing domains", self._conn.listAllDomains, 0)
 
+    @_mutating
     def define_domain(self, xml):
         return self._call("defining domain", self._conn.defineXML, xml)
 
@@ -171,16 +179,7 @@ class Hypervisor:
     def domain_xml(self, dom):
         return self._call("reading the definition of domain '%s'" % dom.name(), dom.XMLDesc, 0)
 
-    def domain_metadata(self, dom, uri):
-        """The metadata element stored under ``uri``, or None when there is none."""
-        try:
-            return dom.metadata(METADATA_ELEMENT, uri, METADATA_AFFECT_CONFIG)
-        except libvirt.libvirtError as exc:
-            error = _typed(exc, "reading the metadata of domain '%s'" % dom.name())
-            if error.has_code(VIR_ERR_NO_DOMAIN_METADATA):
-                return None
-            raise error from exc
-
+    @_mutating
     def set_domain_metadata(self, dom, xml, key, uri, live):
         """Replace the metadata element under ``uri`` in the persistent definition and, when ``live``, the running one.
 
@@ -190,21 +189,26 @@ class Hypervisor:
         self._call("writing the metadata of domain '%s'" % dom.name(), dom.setMetadata, METADATA_ELEMENT, xml, key,
                    uri, flags)
 
+    @_mutating
     def start_domain(self, dom):
         self._call("starting domain '%s'" % dom.name(), dom.create)
 
+    @_mutating
     def shutdown_domain(self, dom):
         self._call("shutting down domain '%s'" % dom.name(), dom.shutdown)
 
+    @_mutating
     def destroy_domain(self, dom):
         self._call("stopping domain '%s'" % dom.name(), dom.destroy)
 
+    @_mutating
     def undefine_domain(self, dom, flags):
         self._call("undefining domain '%s'" % dom.name(), dom.undefineFlags, flags)
 
     def domain_autostart(self, dom):
         return bool(self._call("reading autostart of domain '%s'" % dom.name(), dom.autostart))
 
+    @_mutating
     def set_domain_autostart(self, dom, enabled):
         self._call("setting autostart of domain '%s'" % dom.name(), dom.setAutostart, 1 if enabled else 0)
 
@@ -226,6 +230,7 @@ class Hypervisor:
     def lookup_pool(self, name):
         return self._call("looking up storage pool '%s'" % name, self._conn.storagePoolLookupByName, name)
 
+    @_mutating
     def refresh_pool(self, pool):
         self._call("refreshing storage pool '%s'" % pool.name(), pool.refresh, 0)
 
@@ -244,12 +249,15 @@ class Hypervisor:
     def volume_xml(self, vol):
         return self._call("reading the definition of volume '%s'" % vol.name(), vol.XMLDesc, 0)
 
+    @_mutating
     def create_volume(self, pool, xml):
         return self._call("creating a volume in pool '%s'" % pool.name(), pool.createXML, xml, 0)
 
+    @_mutating
     def delete_volume(self, vol):
         self._call("deleting volume '%s'" % vol.name(), vol.delete, 0)
 
+    @_mutating
     def upload_volume(self, vol, chunks):
         """Write the byte chunks from an iterable into the volume, from offset 0.
 
@@ -289,6 +297,10 @@ class Hypervisor:
         except BaseException:
             _abort(stream)
             raise
+
+
+Hypervisor.MUTATING_METHODS = frozenset(
+    name for name, member in vars(Hypervisor).items() if getattr(member, "mutates_hypervisor", False))
 
 
 def _abort(stream):

@@ -118,18 +118,18 @@ def test_domain_from_the_builders_is_accepted_started_and_read_back(lab, hypervi
         virt_type=lab.virt_type, cpu_mode=lab.cpu_mode)
     dom = hypervisor.define_domain(_domain_xml.build_domain_xml(params))
 
-    # What libvirt 9.0 really returns: the element with no namespace at all.
-    raw = hypervisor.domain_metadata(dom, _metadata.METADATA_URI)
-    assert raw is not None
-    meta = _metadata.parse_instance_metadata(raw)
-    assert (meta.managed, meta.uid, meta.created_at, meta.spec_digest) == (True, "uid-<&>\"'", created, digest)
-    assert hypervisor.domain_metadata(dom, "https://example.invalid/other") is None
-
     info = _domain_xml.parse_domain_xml(hypervisor.domain_xml(dom))
     assert (info.name, info.virt_type, info.vcpus, info.memory_mib) == (NAME, "qemu", 1, 128)
     assert info.volumes() == [(lab.pool, OVERLAY), (lab.pool, SEED)]
     assert info.macs() == ["52:54:00:aa:bb:cc"]
-    assert info.metadata.uid == "uid-<&>\"'"
+    meta = info.metadata
+    assert (meta.managed, meta.uid, meta.created_at, meta.spec_digest) == (True, "uid-<&>\"'", created, digest)
+
+    # How adopt_uids records a new owner: libvirt qualifies the unqualified element under the prefix.
+    owner = _metadata.build_instance_element("uid-new", created, digest)
+    hypervisor.set_domain_metadata(dom, _metadata.unqualified_xml(owner), _metadata.METADATA_PREFIX, _metadata.METADATA_URI,
+                                   live=False)
+    assert _domain_xml.parse_domain_xml(hypervisor.domain_xml(dom)).metadata.uid == "uid-new"
 
     hypervisor.start_domain(dom)
     assert hypervisor.domain_state(dom) == _state.VIR_DOMAIN_RUNNING

@@ -4,14 +4,17 @@
 
 """An in-memory stand-in for the ``Hypervisor`` seam, for unit tests and fault injection.
 
-It implements exactly the seam's methods and behaves like libvirt 9.0 where
-the flows branch on it: the error codes of missing domains, pools and
-volumes, "already running"/"not running" as VIR_ERR_OPERATION_INVALID,
-metadata handed back without its namespace, volume XML with paths and
-backing stores, and a pool refresh that reads a qcow2 header's virtual size.
-Any method can be made to fail (``fail``), and uploads can be cut off after
-some bytes (``cut_upload_after``). ``calls`` records every call by name so
-tests can assert how many libvirt round trips a flow costs.
+It implements exactly the seam's methods, with the same signatures
+(tests/unit/test_fake_conformance.py holds it to that), and behaves like
+libvirt 9.0 where the flows branch on it: the error codes of missing domains,
+pools and volumes, "already running"/"not running" as
+VIR_ERR_OPERATION_INVALID, metadata written the way virDomainSetMetadata
+writes it, volume XML with paths and backing stores, and a pool refresh that
+reads a qcow2 header's virtual size. Any method can be made to fail
+(``fail``), and uploads can be cut off after some bytes
+(``cut_upload_after``). ``calls`` records every call by name so tests can
+assert how many libvirt round trips a flow costs, and that check mode calls
+none of ``MUTATING_METHODS``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,8 +26,27 @@ import struct
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
+    VIR_DOMAIN_BLOCKED,
+    VIR_DOMAIN_CRASHED,
+    VIR_DOMAIN_NOSTATE,
+    VIR_DOMAIN_PAUSED,
+    VIR_DOMAIN_PMSUSPENDED,
+    VIR_DOMAIN_RUNNING,
+    VIR_DOMAIN_SHUTDOWN,
+    VIR_DOMAIN_SHUTOFF,
+)
 
-NOSTATE, RUNNING, BLOCKED, PAUSED, SHUTDOWN, SHUTOFF, CRASHED, PMSUSPENDED = range(8)
+# Short names for the tests' domain states.
+NOSTATE = VIR_DOMAIN_NOSTATE
+RUNNING = VIR_DOMAIN_RUNNING
+BLOCKED = VIR_DOMAIN_BLOCKED
+PAUSED = VIR_DOMAIN_PAUSED
+SHUTDOWN = VIR_DOMAIN_SHUTDOWN
+SHUTOFF = VIR_DOMAIN_SHUTOFF
+CRASHED = VIR_DOMAIN_CRASHED
+PMSUSPENDED = VIR_DOMAIN_PMSUSPENDED
 
 
 class FakeVolume:
@@ -81,22 +103,16 @@ def _qcow2_virtual_size(content):
     return None
 
 
-def _strip_namespaces(element):
-    for node in element.iter():
-        if isinstance(node.tag, str) and node.tag.startswith("{"):
-            node.tag = etree.QName(node).localname
-    etree.cleanup_namespaces(element)
-    return element
-
-
 class FakeHypervisor:
+    MUTATING_METHODS = Hypervisor.MUTATING_METHODS
+
     def __init__(self, hostname="hv1", uri="qemu:///system"):
         self.uri = uri
         self._hostname = hostname
         self.pools = {}
         self.domains = {}
         self.calls = []
-        self.undefine_supported_flags = 7
+        self.undefine_supported_flags = UNDEFINE_ALL
         self.interfaces = {"lo", "br0", "br1"}
         self.networks = {"default"}
         self._failures = {}
@@ -199,15 +215,6 @@ class FakeHypervisor:
         self._enter("domain_xml", dom)
         return self._live(dom).xml
 
-    def domain_metadata(self, dom, uri):
-        self._enter("domain_metadata", dom, uri)
-        root = etree.fromstring(self._live(dom).xml.encode("utf-8"))
-        for element in root.iterfind("metadata/*"):
-            if etree.QName(element).namespace == uri:
-                # libvirt 9.0 returns the element without its namespace.
-                return etree.tostring(_strip_namespaces(element), encoding="unicode")
-        return None
-
     def set_domain_metadata(self, dom, xml, key, uri, live):
         self._enter("set_domain_metadata", dom, xml, key, uri, live)
         root = etree.fromstring(self._live(dom).xml.encode("utf-8"))
@@ -263,7 +270,7 @@ class FakeHypervisor:
     def domain_addresses(self, dom, source):
         self._enter("domain_addresses", dom, source)
         self._live(dom)
-        if source == 1 and dom.agent_error is not None:
+        if source == ADDRESS_SOURCE_AGENT and dom.agent_error is not None:
             raise self._error(dom.agent_error, "Guest agent is not responding: QEMU guest agent is not connected")
         if dom.state not in (RUNNING, BLOCKED):
             raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")

@@ -6,10 +6,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
+
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import VIR_ERR_NO_DOMAIN, NotFoundError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+    METADATA_PREFIX,
+    METADATA_URI,
+    build_instance_element,
+    unqualified_xml,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_DOMAIN_RUNNING
 
 
 @pytest.mark.parametrize(
@@ -52,10 +62,21 @@ def test_seam_against_libvirts_test_driver():
     with _libvirt.Hypervisor.open("test:///default") as hypervisor:
         dom = hypervisor.lookup_domain("test")
         assert hypervisor.domain_name(dom) == "test"
-        assert hypervisor.domain_state(dom) == 1
-        assert hypervisor.domain_metadata(dom, "https://example.invalid/none") is None
+        assert hypervisor.domain_state(dom) == VIR_DOMAIN_RUNNING
+        assert parse_domain_xml(hypervisor.domain_xml(dom)).metadata is None
         with pytest.raises(NotFoundError) as caught:
             hypervisor.lookup_domain("absent")
-        assert caught.value.code == 42
+        assert caught.value.code == VIR_ERR_NO_DOMAIN
         pool = hypervisor.lookup_pool("default-pool")
         assert hypervisor.list_volumes(pool) == []
+
+
+def test_metadata_written_through_the_seam_reads_back_from_the_domain_xml():
+    pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
+    created = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=datetime.timezone.utc)
+    element = build_instance_element("uid-<&>", created, "ab" * 32)
+    with _libvirt.Hypervisor.open("test:///default") as hypervisor:
+        dom = hypervisor.lookup_domain("test")
+        hypervisor.set_domain_metadata(dom, unqualified_xml(element), METADATA_PREFIX, METADATA_URI, live=True)
+        metadata = parse_domain_xml(hypervisor.domain_xml(dom)).metadata
+    assert (metadata.managed, metadata.uid, metadata.created_at, metadata.spec_digest) == (True, "uid-<&>", created, "ab" * 32)

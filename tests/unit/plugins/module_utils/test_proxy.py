@@ -67,10 +67,7 @@ OVERLAY = NAME + ".qcow2"
 SEED = NAME + "-seed.iso"
 GIB = 1024 ** 3
 
-MUTATING = {
-    "define_domain", "start_domain", "shutdown_domain", "destroy_domain", "undefine_domain", "set_domain_autostart",
-    "refresh_pool", "create_volume", "delete_volume", "upload_volume",
-}
+MUTATING = FakeHypervisor.MUTATING_METHODS
 CREATE = [steps.CREATE_OVERLAY, steps.WRITE_SEED, steps.DEFINE_DOMAIN, steps.START_DOMAIN, steps.ENABLE_AUTOSTART]
 REMOVE_RUNNING = [steps.DESTROY_DOMAIN, steps.DELETE_OVERLAY, steps.DELETE_SEED, steps.UNDEFINE_DOMAIN]
 
