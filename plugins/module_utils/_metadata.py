@@ -9,11 +9,11 @@ and hands it back through virDomainGetMetadata. That is how a VM says it is
 managed by this collection, who owns it (uid), when it was created (orphan
 cleanup works oldest first) and which spec it was built from (drift).
 
-Three spellings reach the parser. A domain defined with the element keeps
-it namespaced in its XML (default namespace or prefix), but libvirt 9.0's
-virDomainGetMetadata(ELEMENT, URI) returns it with no namespace at all
-(``<instance><managed>true</managed>...``, measured). The URI was already
-matched by libvirt in that call, so the unqualified form is trusted.
+The element is read from the domain's XML, where it is namespaced (in the
+default namespace or under a prefix; children without a prefix count as
+ours), so the flows never spend a round trip on virDomainGetMetadata. It is
+written with virDomainSetMetadata, which wants it unqualified
+(``unqualified_xml``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml, to_string
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, to_string
 
 METADATA_URI = "https://github.com/egress-proxies/kvm/metadata/1"
 METADATA_PREFIX = "egressproxy"
@@ -122,11 +122,6 @@ def build_instance_element(uid, created_at, spec_digest=None):
     return root
 
 
-def build_instance_xml(uid, created_at, spec_digest=None):
-    """build_instance_element serialised; what virDomainSetMetadata takes."""
-    return to_string(build_instance_element(uid, created_at, spec_digest))
-
-
 def unqualified_xml(element):
     """``element`` as virDomainSetMetadata takes it: without namespaces.
 
@@ -142,15 +137,19 @@ def unqualified_xml(element):
     return to_string(copy)
 
 
-def _instance_from_element(element):
-    qname = etree.QName(element)
-    if qname.localname != INSTANCE_TAG or qname.namespace not in (None, METADATA_URI):
-        raise PermanentError(
-            "domain metadata element is <%s>, expected <%s> in namespace %s" % (element.tag, INSTANCE_TAG, METADATA_URI))
+def instance_metadata_from_domain_element(domain):
+    """Our element under ``metadata`` of a parsed ``<domain>`` (_domain_xml checked the root); None when it has none.
+
+    An element present but not saying managed ``true`` reads with ``managed=False``.
+    """
+    found = domain.xpath(
+        "metadata/*[local-name() = $tag and namespace-uri() = $uri]", tag=INSTANCE_TAG, uri=METADATA_URI)
+    if not found:
+        return None
     texts = {}
-    for child in element:
+    for child in found[0]:
         if not isinstance(child.tag, str):
-            continue  # processing instructions
+            continue  # comments and processing instructions
         child_name = etree.QName(child)
         if child_name.namespace in (None, METADATA_URI) and child_name.localname not in texts:
             texts[child_name.localname] = (child.text or "").strip() or None
@@ -160,29 +159,3 @@ def _instance_from_element(element):
         created_at_raw=texts.get("createdAt"),
         spec_digest=texts.get("specDigest"),
     )
-
-
-def parse_instance_metadata(xml_string):
-    """Parse the element as virDomainGetMetadata returns it, in any of the three spellings.
-
-    Raises PermanentError for text that is not XML, a root other than
-    ``instance`` or a foreign namespace. A present but unmanaged element
-    parses with ``managed=False``.
-    """
-    return _instance_from_element(parse_xml(xml_string, "domain metadata"))
-
-
-def instance_metadata_from_domain_xml(domain_xml):
-    """Find our element under ``/domain/metadata`` of a full domain XML; None when the domain has none."""
-    return instance_metadata_from_domain_element(parse_xml(domain_xml, "domain XML"))
-
-
-def instance_metadata_from_domain_element(domain):
-    """instance_metadata_from_domain_xml for an already parsed ``<domain>`` root element."""
-    if domain.tag != "domain":
-        raise PermanentError("domain XML has root <%s>, expected <domain>" % (domain.tag,))
-    found = domain.xpath(
-        "metadata/*[local-name() = $tag and namespace-uri() = $uri]", tag=INSTANCE_TAG, uri=METADATA_URI)
-    if not found:
-        return None
-    return _instance_from_element(found[0])

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
     METADATA_PREFIX,
@@ -20,12 +21,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     OLDEST,
     InstanceMetadata,
     build_instance_element,
-    build_instance_xml,
     format_rfc3339,
-    instance_metadata_from_domain_xml,
-    parse_instance_metadata,
     parse_rfc3339,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import to_string
 
 UTC = datetime.timezone.utc
 CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)
@@ -33,8 +32,22 @@ DIGEST = "ab" * 32
 NS = "{%s}" % METADATA_URI
 
 
+def built(uid, created_at, spec_digest=None):
+    """The element serialised, as it stands in the domain XML libvirt keeps."""
+    return to_string(build_instance_element(uid, created_at, spec_digest))
+
+
+def _domain(metadata_children):
+    return "<domain type='kvm'><name>p</name><metadata>%s</metadata></domain>" % metadata_children
+
+
+def read(instance_xml):
+    """The metadata as the flows read it: from the XML of a domain holding ``instance_xml`` in <metadata>."""
+    return parse_domain_xml(_domain(instance_xml)).metadata
+
+
 def test_build_field_by_field():
-    root = etree.fromstring(build_instance_xml("uid-1", CREATED, DIGEST))
+    root = etree.fromstring(built("uid-1", CREATED, DIGEST))
     assert root.tag == NS + "instance"
     assert root.prefix == METADATA_PREFIX
     assert [(child.tag, child.text) for child in root] == [
@@ -80,15 +93,15 @@ def test_bad_spec_digests_are_rejected(digest):
 
 
 def test_spec_digest_is_lowercased():
-    assert parse_instance_metadata(build_instance_xml("u", CREATED, DIGEST.upper())).spec_digest == DIGEST
+    assert read(built("u", CREATED, DIGEST.upper())).spec_digest == DIGEST
 
 
 @pytest.mark.parametrize("uid", ["<uid/>", "a&amp;b", 'a"b', "a']]>b", "</egressproxy:uid><egressproxy:managed>x", "\u00fcid \u2603"])
 def test_markup_in_uid_comes_back_verbatim(uid):
-    raw = build_instance_xml(uid, CREATED)
+    raw = built(uid, CREATED)
     root = etree.fromstring(raw)
     assert len(root) == 3
-    parsed = parse_instance_metadata(raw)
+    parsed = read(raw)
     assert parsed.uid == uid
     assert parsed.managed
 
@@ -96,70 +109,76 @@ def test_markup_in_uid_comes_back_verbatim(uid):
 @given(st.text(min_size=1, max_size=64).filter(
     lambda s: s == s.strip() and not any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF or ord(c) in (0xFFFE, 0xFFFF) for c in s)))
 def test_any_valid_uid_round_trips(uid):
-    parsed = parse_instance_metadata(build_instance_xml(uid, CREATED))
+    parsed = read(built(uid, CREATED))
     assert parsed == InstanceMetadata(managed=True, uid=uid, created_at_raw="2026-11-29T18:00:00Z", spec_digest=None)
 
 
-# The three spellings that reach the parser: what virDomainGetMetadata returns
-# on libvirt 9.0 (no namespace), the default-namespace form a domain keeps in
-# its XML, and a prefixed form.
+# What virDomainGetMetadata returns on libvirt 9.0: no namespace at all. In a
+# domain's XML that is not ours.
+UNQUALIFIED = ("<instance><managed>true</managed><uid>u-1</uid>"
+               "<createdAt>2026-11-29T18:00:00Z</createdAt><specDigest>%s</specDigest></instance>" % DIGEST)
+# The spellings a domain's XML holds ours in: the default-namespace form it
+# was defined with, a prefixed form (how libvirt writes virDomainSetMetadata's
+# element), and a prefixed element whose children have no prefix.
 SPELLINGS = {
-    "unqualified": "<instance><managed>true</managed><uid>u-1</uid>"
-                   "<createdAt>2026-11-29T18:00:00Z</createdAt><specDigest>%s</specDigest></instance>" % DIGEST,
     "default namespace": '<instance xmlns="%s">\n  <managed>true</managed>\n  <uid>u-1</uid>\n'
                          "  <createdAt>2026-11-29T18:00:00Z</createdAt>\n  <specDigest>%s</specDigest>\n</instance>"
                          % (METADATA_URI, DIGEST),
     "prefixed": '<op:instance xmlns:op="%s"><op:managed>true</op:managed><op:uid>u-1</op:uid>'
                 "<op:createdAt>2026-11-29T18:00:00Z</op:createdAt><op:specDigest>%s</op:specDigest></op:instance>"
                 % (METADATA_URI, DIGEST),
+    "prefixed, children without prefix": '<op:instance xmlns:op="%s"><managed>true</managed><uid>u-1</uid>'
+                                         "<createdAt>2026-11-29T18:00:00Z</createdAt><specDigest>%s</specDigest>"
+                                         "</op:instance>" % (METADATA_URI, DIGEST),
 }
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
-def test_all_three_spellings_parse(spelling):
-    parsed = parse_instance_metadata(SPELLINGS[spelling])
+def test_every_spelling_parses(spelling):
+    parsed = read(SPELLINGS[spelling])
     assert parsed == InstanceMetadata(managed=True, uid="u-1", created_at_raw="2026-11-29T18:00:00Z", spec_digest=DIGEST)
     assert parsed.created_at == CREATED
+    assert parsed.uid == "u-1"
 
 
 def test_bytes_with_xml_declaration_parse():
-    raw = b'<?xml version="1.0" encoding="UTF-8"?>\n' + SPELLINGS["unqualified"].encode()
-    assert parse_instance_metadata(raw).uid == "u-1"
-    assert parse_instance_metadata(raw.decode()).uid == "u-1"
+    raw = b'<?xml version="1.0" encoding="UTF-8"?>\n' + _domain(SPELLINGS["default namespace"]).encode()
+    assert parse_domain_xml(raw).metadata.uid == "u-1"
+    assert parse_domain_xml(raw.decode()).metadata.uid == "u-1"
 
 
 def test_unmanaged_and_incomplete_elements():
-    parsed = parse_instance_metadata("<instance><managed>false</managed><uid>u</uid></instance>")
+    parsed = read('<instance xmlns="%s"><managed>false</managed><uid>u</uid></instance>' % METADATA_URI)
     assert not parsed.managed and parsed.uid == "u" and parsed.created_at_raw is None
     assert parsed.created_at == OLDEST
-    assert not parse_instance_metadata("<instance/>").managed
-    assert not parse_instance_metadata("<instance><managed>TRUE</managed></instance>").managed
+    assert not read('<instance xmlns="%s"/>' % METADATA_URI).managed
+    assert not read('<instance xmlns="%s"><managed>TRUE</managed></instance>' % METADATA_URI).managed
 
 
 def test_children_of_foreign_namespaces_are_ignored():
     raw = ('<instance xmlns="%s" xmlns:x="urn:other"><x:uid>evil</x:uid><uid>u-1</uid><managed>true</managed></instance>'
            % METADATA_URI)
-    parsed = parse_instance_metadata(raw)
+    parsed = read(raw)
     assert parsed.uid == "u-1" and parsed.managed
 
 
 @pytest.mark.parametrize("raw", [
-    '<foo xmlns="urn:other"><managed>true</managed></foo>',
-    '<instance xmlns="urn:other"><managed>true</managed></instance>',
-    "<foo><managed>true</managed></foo>",
     "not xml",
     "",
+    _domain('<instance xmlns="%s"><uid>u-1</uid>' % METADATA_URI),
 ])
-def test_foreign_or_broken_metadata_is_a_permanent_error(raw):
+def test_broken_metadata_is_a_permanent_error(raw):
     with pytest.raises(PermanentError):
-        parse_instance_metadata(raw)
+        parse_domain_xml(raw)
 
 
 def test_entities_are_never_expanded():
-    external = '<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><instance><uid>&e;</uid></instance>'
-    assert parse_instance_metadata(external).uid is None
-    internal = '<!DOCTYPE x [<!ENTITY e "injected">]><instance><uid>a&e;</uid></instance>'
-    assert parse_instance_metadata(internal).uid == "a"
+    external = '<!DOCTYPE domain [<!ENTITY e SYSTEM "file:///etc/passwd">]>' + _domain(
+        '<instance xmlns="%s"><uid>&e;</uid></instance>' % METADATA_URI)
+    assert parse_domain_xml(external).metadata.uid is None
+    internal = '<!DOCTYPE domain [<!ENTITY e "injected">]>' + _domain(
+        '<instance xmlns="%s"><uid>a&e;</uid></instance>' % METADATA_URI)
+    assert parse_domain_xml(internal).metadata.uid == "a"
 
 
 @pytest.mark.parametrize("raw", [
@@ -191,36 +210,24 @@ def test_rfc3339_variants(raw, expected):
 
 @given(st.datetimes(min_value=datetime.datetime(1970, 1, 1), max_value=datetime.datetime(9000, 1, 1), timezones=st.just(UTC)))
 def test_created_at_round_trips_to_the_second(moment):
-    parsed = parse_instance_metadata(build_instance_xml("u", moment))
+    parsed = read(built("u", moment))
     assert parsed.created_at == moment.replace(microsecond=0)
 
 
-def _domain(metadata_children):
-    return "<domain type='kvm'><name>p</name><metadata>%s</metadata></domain>" % metadata_children
-
-
-def test_from_domain_xml_finds_our_element_among_others():
-    ours = build_instance_xml("u-9", CREATED)
-    raw = _domain('<other:instance xmlns:other="urn:other"><uid>not-ours</uid></other:instance>' + ours)
-    parsed = instance_metadata_from_domain_xml(raw)
+def test_our_element_is_found_among_others():
+    ours = built("u-9", CREATED)
+    parsed = read('<other:instance xmlns:other="urn:other"><uid>not-ours</uid></other:instance>' + ours)
     assert parsed.uid == "u-9" and parsed.managed and parsed.created_at == CREATED
-
-
-@pytest.mark.parametrize("spelling", ["default namespace", "prefixed"])
-def test_from_domain_xml_reads_the_namespaced_spellings(spelling):
-    assert instance_metadata_from_domain_xml(_domain(SPELLINGS[spelling])).uid == "u-1"
 
 
 @pytest.mark.parametrize("raw", [
     "<domain><name>p</name></domain>",
     _domain(""),
-    _domain(SPELLINGS["unqualified"]),  # in a full domain XML only the namespaced element is ours
+    _domain(UNQUALIFIED),  # in a full domain XML only the namespaced element is ours
     _domain('<instance xmlns="urn:other"><managed>true</managed></instance>'),
+    _domain('<foo xmlns="urn:other"><managed>true</managed></foo>'),
+    _domain("<foo><managed>true</managed></foo>"),
+    _domain("not xml"),
 ])
-def test_from_domain_xml_without_our_element_is_none(raw):
-    assert instance_metadata_from_domain_xml(raw) is None
-
-
-def test_from_domain_xml_rejects_non_domains():
-    with pytest.raises(PermanentError, match="expected <domain>"):
-        instance_metadata_from_domain_xml("<volume/>")
+def test_a_domain_without_our_element_has_no_metadata(raw):
+    assert parse_domain_xml(raw).metadata is None
