@@ -319,14 +319,7 @@ EXAMPLES = r"""
     base_volume: base-debian-13-5c3ddb00f60bc455.qcow2
     user_data:
       packages: [squid]
-      write_files:
-        - path: /etc/squid/conf.d/egress.conf
-          content: |
-            # only the LAN may use the proxy; never run an open proxy
-            acl lan src 192.168.1.0/24
-            http_access allow lan
-      runcmd:
-        - [systemctl, restart, squid]
+      ssh_authorized_keys: ["{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"]
 
 - name: Keep a hand-tuned VM although its spec changed (reports drifted instead of replacing it)
   egress_proxies.kvm.kvm_proxy:
