@@ -41,8 +41,6 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 DIGEST_PREFIX_LENGTH = 16
 MARKER_SUFFIX = ".sha256"
 
-DomainId = namedtuple("DomainId", ["host", "name"])
-
 BaseVolumeName = namedtuple("BaseVolumeName", ["volume", "image", "disk_format", "digest_prefix", "is_marker"])
 BaseVolumeName.__doc__ = """A volume recognised as an image's base volume or its marker.
 
@@ -196,11 +194,3 @@ def format_domain_id(host, name):
     when the inventory's placement changed in between.
     """
     return "hosts/%s/domains/%s" % (validate_host_name(host), validate_vm_name(name))
-
-
-def parse_domain_id(domain_id):
-    """Split an id made by format_domain_id into a DomainId(host, name); raise ValidationError when malformed."""
-    parts = domain_id.split("/") if isinstance(domain_id, str) else []
-    if len(parts) != 4 or parts[0] != "hosts" or parts[2] != "domains":
-        raise ValidationError("id %r is malformed: expected hosts/<host>/domains/<name>" % (domain_id,))
-    return DomainId(host=validate_host_name(parts[1]), name=validate_vm_name(parts[3]))

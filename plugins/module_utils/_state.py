@@ -20,9 +20,8 @@ VIR_DOMAIN_SHUTOFF = 5
 VIR_DOMAIN_CRASHED = 6
 VIR_DOMAIN_PMSUSPENDED = 7
 
-# virIPAddrType, the ``type`` of each address virDomain.interfaceAddresses() reports.
+# virIPAddrType, the ``type`` of each address virDomain.interfaceAddresses() reports; only IPv4 is read.
 VIR_IP_ADDR_TYPE_IPV4 = 0
-VIR_IP_ADDR_TYPE_IPV6 = 1
 
 STATE_RUNNING = "Running"
 STATE_PROVISIONING = "Provisioning"

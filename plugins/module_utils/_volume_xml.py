@@ -41,7 +41,6 @@ class VolumeInfo:
     path: Optional[str]
     disk_format: Optional[str]
     capacity_bytes: Optional[int]
-    allocation_bytes: Optional[int]
     backing_path: Optional[str]
 
 
@@ -88,25 +87,19 @@ def build_volume_xml(spec):
 
 
 def parse_volume_xml(xml_string):
-    """Read name, path, format, capacity, allocation and backing path from a volume's XML."""
+    """Read name, path, format, capacity and backing path from a volume's XML."""
     volume = parse_xml(xml_string, "volume XML")
     if volume.tag != "volume":
         raise PermanentError("volume XML has root <%s>, expected <volume>" % (volume.tag,))
     name = child_text(volume, "name")
     if name is None:
         raise PermanentError("volume XML has no <name>")
-    what = "volume %r" % (name,)
-
-    def size(tag):
-        element = volume.find(tag)
-        return None if element is None else scaled_bytes(element, "%s <%s>" % (what, tag))
-
+    capacity = volume.find("capacity")
     disk_format = volume.find("target/format")
     return VolumeInfo(
         name=name,
         path=child_text(volume, "target/path"),
         disk_format=None if disk_format is None else disk_format.get("type"),
-        capacity_bytes=size("capacity"),
-        allocation_bytes=size("allocation"),
+        capacity_bytes=None if capacity is None else scaled_bytes(capacity, "volume %r <capacity>" % (name,)),
         backing_path=child_text(volume, "backingStore/path"),
     )

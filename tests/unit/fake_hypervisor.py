@@ -48,6 +48,9 @@ SHUTOFF = VIR_DOMAIN_SHUTOFF
 CRASHED = VIR_DOMAIN_CRASHED
 PMSUSPENDED = VIR_DOMAIN_PMSUSPENDED
 
+# virIPAddrType of an IPv6 address: guests report them, the collection reads only IPv4 (_state).
+IP_ADDR_TYPE_IPV6 = 1
+
 
 class FakeVolume:
     def __init__(self, pool, name, fmt, capacity, backing_path=None, backing_format=None, content=b""):

@@ -11,17 +11,18 @@ import pytest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
-from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_IP_ADDR_TYPE_IPV4
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import IP_ADDR_TYPE_IPV6, RUNNING, SHUTOFF, FakeHypervisor
 
 MAC = "52:54:00:aa:bb:01"
 
 
 def ipv4(addr, prefix=24):
-    return {"type": 0, "addr": addr, "prefix": prefix}
+    return {"type": VIR_IP_ADDR_TYPE_IPV4, "addr": addr, "prefix": prefix}
 
 
 def ipv6(addr, prefix=64):
-    return {"type": 1, "addr": addr, "prefix": prefix}
+    return {"type": IP_ADDR_TYPE_IPV6, "addr": addr, "prefix": prefix}
 
 
 def nic(hwaddr, *addrs):

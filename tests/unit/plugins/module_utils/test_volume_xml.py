@@ -83,7 +83,7 @@ def test_markup_in_backing_path_comes_back_verbatim(path):
 def test_build_then_parse_round_trips(capacity, backed):
     spec = VolumeSpec("v.qcow2", capacity, "qcow2", BASE if backed else None, "qcow2" if backed else None)
     info = parse_volume_xml(build_volume_xml(spec))
-    assert info == VolumeInfo("v.qcow2", None, "qcow2", capacity, None, BASE if backed else None)
+    assert info == VolumeInfo("v.qcow2", None, "qcow2", capacity, BASE if backed else None)
 
 
 # What virStorageVolGetXMLDesc returns on libvirt 9.0 for an overlay.
@@ -117,7 +117,6 @@ def test_parse_libvirt_volume_xml():
         path="/var/lib/egress-proxies-lab/pool/proxy-x.qcow2",
         disk_format="qcow2",
         capacity_bytes=10737418240,
-        allocation_bytes=200704,
         backing_path=BASE,
     )
 
@@ -129,7 +128,7 @@ def test_parse_scales_units(unit, factor):
 
 
 def test_parse_minimal_volume_leaves_absent_fields_none():
-    assert parse_volume_xml("<volume><name>v</name></volume>") == VolumeInfo("v", None, None, None, None, None)
+    assert parse_volume_xml("<volume><name>v</name></volume>") == VolumeInfo("v", None, None, None, None)
 
 
 @pytest.mark.parametrize("raw, message", [
