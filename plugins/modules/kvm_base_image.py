@@ -261,19 +261,12 @@ kept:
       sample: [proxy-1.qcow2]
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._base_image import BaseImageTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import (
     REQUESTS_REQUIREMENT,
-    STATE_ABSENT,
-    ImageSpec,
     download_argument_spec,
-    ensure_image,
-    prune_images,
-    remove_image,
-    validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -287,70 +280,15 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class BaseImageManager:
-    """Validates the parameters, then caches, prunes or removes the image on one hypervisor."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.spec = None
-
-    def validate(self):
-        params = self.params
-        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
-        if params["prune"] and params["state"] == "absent":
-            raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
-        validate_pool_name(params["pool"])
-        self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
-
-    def _http_options(self):
-        return dict(timeout=self.params["timeout"], retries=self.params["retries"],
-                    validate_certs=self.params["validate_certs"], lock_timeout=self.params["lock_timeout"])
-
-    def work(self, hypervisor):
-        if self.params["state"] == "absent":
-            return self._absent(hypervisor)
-        return self._present(hypervisor)
-
-    def _present(self, hypervisor):
-        check_mode = self.module.check_mode
-        image = ensure_image(hypervisor, self.params["pool"], self.spec, check_mode=check_mode, **self._http_options())
-        result = image.as_dict()
-        diff = image.diff()
-        if self.params["prune"]:
-            pruned = prune_images(hypervisor, self.params["pool"], self.spec.name, keep=(image.volume,),
-                                  check_mode=check_mode, lock_timeout=self.params["lock_timeout"])
-            result["changed"] = result["changed"] or pruned.changed
-            result["actions"] += pruned.actions
-            result["removed"] = pruned.removed
-            result["kept"] = pruned.kept
-            # Pruning looks at the pool after the download: a base it finds that
-            # ensure_image saw absent is the one just downloaded.
-            diff["before"]["bases"] = [name for name in pruned.bases_before
-                                       if name != image.volume or image.before["state"] != STATE_ABSENT]
-            diff["after"]["bases"] = sorted(set(pruned.bases_after) | {image.volume})
-        if self.module.diff_mode:
-            result["diff"] = diff
-        return result
-
-    def _absent(self, hypervisor):
-        removal = remove_image(hypervisor, self.params["pool"], self.spec, check_mode=self.module.check_mode,
-                               **self._http_options())
-        result = removal.as_dict()
-        del result["kept"]  # absent never keeps: a base in use fails the task instead
-        if self.module.diff_mode:
-            result["diff"] = removal.diff()
-        return result
-
-
 def main():
     module = KvmModule(
         argument_spec=ARGUMENT_SPEC,
         requirements=[REQUESTS_REQUIREMENT],
         required_if=[("state", "present", ("url",))],
     )
-    manager = BaseImageManager(module)
-    module.run(manager.work, validate=manager.validate)
+    task = BaseImageTask(module.params)
+    module.run(lambda hypervisor: task.run(hypervisor, module.check_mode).module_result(module.diff_mode),
+               validate=task.validate)
 
 
 if __name__ == "__main__":

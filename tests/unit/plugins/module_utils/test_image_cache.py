@@ -27,7 +27,11 @@ import time
 import pytest
 import requests
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _download as download
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_pool as image_pool
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_removal as image_removal
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks as locks
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
     PermanentError,
     TransientError,
@@ -257,12 +261,12 @@ def test_ensure_needs_a_url(hv, ensure):
     "SHA256 (debian-13-generic-amd64.qcow2) = %s\n" % IMAGE_SHA,
 ])
 def test_find_in_checksum_file_reads_the_common_formats(text):
-    assert cache.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") == IMAGE_SHA
+    assert download.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") == IMAGE_SHA
 
 
 def test_find_in_checksum_file_matches_whole_names_only():
     text = "%s  debian-13-generic-amd64.qcow2.tar\n%s  xdebian-13-generic-amd64.qcow2\n" % (IMAGE_SHA, IMAGE_SHA)
-    assert cache.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") is None
+    assert download.find_in_checksum_file(text, "debian-13-generic-amd64.qcow2") is None
 
 
 # --- ensure_image: the reference's cases ------------------------------------------------------------
@@ -426,7 +430,7 @@ def test_http_5xx_then_success_downloads(hv, server, ensure):
 
 def test_backoff_doubles_between_attempts(server, ensure, monkeypatch):
     sleeps = []
-    monkeypatch.setattr(cache.time, "sleep", sleeps.append)
+    monkeypatch.setattr(download.time, "sleep", sleeps.append)
     url = server.add("/debian.qcow2", IMAGE, status=503)
     with pytest.raises(TransientError):
         ensure(debian(url), retries=3, backoff=2.0)
@@ -566,7 +570,7 @@ def test_sha256sums_file_errors_follow_the_http_rules(server, ensure):
 
 
 def test_oversized_checksum_file_is_refused(server, ensure, monkeypatch):
-    monkeypatch.setattr(cache, "MAX_CHECKSUM_FILE_BYTES", 1000)
+    monkeypatch.setattr(download, "MAX_CHECKSUM_FILE_BYTES", 1000)
     url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
     sums = server.add("/SHA256SUMS", b"x" * 5000)
     with pytest.raises(PermanentError, match="not a SHA256SUMS file"):
@@ -927,7 +931,7 @@ def three_releases(hv):
 
 def test_remove_with_checksum_removes_only_that_base(hv, three_releases):
     old, new = three_releases
-    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA))
+    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA))
     assert removal.removed == [new]
     assert removal.actions == ["delete marker volume %s.sha256" % new, "delete base volume %s" % new]
     assert new not in volume_names(hv) and new + ".sha256" not in volume_names(hv)
@@ -937,8 +941,8 @@ def test_remove_with_checksum_removes_only_that_base(hv, three_releases):
 
 def test_remove_is_idempotent(hv, three_releases):
     spec = cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA)
-    cache.remove_image(hv, "default", spec)
-    again = cache.remove_image(hv, "default", spec)
+    image_removal.remove_image(hv, "default", spec)
+    again = image_removal.remove_image(hv, "default", spec)
     assert (again.changed, again.removed, again.actions) == (False, [], [])
 
 
@@ -947,7 +951,7 @@ def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, 
     before = volume_names(hv)
     for spec in (cache.ImageSpec("debian-13", checksum="sha256:" + IMAGE_SHA), cache.ImageSpec("debian-13")):
         with pytest.raises(PermanentError) as raised:
-            cache.remove_image(hv, "default", spec)
+            image_removal.remove_image(hv, "default", spec)
         assert "cannot remove image: base volume '%s' in pool 'default' is the backing store of 'proxy-1.qcow2'" % old \
             in raised.value.message
     assert volume_names(hv) == before
@@ -956,7 +960,7 @@ def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, 
 def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_releases):
     old, new = three_releases
     hv.delete_volume(hv.volume("default", "proxy-1.qcow2"))
-    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13"))
+    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13"))
     assert removal.removed == sorted([old, new, "base-debian-13.raw", "base-debian-13-00000000000000ff.qcow2"])
     assert volume_names(hv) == ["base-debian-12.qcow2", "proxy-1-seed.iso"]
     assert removal.diff() == {"before": {"bases": removal.removed}, "after": {"bases": []}}
@@ -965,7 +969,7 @@ def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_relea
 def test_remove_in_check_mode_predicts_and_touches_nothing(hv, three_releases):
     _old, new = three_releases
     hv.calls.clear()
-    removal = cache.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
+    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
                                  check_mode=True)
     assert (removal.changed, removal.removed) == (True, [new])
     assert not MUTATING.intersection(hv.calls)
@@ -973,20 +977,20 @@ def test_remove_in_check_mode_predicts_and_touches_nothing(hv, three_releases):
 
 def test_prune_removes_unused_copies_and_keeps_those_in_use(hv, three_releases, tmp_path):
     old, new = three_releases
-    pruned = cache.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
+    pruned = image_removal.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
     assert pruned.removed == ["base-debian-13-00000000000000ff.qcow2", "base-debian-13.raw"]
     assert pruned.kept == [{"volume": old, "used_by": ["proxy-1.qcow2"]}]
     assert volume_names(hv) == sorted(["base-debian-12.qcow2", "proxy-1-seed.iso", "proxy-1.qcow2",
                                        old, old + ".sha256", new, new + ".sha256"])
     assert pruned.bases_after == sorted([old, new])
 
-    again = cache.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
+    again = image_removal.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
     assert (again.changed, again.removed, again.kept) == (False, [], pruned.kept)
 
 
 def test_prune_removes_an_orphaned_marker(hv, tmp_path):
     hv.add_volume("default", "base-debian-13-00000000000000aa.qcow2.sha256", content=b"0" * 64)
-    pruned = cache.prune_images(hv, "default", "debian-13", lock_dir=str(tmp_path))
+    pruned = image_removal.prune_images(hv, "default", "debian-13", lock_dir=str(tmp_path))
     assert pruned.removed == ["base-debian-13-00000000000000aa.qcow2"]
     assert pruned.actions == ["delete marker volume base-debian-13-00000000000000aa.qcow2.sha256"]
     assert volume_names(hv) == []
@@ -996,7 +1000,7 @@ def test_prune_in_check_mode_touches_nothing(hv, three_releases, tmp_path):
     _old, new = three_releases
     before = volume_names(hv)
     hv.calls.clear()
-    pruned = cache.prune_images(hv, "default", "debian-13", keep=(new,), check_mode=True, lock_dir=str(tmp_path))
+    pruned = image_removal.prune_images(hv, "default", "debian-13", keep=(new,), check_mode=True, lock_dir=str(tmp_path))
     assert pruned.removed == ["base-debian-13-00000000000000ff.qcow2", "base-debian-13.raw"]
     assert volume_names(hv) == before
     assert not MUTATING.intersection(hv.calls)
@@ -1005,7 +1009,7 @@ def test_prune_in_check_mode_touches_nothing(hv, three_releases, tmp_path):
 def test_prune_rechecks_users_under_the_lock(hv, three_releases, tmp_path, monkeypatch):
     """An overlay created on a base between the first look and the lock keeps the base."""
     raw = "base-debian-13.raw"
-    original = cache.volume_lock
+    original = image_removal.volume_lock
 
     def lock_then_overlay(uri, pool, volume, *args):
         if volume == raw:
@@ -1013,8 +1017,8 @@ def test_prune_rechecks_users_under_the_lock(hv, three_releases, tmp_path, monke
                           backing_path=hv.volume("default", raw).path, backing_format="raw")
         return original(uri, pool, volume, *args)
 
-    monkeypatch.setattr(cache, "volume_lock", lock_then_overlay)
-    pruned = cache.prune_images(hv, "default", "debian-13", keep=(three_releases[1],), lock_dir=str(tmp_path))
+    monkeypatch.setattr(image_removal, "volume_lock", lock_then_overlay)
+    pruned = image_removal.prune_images(hv, "default", "debian-13", keep=(three_releases[1],), lock_dir=str(tmp_path))
     assert raw not in pruned.removed
     assert {"volume": raw, "used_by": ["late.qcow2"]} in pruned.kept
     assert raw in volume_names(hv)
@@ -1027,7 +1031,7 @@ def test_users_are_found_by_backing_path_only_in_the_pool(hv):
     hv.add_volume("default", "c.qcow2", fmt="qcow2", capacity=1, backing_path="/elsewhere/base-debian-13.qcow2",
                   backing_format="qcow2")
     pool = hv.pools["default"]
-    assert cache.find_users(hv, pool, hv.volume("default", "base-debian-13.qcow2").path) == ["a.qcow2", "b.qcow2"]
+    assert image_pool.find_users(hv, pool, hv.volume("default", "base-debian-13.qcow2").path) == ["a.qcow2", "b.qcow2"]
 
 
 def test_users_are_read_from_the_real_volume_xml(hv):
@@ -1035,26 +1039,26 @@ def test_users_are_read_from_the_real_volume_xml(hv):
     pool = hv.pools["default"]
     base = hv.add_volume("default", "base-debian-13.qcow2", content=IMAGE)
     hv.create_volume(pool, build_volume_xml(VolumeSpec("vm.qcow2", VIRTUAL_SIZE, "qcow2", base.path, "qcow2")))
-    assert cache.find_users(hv, pool, base.path) == ["vm.qcow2"]
+    assert image_pool.find_users(hv, pool, base.path) == ["vm.qcow2"]
 
 
 # --- the lock ------------------------------------------------------------------------------------------
 
 
 def test_lock_path_is_per_uri_pool_and_volume(tmp_path):
-    paths = {cache.lock_path(uri, pool, vol, str(tmp_path))
+    paths = {locks.lock_path(uri, pool, vol, str(tmp_path))
              for uri in ("qemu:///system", "qemu+ssh://h/system") for pool in ("a", "b") for vol in ("x", "y")}
     assert len(paths) == 8
     assert all(os.path.dirname(p) == str(tmp_path) and p.endswith(".lock") for p in paths)
 
 
 def test_default_lock_dir_is_shared_and_under_a_runtime_dir():
-    assert os.path.basename(cache.default_lock_dir()) == cache.LOCK_DIR_NAME
+    assert os.path.basename(locks.default_lock_dir()) == locks.LOCK_DIR_NAME
 
 
 def test_lock_dir_is_created_sticky_and_world_writable(tmp_path):
     lock_dir = tmp_path / "locks"
-    with cache.volume_lock("qemu:///system", "default", "x", lock_dir=str(lock_dir)):
+    with locks.volume_lock("qemu:///system", "default", "x", lock_dir=str(lock_dir)):
         pass
     assert oct(lock_dir.stat().st_mode & 0o7777) == oct(0o1777)
 
@@ -1062,8 +1066,8 @@ def test_lock_dir_is_created_sticky_and_world_writable(tmp_path):
 HOLD_LOCK = r"""
 import sys, time
 sys.path[:0] = %r
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
-with cache.volume_lock("qemu:///system", "default", sys.argv[1], lock_dir=sys.argv[2]):
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks as locks
+with locks.volume_lock("qemu:///system", "default", sys.argv[1], lock_dir=sys.argv[2]):
     print("locked", flush=True)
     sys.stdin.readline()
 """
@@ -1091,12 +1095,12 @@ def test_lock_is_held_across_processes_and_times_out_clearly(other_process, tmp_
     other_process("base-debian-13.qcow2")
     started = time.monotonic()
     with pytest.raises(TransientError, match="waiting for another run that holds the lock"), \
-            cache.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=0.5,
+            locks.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=0.5,
                               lock_dir=str(tmp_path / "locks")):
         pass
     assert time.monotonic() - started >= 0.5
     # Another volume is not blocked.
-    with cache.volume_lock("qemu:///system", "default", "base-debian-12.qcow2", timeout=0.5,
+    with locks.volume_lock("qemu:///system", "default", "base-debian-12.qcow2", timeout=0.5,
                            lock_dir=str(tmp_path / "locks")):
         pass
 
@@ -1123,6 +1127,6 @@ def test_lock_released_when_the_holder_is_killed(other_process, tmp_path):
     holder = other_process("base-debian-13.qcow2")
     holder.kill()
     holder.wait()
-    with cache.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=1,
+    with locks.volume_lock("qemu:///system", "default", "base-debian-13.qcow2", timeout=1,
                            lock_dir=str(tmp_path / "locks")):
         pass

@@ -11,7 +11,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
@@ -56,7 +56,7 @@ def opened():
 @pytest.fixture
 def run(monkeypatch, run_main, hypervisor, tmp_path, opened):
     """run(args, check_mode=False, diff=False) -> the module's result dict."""
-    monkeypatch.setattr(_image_cache, "default_lock_dir", lambda: str(tmp_path / "locks"))
+    monkeypatch.setattr(_locks, "default_lock_dir", lambda: str(tmp_path / "locks"))
 
     def run_module(args, check_mode=False, diff=False):
         result, _out, uris = run_main(kvm_base_image.main, hypervisor, args, check_mode=check_mode, diff=diff)
