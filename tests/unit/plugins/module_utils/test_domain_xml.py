@@ -8,8 +8,6 @@ __metaclass__ = type
 
 import dataclasses
 import datetime
-import shutil
-import subprocess
 
 import pytest
 from hypothesis import given
@@ -31,6 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     InstanceMetadata,
     build_instance_element,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import needs_virt_xml_validate, virt_xml_validate
 
 CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=datetime.timezone.utc)
 NS = "{%s}" % METADATA_URI
@@ -281,14 +280,12 @@ def test_parse_rejects_broken_domains(raw, message):
         parse_domain_xml(raw)
 
 
-@pytest.mark.skipif(shutil.which("virt-xml-validate") is None, reason="libvirt's schema validator (libvirt-clients) is not installed")
+@needs_virt_xml_validate
 @pytest.mark.parametrize("changes", [
     {},
     {"bridge": None, "network": "default", "mac": "52:54:00:00:00:02", "virt_type": "qemu", "cpu_mode": "none"},
     {"cpu_mode": "maximum", "machine": "pc-q35-7.2"},
 ])
 def test_libvirt_schema_accepts_domain(tmp_path, changes):
-    path = tmp_path / "domain.xml"
-    path.write_text(build_domain_xml(params(**changes)))
-    result = subprocess.run(["virt-xml-validate", str(path), "domain"], capture_output=True, text=True, check=False)
+    result = virt_xml_validate(tmp_path, build_domain_xml(params(**changes)), "domain")
     assert result.returncode == 0, result.stderr

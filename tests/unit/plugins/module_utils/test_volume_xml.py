@@ -6,9 +6,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import shutil
-import subprocess
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +18,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml imp
     build_volume_xml,
     parse_volume_xml,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import needs_virt_xml_validate, virt_xml_validate
 
 GIB = 1 << 30
 BASE = "/var/lib/egress-proxies-lab/pool/base-debian-12.qcow2"
@@ -144,10 +142,8 @@ def test_parse_rejects_broken_xml(raw, message):
         parse_volume_xml(raw)
 
 
-@pytest.mark.skipif(shutil.which("virt-xml-validate") is None, reason="libvirt's schema validator (libvirt-clients) is not installed")
+@needs_virt_xml_validate
 @pytest.mark.parametrize("spec", [OVERLAY, VolumeSpec("proxy-x-seed.iso", 372736, "raw")])
 def test_libvirt_schema_accepts_volume(tmp_path, spec):
-    path = tmp_path / "volume.xml"
-    path.write_text(build_volume_xml(spec))
-    result = subprocess.run(["virt-xml-validate", str(path), "storagevol"], capture_output=True, text=True, check=False)
+    result = virt_xml_validate(tmp_path, build_volume_xml(spec), "storagevol")
     assert result.returncode == 0, result.stderr
