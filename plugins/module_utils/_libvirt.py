@@ -19,10 +19,7 @@ __metaclass__ = type
 import threading
 import traceback
 
-try:
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2 is not supported, sanity imports this module there
-    from urlparse import urlsplit
+from urllib.parse import urlsplit
 
 try:
     import libvirt
