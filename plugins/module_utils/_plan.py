@@ -29,11 +29,20 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Step:
-    """One thing a plan does: ``action`` says it in the result; ``operation`` names what does it to ``target``."""
+    """One thing a plan does: ``action`` says it in the result; ``operation`` names what does it to ``target``.
+
+    ``also`` lists more actions the same operation carries out, as one (a
+    volume created and filled, say, which is only ever wanted whole).
+    """
 
     operation: str
     action: str
     target: Any = None
+    also: tuple = ()
+
+    @property
+    def actions(self):
+        return (self.action,) + tuple(self.also)
 
 
 @dataclass(frozen=True)
@@ -47,11 +56,11 @@ class Plan:
     def of(cls, steps, result):
         """The plan of ``steps``, whose ``result`` (a dataclass with an ``actions`` field) lists their actions."""
         steps = tuple(steps)
-        return cls(steps, replace(result, actions=[step.action for step in steps]))
+        return cls(steps, replace(result, actions=[action for step in steps for action in step.actions]))
 
     @property
     def actions(self):
-        return [step.action for step in self.steps]
+        return [action for step in self.steps for action in step.actions]
 
 
 def execute(plan, operations):

@@ -57,3 +57,13 @@ def volume_deleter(hypervisor):
         delete_volume(hypervisor, vol)
         return result
     return delete
+
+
+def require_pool_found(hypervisor, name):
+    """As require_pool, with the same hint, but a missing pool stays a NotFoundError (kvm_seed's error_kind not_found)."""
+    try:
+        return require_pool(hypervisor, name)
+    except PermanentError as error:
+        if not isinstance(error.__cause__, NotFoundError):
+            raise
+        raise NotFoundError(error.message, error.code, error.libvirt_message) from error.__cause__

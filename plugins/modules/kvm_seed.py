@@ -263,22 +263,8 @@ actions:
     - upload seed to volume proxy-1-seed.iso
 """
 
-import difflib
-
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
-    seed_volume_name,
-    validate_pool_name,
-    validate_vm_name,
-)
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
-    PYCDLIB_REQUIREMENT,
-    ensure_seed,
-    remove_seed,
-    render_cloud_data,
-    seed_files,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, SeedTask
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
@@ -296,90 +282,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def _text(content):
-    try:
-        return content.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def content_diff(volume, current, desired):
-    """A unified diff of every file that differs between ``current`` and ``desired`` ({name: bytes})."""
-    parts = []
-    for name in sorted(set(current) | set(desired)):
-        before, after = current.get(name), desired.get(name)
-        if before == after:
-            continue
-        before_text = "" if before is None else _text(before)
-        after_text = "" if after is None else _text(after)
-        header_before = "/dev/null" if before is None else "%s (before)/%s" % (volume, name)
-        header_after = "/dev/null" if after is None else "%s (after)/%s" % (volume, name)
-        if before_text is None or after_text is None:
-            parts.append("Binary file %s differs\n" % name)
-            continue
-        lines = difflib.unified_diff(before_text.splitlines(True), after_text.splitlines(True), header_before, header_after)
-        parts.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines))
-    return "".join(parts)
-
-
-class SeedManager:
-    """Validates the parameters, then writes, keeps or removes one VM's seed volume."""
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.files = None
-
-    def validate(self):
-        params = self.params
-        validate_vm_name(params["name"])
-        validate_pool_name(params["pool"])
-        if isinstance(params["user_data"], dict):
-            document = render_cloud_data(params["user_data"], "user_data").decode("utf-8")
-            self.module.mask_as_document("user_data", document)
-        network_config = params["network_config"]
-        if network_config is not None and not isinstance(network_config, (str, dict)):
-            raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)
-        if params["state"] == "present":
-            self.files = seed_files(params["name"], params["user_data"], params["meta_data"], params["vendor_data"], network_config)
-
-    def work(self, hypervisor):
-        if self.params["state"] == "absent":
-            return self._absent(hypervisor)
-        return self._present(hypervisor)
-
-    def _present(self, hypervisor):
-        seed = ensure_seed(hypervisor, self.params["pool"], self.params["name"], self.files, check_mode=self.module.check_mode)
-        result = seed.as_dict()
-        if self.module.diff_mode:
-            result["diff"] = seed.diff()
-            if self.params["diff_content"] and seed.changed:
-                result["diff"]["prepared"] = content_diff(seed.volume, seed.current_files or {}, self.files)
-        return result
-
-    def _absent(self, hypervisor):
-        volume = seed_volume_name(self.params["name"])
-        removed = remove_seed(hypervisor, self.params["pool"], self.params["name"], check_mode=self.module.check_mode)
-        result = {
-            "changed": removed,
-            "volume": volume,
-            "volume_path": None,
-            "reason": "volume %s exists and state is absent" % volume if removed else None,
-            "actions": ["delete volume %s" % volume] if removed else [],
-        }
-        if self.module.diff_mode:
-            result["diff"] = {"before": {"volume": volume, "state": "present" if removed else "absent"},
-                              "after": {"volume": volume, "state": "absent"}}
-        return result
-
-
 def main():
     module = KvmModule(
         argument_spec=ARGUMENT_SPEC,
         requirements=[PYCDLIB_REQUIREMENT],
     )
-    manager = SeedManager(module)
-    module.run(manager.work, validate=manager.validate)
+    task = SeedTask(module.params)
+    module.run(lambda hypervisor: task.run(hypervisor, module.check_mode).module_result(module.diff_mode),
+               validate=lambda: task.validate(module.mask_as_document))
 
 
 if __name__ == "__main__":

@@ -24,18 +24,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
-    DEFAULT_VENDOR_DATA,
-    MAX_SEED_READ,
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
     SEED_LABEL,
     UnreadableSeedError,
     build_iso,
-    changed_file_names,
-    ensure_seed,
     read_iso,
-    remove_seed,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
+    DEFAULT_VENDOR_DATA,
     render_meta_data,
     seed_files,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
+    MAX_SEED_READ,
+    changed_file_names,
+    ensure_seed,
+    remove_seed,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 

@@ -13,7 +13,9 @@ import hashlib
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import build_iso, read_iso, seed_files
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import build_iso, read_iso
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import seed_files
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import content_diff
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_seed
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 
@@ -126,7 +128,7 @@ def test_diff_content_of_a_new_file_and_of_binary_content(run):
 
 
 def test_content_diff_shows_binary_files_by_name_only():
-    diff = kvm_seed.content_diff(VOLUME, {"user-data": b"\xff\xfe secret"}, {"user-data": b"#cloud-config\n"})
+    diff = content_diff(VOLUME, {"user-data": b"\xff\xfe secret"}, {"user-data": b"#cloud-config\n"})
     assert diff == "Binary file user-data differs\n"
 
 
