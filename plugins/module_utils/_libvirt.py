@@ -18,7 +18,6 @@ __metaclass__ = type
 
 import threading
 import traceback
-
 from urllib.parse import urlsplit
 
 try:
