@@ -26,27 +26,18 @@ import struct
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _state
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, UNDEFINE_ALL, Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
-    VIR_DOMAIN_BLOCKED,
-    VIR_DOMAIN_CRASHED,
-    VIR_DOMAIN_NOSTATE,
-    VIR_DOMAIN_PAUSED,
-    VIR_DOMAIN_PMSUSPENDED,
-    VIR_DOMAIN_RUNNING,
-    VIR_DOMAIN_SHUTDOWN,
-    VIR_DOMAIN_SHUTOFF,
-)
 
 # Short names for the tests' domain states.
-NOSTATE = VIR_DOMAIN_NOSTATE
-RUNNING = VIR_DOMAIN_RUNNING
-BLOCKED = VIR_DOMAIN_BLOCKED
-PAUSED = VIR_DOMAIN_PAUSED
-SHUTDOWN = VIR_DOMAIN_SHUTDOWN
-SHUTOFF = VIR_DOMAIN_SHUTOFF
-CRASHED = VIR_DOMAIN_CRASHED
-PMSUSPENDED = VIR_DOMAIN_PMSUSPENDED
+NOSTATE = _state.VIR_DOMAIN_NOSTATE
+RUNNING = _state.VIR_DOMAIN_RUNNING
+BLOCKED = _state.VIR_DOMAIN_BLOCKED
+PAUSED = _state.VIR_DOMAIN_PAUSED
+SHUTDOWN = _state.VIR_DOMAIN_SHUTDOWN
+SHUTOFF = _state.VIR_DOMAIN_SHUTOFF
+CRASHED = _state.VIR_DOMAIN_CRASHED
+PMSUSPENDED = _state.VIR_DOMAIN_PMSUSPENDED
 
 # virIPAddrType of an IPv6 address: guests report them, the collection reads only IPv4 (_state).
 IP_ADDR_TYPE_IPV6 = 1
