@@ -106,9 +106,10 @@ def test_unreadable_arp_table_is_no_arp_address_and_the_agent_answers(hypervisor
     }
 
 
-def test_internal_error_from_the_agent_propagates(hypervisor):
+@pytest.mark.parametrize("code, message", [(errors.VIR_ERR_INTERNAL_ERROR, "boom"), (errors.VIR_ERR_RPC, "connection reset")])
+def test_other_errors_from_the_agent_after_an_empty_arp_answer_propagate(hypervisor, code, message):
     dom = running(hypervisor, arp={})
-    hypervisor.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "boom", when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
+    hypervisor.fail("domain_addresses", code, message, when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
     with pytest.raises(errors.TransientError):
         domain_ipv4(hypervisor, dom)
 
@@ -150,13 +151,6 @@ def test_other_libvirt_errors_propagate(hypervisor, code, error_class):
     with pytest.raises(error_class) as caught:
         domain_ipv4(hypervisor, dom)
     assert caught.value.code == code
-
-
-def test_error_from_the_agent_after_an_empty_arp_answer_propagates(hypervisor):
-    dom = running(hypervisor, arp={})
-    hypervisor.fail("domain_addresses", errors.VIR_ERR_RPC, "connection reset", when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
-    with pytest.raises(errors.TransientError):
-        domain_ipv4(hypervisor, dom)
 
 
 def test_domain_that_vanished_is_not_found(hypervisor):
