@@ -16,9 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import http.server
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -37,9 +35,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     TransientError,
     ValidationError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES, ImageHeader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header
 
 VIRTUAL_SIZE = 2 * 1024 ** 3
@@ -63,102 +62,6 @@ DATA_FILE_IMAGE = qcow2_image(b"data file payload " * 1000, data_file="/dev/vda"
 DATA_FILE_SHA = hashlib.sha256(DATA_FILE_IMAGE).hexdigest()
 PROBE_RANGE = "bytes=0-%d" % (MAX_HEADER_BYTES - 1)
 RAW_SHA = hashlib.sha256(RAW_IMAGE).hexdigest()
-
-
-class Route:
-    """How the server answers one path. Attributes may be changed while a test runs."""
-
-    def __init__(self, body=b"", status=200, content_length=True, delay=0.0, cut_after=None, location=None,
-                 failures=None, ranges=True, range_length="total"):
-        self.body = body
-        self.status = status
-        self.content_length = content_length
-        self.ranges = ranges  # answer "Range: bytes=0-N" with a 206; False ignores it, as some servers do
-        self.range_length = range_length  # "total", or "*" for a 206 that does not tell the length
-        self.delay = delay
-        self.cut_after = cut_after  # send Content-Length, then close after this many bytes
-        self.location = location
-        self.failures = list(failures or [])  # statuses to answer first, one per request
-
-
-class ImageServer:
-    """http.server in a thread: serves Routes, counts hits and keeps every request's path and headers."""
-
-    def __init__(self):
-        self.routes = {}
-        self.hits = {}
-        self.headers = []
-        self.requests = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                path = self.path.split("?", 1)[0]
-                with server._lock:
-                    server.hits[path] = server.hits.get(path, 0) + 1
-                    server.headers.append(dict(self.headers))
-                    server.requests.append((path, dict(self.headers)))
-                route = server.routes.get(path)
-                if route is None:
-                    self.send_error(404)
-                    return
-                time.sleep(route.delay)
-                status = route.failures.pop(0) if route.failures else route.status
-                if route.location is not None:
-                    self.send_response(302)
-                    self.send_header("Location", route.location)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if status != 200:
-                    self.send_error(status)
-                    return
-                asked = re.fullmatch(r"bytes=0-([0-9]+)", self.headers.get("Range", ""))
-                if route.ranges and asked:
-                    if not route.body:
-                        self.send_error(416)
-                        return
-                    sent = route.body[:int(asked.group(1)) + 1]
-                    self.send_response(206)
-                    self.send_header("Content-Range", "bytes 0-%d/%s" % (
-                        len(sent) - 1, len(route.body) if route.range_length == "total" else route.range_length))
-                    self.send_header("Content-Length", str(len(sent)))
-                    self.end_headers()
-                    self.wfile.write(sent)
-                    return
-                self.send_response(200)
-                if route.content_length:
-                    self.send_header("Content-Length", str(len(route.body)))
-                self.end_headers()
-                body = route.body if route.cut_after is None else route.body[:route.cut_after]
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def url(self, path):
-        return "http://127.0.0.1:%d%s" % (self.httpd.server_port, path)
-
-    def add(self, path, body=b"", **kwargs):
-        self.routes[path] = Route(body, **kwargs)
-        return self.url(path)
-
-    def hit_count(self, path):
-        return self.hits.get(path, 0)
-
-    def ranges_asked(self, path):
-        """The Range header of every request for ``path`` (None for a whole download), in order."""
-        return [headers.get("Range") for requested, headers in self.requests if requested == path]
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -908,6 +811,68 @@ def test_the_header_read_first_is_uploaded_first_and_hashed_once(hv, server, ens
     assert result.sha256 == IMAGE_SHA and b"".join(uploaded[:-1]) == IMAGE
     assert uploaded[0] == IMAGE[:len(uploaded[0])]
     assert server.ranges_asked("/debian.qcow2") == [None]  # the real run reads the header off the download
+
+
+# --- the planners: pure functions of the request and the observation -------------------------------
+
+
+def planned_request(**kwargs):
+    spec = debian("https://mirror.example/debian.qcow2", "sha256:" + IMAGE_SHA)
+    return cache.ImageRequest("default", spec, sha256=IMAGE_SHA, **kwargs)
+
+
+def base_info(backing_path=None):
+    volume = base_name(IMAGE_SHA)
+    return VolumeInfo(volume, "/pool/" + volume, "qcow2", VIRTUAL_SIZE, backing_path)
+
+
+def observed(header=None, **cached):
+    return cache.ImageObservation("pool handle", image_pool.CachedBase(base_name(IMAGE_SHA), **cached), header)
+
+
+def test_plan_of_a_ready_image_has_no_steps_and_describes_the_base():
+    plan = cache.plan_image(planned_request(), observed(base="base", marker="marker", marker_digest=IMAGE_SHA,
+                                                        info=base_info()))
+    assert plan.steps == () and plan.result.changed is False
+    assert (plan.result.path, plan.result.size, plan.result.sha256) == ("/pool/" + base_name(IMAGE_SHA), VIRTUAL_SIZE,
+                                                                        IMAGE_SHA)
+
+
+def test_plan_deletes_leftovers_marker_first_then_downloads_and_writes_the_marker():
+    plan = cache.plan_image(planned_request(), observed(base="base", marker="marker", info=base_info()))
+    assert [(step.operation, step.target) for step in plan.steps] == [
+        (cache.DELETE, "marker"), (cache.DELETE, "base"), (cache.FETCH, "pool handle"), (cache.WRITE_MARKER, "pool handle")]
+    assert plan.result.actions == plan.actions and plan.result.path is None
+    assert plan.result.diff()["before"]["state"] == "incomplete"
+
+
+def test_plan_takes_the_virtual_size_from_the_header_and_refuses_what_the_download_would():
+    header = ImageHeader("qcow2", 3 * 1024 ** 3)
+    assert cache.plan_image(planned_request(), observed(header)).result.size == 3 * 1024 ** 3
+    with pytest.raises(ValidationError, match="more than the maximum"):
+        cache.plan_image(planned_request(max_virtual_size=1024 ** 3), observed(header))
+    with pytest.raises(PermanentError, match="names the backing file '/etc/hostname'"):
+        cache.plan_image(planned_request(), observed(ImageHeader("qcow2", 1, backing_file="/etc/hostname")))
+
+
+def test_plan_refuses_to_refetch_a_base_in_use_and_a_ready_base_that_backs_onto_a_file():
+    with pytest.raises(PermanentError, match="cannot refetch image .* backing store of 'proxy-1.qcow2'"):
+        cache.plan_image(planned_request(), observed(base="base", info=base_info(), users=("proxy-1.qcow2",)))
+    with pytest.raises(PermanentError, match="has the backing store '/etc/shadow'"):
+        cache.plan_image(planned_request(), observed(base="base", marker="marker", marker_digest=IMAGE_SHA,
+                                                     info=base_info("/etc/shadow")))
+
+
+def test_removal_plan_keeps_bases_in_use_when_pruning_and_refuses_them_when_removing():
+    bases = {"base-debian-13.raw": image_pool.CachedBase("base-debian-13.raw", base="raw", users=("vm.qcow2",)),
+             "base-debian-13.qcow2": image_pool.CachedBase("base-debian-13.qcow2", base="qcow2", marker="marker")}
+    observation = image_removal.RemovalObservation("pool handle", bases)
+    pruned = image_removal.plan_removal(image_removal.RemovalRequest("default", "debian-13"), observation)
+    assert [step.target for step in pruned.steps] == ["marker", "qcow2"]
+    assert pruned.result.kept == [{"volume": "base-debian-13.raw", "used_by": ["vm.qcow2"]}]
+    assert pruned.result.bases_after == ["base-debian-13.raw"]
+    with pytest.raises(PermanentError, match="cannot remove image: base volume 'base-debian-13.raw'"):
+        image_removal.plan_removal(image_removal.RemovalRequest("default", "debian-13", strict=True), observation)
 
 
 # --- remove_image and prune_images ------------------------------------------------------------------

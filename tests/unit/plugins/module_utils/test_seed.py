@@ -37,8 +37,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
     MAX_SEED_READ,
+    SeedObservation,
+    SeedRequest,
     changed_file_names,
     ensure_seed,
+    plan_seed,
+    plan_seed_removal,
     remove_seed,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
@@ -609,3 +613,41 @@ def test_genisoimage_seed_with_the_same_files_is_kept(hv, genisoimage):
     files = seed_files(NAME, USER_DATA)
     hv.add_volume("default", SEED_VOLUME, genisoimage(["-J", "-r"], dict(files)))
     assert not ensure_seed(hv, "default", NAME, files).changed
+
+
+# --- the planners: pure functions of the request and the observation -------------------------------
+
+
+def seed_observation(**fields):
+    return SeedObservation(SEED_VOLUME, "pool handle", **fields)
+
+
+def test_seed_plan_of_the_same_files_has_no_steps():
+    request = SeedRequest.of("default", NAME, seed_files(NAME, USER_DATA))
+    plan = plan_seed(request, seed_observation(vol="vol", path="/p", capacity=71680, files=dict(request.files)))
+    assert plan.steps == () and not plan.result.changed
+    assert (plan.result.volume_path, plan.result.size, plan.result.previous_state) == ("/p", 71680, "present")
+
+
+def test_seed_plan_replaces_a_volume_in_one_write_step_that_reports_create_and_upload():
+    request = SeedRequest.of("default", NAME, seed_files(NAME, USER_DATA))
+    plan = plan_seed(request, seed_observation(vol="vol", path="/p", capacity=1, problem="volume x is not a readable seed"))
+    assert [(step.operation, step.target) for step in plan.steps] == [("delete", "vol"), ("write", "pool handle")]
+    assert plan.result.actions == ["delete volume " + SEED_VOLUME, "create volume %s (%d bytes)" % (
+        SEED_VOLUME, len(request.image)), "upload seed to volume " + SEED_VOLUME]
+    assert (plan.result.previous_state, plan.result.reason, plan.result.size) == (
+        "unreadable", "volume x is not a readable seed", len(request.image))
+
+
+def test_seed_removal_plan():
+    assert plan_seed_removal(seed_observation()).result.as_dict() == {
+        "changed": False, "volume": SEED_VOLUME, "volume_path": None, "reason": None, "actions": []}
+    plan = plan_seed_removal(seed_observation(vol="vol"))
+    assert [step.target for step in plan.steps] == ["vol"]
+    assert plan.result.diff() == {"before": {"volume": SEED_VOLUME, "state": "present"},
+                                  "after": {"volume": SEED_VOLUME, "state": "absent"}}
+
+
+def test_missing_pool_says_how_to_get_one(hv):
+    with pytest.raises(errors.NotFoundError, match="storage pool 'nope' does not exist on the hypervisor; create it"):
+        ensure_seed(hv, "nope", NAME, seed_files(NAME, USER_DATA), check_mode=True)

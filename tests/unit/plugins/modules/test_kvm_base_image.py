@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
+from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
     DATA_FILE_IMAGE,
     DATA_FILE_SHA,
@@ -26,7 +27,6 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
     NEWER_SHA,
     PROBE_RANGE,
     VIRTUAL_SIZE,
-    ImageServer,
     add_overlay,
     base_name,
 )
