@@ -3,6 +3,7 @@
 scripts/lab, tests/integration/conftest.py and the demo import these; docs/dev/lab.md describes them.
 """
 
+import dataclasses
 import os
 
 LIBVIRT_URI = "qemu:///system"
@@ -50,3 +51,134 @@ CPU_MODE = "none"
 TEST_DOMAIN_PREFIX = "eptest-"
 DEMO_DOMAIN_PREFIX = "egress-demo"
 LAB_DOMAIN_PREFIXES = (TEST_DOMAIN_PREFIX, DEMO_DOMAIN_PREFIX)
+
+# --- The lab's hypervisors (tests/lab/hypervisors.py; docs/dev/lab.md draws them) -----------------
+# Independent hypervisor hosts on this machine, each with its own network namespace, UTS name, sshd,
+# libvirtd and virtlogd (private /etc/libvirt, /run/libvirt, /var/lib/libvirt, /var/cache/libvirt and
+# /var/log/libvirt), image mirror, VM bridge, DHCP, client network ("LAN") and storage pool.
+# EGRESS_LAB_HYPERVISORS says how many `up` brings up (2 by default, at most MAX_HYPERVISORS).
+DEFAULT_HYPERVISORS = 2
+MAX_HYPERVISORS = 9
+HYPERVISORS_ENV = "EGRESS_LAB_HYPERVISORS"
+
+# The management network: a bridge in the root namespace, where the controller (Ansible, virsh, the
+# tests) has MGMT_ADDRESS; each hypervisor's management interface joins it through a veth pair.
+MGMT_BRIDGE = "eplabhv0"
+MGMT_ADDRESS = "198.18.10.1"
+MGMT_PREFIX_LEN = 24
+MGMT_CIDR = "198.18.10.0/24"
+
+HV_STATE_DIR = "/var/lib/egress-proxies-lab/hypervisors"  # what survives a reboot: libvirt's state, pools
+HV_RUN_DIR = os.path.join(RUN_DIR, "hypervisors")  # pid files, sockets, logs, sshd's config and host key
+
+# The controller's side of SSH: one client key for every hypervisor, the known_hosts file with each
+# hypervisor's host key, and an ssh_config naming each hypervisor (for ssh -F and tests/lab/lab-ssh.sh).
+SSH_DIR = os.path.join(RUN_DIR, "ssh")
+SSH_KEY = os.path.join(SSH_DIR, "id_ed25519")
+SSH_KNOWN_HOSTS = os.path.join(SSH_DIR, "known_hosts")
+SSH_CONFIG = os.path.join(SSH_DIR, "config")
+SSH_USER = "root"
+SSH_PORT = 22
+# ssh -F SSH_CONFIG: libvirt's qemu+ssh runs it through ?command=, with host keys checked.
+LAB_SSH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab-ssh.sh")
+
+# The same names on every hypervisor, as on a fleet built from one template: the inventory's
+# group_vars give them once.
+HV_POOL_NAME = "egress"
+HV_BRIDGE = "br0"
+HV_MGMT_IFACE = "mgmt0"
+HV_LAN_PORT = "lan0-port"  # the LAN's veth end on the hypervisor, enslaved to HV_BRIDGE
+LAN_IFACE = "lan0"  # the other end, in the LAN namespace
+LAN_PREFIX_LEN = 24
+
+
+@dataclasses.dataclass(frozen=True)
+class HypervisorSpec:
+    """Every name, address and path of lab hypervisor number ``index`` (1-based)."""
+
+    index: int
+
+    @property
+    def name(self):
+        """The inventory host name, the UTS host name and the name libvirt reports."""
+        return "lab-hv%d" % self.index
+
+    @property
+    def netns(self):
+        return "eplab-hv%d" % self.index
+
+    @property
+    def lan_netns(self):
+        return "eplab-hv%d-lan" % self.index
+
+    @property
+    def mgmt_veth(self):
+        """The root namespace's end of the management veth pair, on MGMT_BRIDGE."""
+        return "eplabhv%d" % self.index
+
+    @property
+    def address(self):
+        """The management address: sshd listens here, Ansible connects here."""
+        return "198.18.10.%d" % (10 + self.index)
+
+    @property
+    def lan_prefix(self):
+        return "198.18.%d" % (10 + self.index)
+
+    @property
+    def lan_cidr(self):
+        return "%s.0/%d" % (self.lan_prefix, LAN_PREFIX_LEN)
+
+    @property
+    def lan_address(self):
+        """The LAN namespace's address: clients of the proxies, and the DHCP server."""
+        return self.lan_prefix + ".1"
+
+    @property
+    def dhcp_range(self):
+        return (self.lan_prefix + ".100", self.lan_prefix + ".200")
+
+    @property
+    def state_dir(self):
+        return os.path.join(HV_STATE_DIR, self.name)
+
+    @property
+    def run_dir(self):
+        return os.path.join(HV_RUN_DIR, self.name)
+
+    @property
+    def pool_dir(self):
+        return os.path.join(self.state_dir, "pool")
+
+    def private_dirs(self):
+        """(private directory, where the hypervisor sees it), for every directory of libvirt's own."""
+        return (
+            (os.path.join(self.state_dir, "etc-libvirt"), "/etc/libvirt"),
+            (os.path.join(self.run_dir, "run-libvirt"), "/run/libvirt"),
+            (os.path.join(self.state_dir, "lib-libvirt"), "/var/lib/libvirt"),
+            (os.path.join(self.state_dir, "cache-libvirt"), "/var/cache/libvirt"),
+            (os.path.join(self.state_dir, "log-libvirt"), "/var/log/libvirt"),
+        )
+
+    def run_file(self, name):
+        return os.path.join(self.run_dir, name)
+
+    @property
+    def uri(self):
+        """libvirt over SSH from the controller, host key checked against SSH_KNOWN_HOSTS."""
+        return "qemu+ssh://%s@%s/system?command=%s" % (SSH_USER, self.name, LAB_SSH)
+
+
+def hypervisor_count():
+    """How many hypervisors `up` brings up: EGRESS_LAB_HYPERVISORS, else DEFAULT_HYPERVISORS."""
+    raw = os.environ.get(HYPERVISORS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_HYPERVISORS
+    if not raw.isdigit() or not 0 <= int(raw) <= MAX_HYPERVISORS:
+        raise ValueError("%s=%s: give a number from 0 to %d" % (HYPERVISORS_ENV, raw, MAX_HYPERVISORS))
+    return int(raw)
+
+
+def hypervisor_specs(count=None):
+    """The specs of hypervisors 1..count (count defaults to hypervisor_count())."""
+    return [HypervisorSpec(index) for index in range(1, (hypervisor_count() if count is None else count) + 1)]

@@ -5,7 +5,8 @@ import dataclasses
 import fcntl
 import os
 
-from tests.lab import config, images, libvirt_host, mirror, network
+from tests.lab import config, hypervisors, images, libvirt_host, mirror, network
+from tests.lab.shell import LabError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,17 +56,25 @@ def _up():
     actions += network.ensure_network()
     actions += images.ensure_images()
     actions += mirror.ensure_mirror()
+    actions += hypervisors.up(_requested_hypervisors())
     return actions
 
 
+def _requested_hypervisors():
+    try:
+        return config.hypervisor_specs()
+    except ValueError as error:
+        raise LabError(str(error)) from None
+
+
 def down():
-    """Remove the lab's domains, pool, network and mirror. libvirtd keeps running."""
+    """Remove the lab's domains, pool, network and mirror, and every lab hypervisor. libvirtd keeps running."""
     with _exclusive():
         return _down()
 
 
 def _down():
-    actions = []
+    actions = hypervisors.down()
     actions += mirror.stop_mirror()
     if libvirt_host.daemons_running():
         actions += libvirt_host.remove_lab_domains()
@@ -92,7 +101,27 @@ def status():
     return state
 
 
-def is_up(state):
+def hypervisor_status():
+    """{component: description} of every lab hypervisor `up` brings up or that is present."""
+    specs = sorted(set(_requested_hypervisors()) | set(hypervisors.present_specs()), key=lambda spec: spec.index)
+    return hypervisors.status(specs)
+
+
+def is_up(state, hypervisor_state=None):
     return libvirt_host.kvm_device_ready() and all(
         value in ("running", "present", "current") for key, value in state.items()
-        if key not in ("lab domains", libvirt_host.KVM_DEVICE))
+        if key not in ("lab domains", libvirt_host.KVM_DEVICE)) and hypervisors.is_up(hypervisor_state or {})
+
+
+def hypervisors_down():
+    """Remove the lab hypervisors only; the single lab (eplab) stays."""
+    with _exclusive():
+        return hypervisors.down()
+
+
+def hypervisor_action(action, name):
+    """A test helper on one hypervisor: sshd-stop, sshd-start, freeze or thaw."""
+    spec = hypervisors.spec_named(name)
+    helpers = {"sshd-stop": hypervisors.stop_sshd, "sshd-start": hypervisors.start_sshd,
+               "freeze": hypervisors.freeze, "thaw": hypervisors.thaw}
+    return ["%s: %s" % (spec.name, done) for done in helpers[action](spec)]

@@ -34,10 +34,10 @@ def _kvm_group():
         raise LabError("no group %s; libvirt-daemon-system creates it (scripts/bootstrap installs that)" % KVM_GROUP) from None
 
 
-def _kvm_node():
-    """os.stat of /dev/kvm, or None when this host has no such node."""
+def _kvm_node(root="/"):
+    """os.stat of /dev/kvm (under root: /proc/PID/root for another mount namespace), or None without one."""
     try:
-        return os.stat(KVM_DEVICE)
+        return os.stat(os.path.join(root, KVM_DEVICE.lstrip("/")))
     except FileNotFoundError:
         return None
 
@@ -52,9 +52,9 @@ def kvm_device_ready():
     return node is None or _group_can_use(node)
 
 
-def kvm_device_status():
+def kvm_device_status(root="/"):
     """/dev/kvm's type and mode as `ls -l` shows them, owner:group, and what up would change."""
-    node = _kvm_node()
+    node = _kvm_node(root)
     if node is None:
         return "absent"
     shown = "%s %s:%s" % (stat.filemode(node.st_mode), _name(pwd.getpwuid, node.st_uid), _name(grp.getgrgid, node.st_gid))
@@ -122,43 +122,46 @@ def _wait_for_libvirt(timeout=30.0):
     raise LabError("libvirtd did not answer on %s within %ds" % (LIBVIRT_SOCKET, timeout))
 
 
-def _pool_info():
+def _pool_info(virsh_run=None, name=config.POOL_NAME):
     """virsh pool-info as {field: value}, or None when the pool is not defined."""
-    result = virsh("pool-info", config.POOL_NAME, check=False)
+    result = (virsh_run or virsh)("pool-info", name, check=False)
     if result.returncode != 0:
         return None
     fields = (line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
     return {key.strip(): value.strip() for key, value in fields}
 
 
-def pool_state():
+def pool_state(virsh_run=None, name=config.POOL_NAME):
     """'running', 'inactive' or None when the pool is not defined."""
-    info = _pool_info()
+    info = _pool_info(virsh_run, name)
     return None if info is None else info.get("State")
 
 
-def pool_autostart():
-    info = _pool_info()
+def pool_autostart(virsh_run=None, name=config.POOL_NAME):
+    info = _pool_info(virsh_run, name)
     return info is not None and info.get("Autostart") == "yes"
 
 
-def ensure_pool():
+def ensure_pool(virsh_run=None, name=config.POOL_NAME, path=config.POOL_DIR, announce=True):
+    """The dir pool name at path: defined, built, started, autostart (virsh_run: the daemon's virsh)."""
+    virsh_run = virsh_run or virsh
     actions = []
-    state = pool_state()
+    state = pool_state(virsh_run, name)
     if state is None:
-        virsh("pool-define-as", config.POOL_NAME, "dir", "--target", config.POOL_DIR)
-        actions.append("defined pool %s (%s)" % (config.POOL_NAME, config.POOL_DIR))
-    if not os.path.isdir(config.POOL_DIR):
-        virsh("pool-build", config.POOL_NAME)
-        actions.append("built pool directory %s" % config.POOL_DIR)
+        virsh_run("pool-define-as", name, "dir", "--target", path)
+        actions.append("defined pool %s (%s)" % (name, path))
+    if not os.path.isdir(path):
+        virsh_run("pool-build", name)
+        actions.append("built pool directory %s" % path)
     if state != "running":
-        virsh("pool-start", config.POOL_NAME)
-        actions.append("started pool %s" % config.POOL_NAME)
-    if not pool_autostart():
-        virsh("pool-autostart", config.POOL_NAME)
-        actions.append("set pool %s to autostart" % config.POOL_NAME)
-    for action in actions:
-        report(action)
+        virsh_run("pool-start", name)
+        actions.append("started pool %s" % name)
+    if not pool_autostart(virsh_run, name):
+        virsh_run("pool-autostart", name)
+        actions.append("set pool %s to autostart" % name)
+    if announce:
+        for action in actions:
+            report(action)
     return actions
 
 
@@ -180,18 +183,19 @@ def remove_lab_domains():
     return actions
 
 
-def remove_pool():
-    state = pool_state()
+def remove_pool(virsh_run=None, name=config.POOL_NAME):
+    virsh_run = virsh_run or virsh
+    state = pool_state(virsh_run, name)
     if state is None:
         return []
     if state != "running":
-        virsh("pool-start", config.POOL_NAME)
+        virsh_run("pool-start", name)
     # pool-delete only removes an empty directory; every volume in the lab pool belongs to the lab.
-    for line in virsh("vol-list", config.POOL_NAME).stdout.splitlines():
+    for line in virsh_run("vol-list", name).stdout.splitlines():
         # "name   path"; lab volume names never contain spaces (tests/lab and _names.py derive them).
-        virsh("vol-delete", line.split()[0], "--pool", config.POOL_NAME)
-    virsh("pool-destroy", config.POOL_NAME)
-    virsh("pool-delete", config.POOL_NAME)
-    virsh("pool-undefine", config.POOL_NAME)
-    report("removed pool %s" % config.POOL_NAME)
-    return ["removed pool %s" % config.POOL_NAME]
+        virsh_run("vol-delete", line.split()[0], "--pool", name)
+    virsh_run("pool-destroy", name)
+    virsh_run("pool-delete", name)
+    virsh_run("pool-undefine", name)
+    report("removed pool %s" % name)
+    return ["removed pool %s" % name]

@@ -24,18 +24,66 @@ def _link_is_up(name, netns=None):
     return result.returncode == 0 and ",UP" in result.stdout.split(">")[0]
 
 
-def netns_exists():
-    return os.path.exists(os.path.join("/run/netns", config.NETNS))
+def netns_exists(name=config.NETNS):
+    return os.path.exists(os.path.join("/run/netns", name))
+
+
+def ensure_bridge(name, netns=None):
+    """A bridge named name (in netns, or the root namespace), up."""
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    actions = []
+    if not link_exists(name, netns):
+        run(prefix + ["link", "add", name, "type", "bridge"])
+        actions.append("created bridge %s%s" % (name, " in netns %s" % netns if netns else ""))
+    if not _link_is_up(name, netns):
+        run(prefix + ["link", "set", name, "up"])
+        actions.append("set bridge %s up" % name)
+    return actions
+
+
+def ensure_netns(name):
+    actions = []
+    if not netns_exists(name):
+        run(["ip", "netns", "add", name])
+        actions.append("created netns %s" % name)
+    if not _link_is_up("lo", name):
+        run(["ip", "-n", name, "link", "set", "lo", "up"])
+    return actions
+
+
+def ensure_veth(near, near_netns, far, far_netns, bridge=None):
+    """A veth pair near <-> far (each in its netns, None for the root one), both up, near enslaved to bridge."""
+    near_prefix = ["ip", "-n", near_netns] if near_netns else ["ip"]
+    actions = []
+    if not link_exists(far, far_netns):
+        if link_exists(near, near_netns):
+            run(near_prefix + ["link", "del", near])
+        run(near_prefix + ["link", "add", near, "type", "veth", "peer", "name", far] + (["netns", far_netns] if far_netns else []))
+        actions.append("created veth %s%s <-> %s%s" % (
+            "%s:" % near_netns if near_netns else "", near, "%s:" % far_netns if far_netns else "", far))
+    if bridge:
+        link = run(near_prefix + ["-o", "link", "show", "dev", near]).stdout
+        if "master %s" % bridge not in link:
+            run(near_prefix + ["link", "set", near, "master", bridge])
+            actions.append("enslaved %s to %s" % (near, bridge))
+    for name, netns in ((near, near_netns), (far, far_netns)):
+        if not _link_is_up(name, netns):
+            run((["ip", "-n", netns] if netns else ["ip"]) + ["link", "set", name, "up"])
+    return actions
+
+
+def ensure_address(device, address, netns=None):
+    """address ("A.B.C.D/LEN") on device, in netns or the root namespace."""
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    shown = run(prefix + ["-o", "addr", "show", "dev", device]).stdout
+    if " %s " % address in shown:
+        return []
+    run(prefix + ["addr", "add", address, "dev", device])
+    return ["addressed %s%s with %s" % ("%s:" % netns if netns else "", device, address)]
 
 
 def ensure_network():
-    actions = []
-    if not link_exists(config.BRIDGE):
-        run(["ip", "link", "add", config.BRIDGE, "type", "bridge"])
-        actions.append("created bridge %s" % config.BRIDGE)
-    if not _link_is_up(config.BRIDGE):
-        run(["ip", "link", "set", config.BRIDGE, "up"])
-        actions.append("set bridge %s up" % config.BRIDGE)
+    actions = ensure_bridge(config.BRIDGE)
     # With br_netfilter loaded, bridged frames traverse the host's iptables FORWARD chain, where a
     # DROP policy (Docker sets one) silently eats the guests' DHCP and test traffic.
     if os.path.exists(BRIDGE_NETFILTER):
@@ -44,81 +92,81 @@ def ensure_network():
                 with open(BRIDGE_NETFILTER, "w") as out:
                     out.write("0\n")
                 actions.append("set net.bridge.bridge-nf-call-iptables=0")
-    if not netns_exists():
-        run(["ip", "netns", "add", config.NETNS])
-        actions.append("created netns %s" % config.NETNS)
-    if not _link_is_up("lo", config.NETNS):
-        run(["ip", "-n", config.NETNS, "link", "set", "lo", "up"])
-    if not link_exists(config.VETH_NETNS_END, config.NETNS):
-        if link_exists(config.VETH_BRIDGE_END):
-            run(["ip", "link", "del", config.VETH_BRIDGE_END])
-        run(["ip", "link", "add", config.VETH_BRIDGE_END, "type", "veth",
-             "peer", "name", config.VETH_NETNS_END, "netns", config.NETNS])
-        actions.append("created veth %s <-> %s:%s" % (
-            config.VETH_BRIDGE_END, config.NETNS, config.VETH_NETNS_END))
-    veth_link = run(["ip", "-o", "link", "show", "dev", config.VETH_BRIDGE_END]).stdout
-    if "master %s" % config.BRIDGE not in veth_link:
-        run(["ip", "link", "set", config.VETH_BRIDGE_END, "master", config.BRIDGE])
-        actions.append("enslaved %s to %s" % (config.VETH_BRIDGE_END, config.BRIDGE))
-    if not _link_is_up(config.VETH_BRIDGE_END):
-        run(["ip", "link", "set", config.VETH_BRIDGE_END, "up"])
-    address = "%s/%d" % (config.NETNS_ADDRESS, config.NETNS_PREFIX_LEN)
-    shown = run(["ip", "-n", config.NETNS, "-o", "addr", "show", "dev", config.VETH_NETNS_END]).stdout
-    if " %s " % address not in shown:
-        run(["ip", "-n", config.NETNS, "addr", "add", address, "dev", config.VETH_NETNS_END])
-        actions.append("addressed %s:%s with %s" % (config.NETNS, config.VETH_NETNS_END, address))
-    if not _link_is_up(config.VETH_NETNS_END, config.NETNS):
-        run(["ip", "-n", config.NETNS, "link", "set", config.VETH_NETNS_END, "up"])
+    actions += ensure_netns(config.NETNS)
+    actions += ensure_veth(config.VETH_BRIDGE_END, None, config.VETH_NETNS_END, config.NETNS, bridge=config.BRIDGE)
+    actions += ensure_address(config.VETH_NETNS_END, "%s/%d" % (config.NETNS_ADDRESS, config.NETNS_PREFIX_LEN), config.NETNS)
     actions.extend(_ensure_dnsmasq())
     for action in actions:
         report(action)
     return actions
 
 
-def dnsmasq_argv():
-    return ["dnsmasq",
-            "--conf-file=/dev/null",
-            "--interface=%s" % config.VETH_NETNS_END, "--bind-interfaces",
-            "--dhcp-range=%s,%s,255.255.255.0,12h" % (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
+def dnsmasq_options(interface, dhcp_range, leasefile, pidfile, logfile):
+    """dnsmasq's options: DHCP on interface over dhcp_range (start, end) of a /24, DNS for the lab domain only."""
+    return ["--conf-file=/dev/null",
+            "--interface=%s" % interface, "--bind-interfaces",
+            "--dhcp-range=%s,%s,255.255.255.0,12h" % dhcp_range,
             "--dhcp-authoritative",
             # One lease per MAC: a guest re-created with the same MAC (fresh machine-id, so a new
             # DHCP client id) gets its old address back instead of a second lease.
             "--dhcp-ignore-clid",
-            "--dhcp-leasefile=%s" % config.DNSMASQ_LEASEFILE,
-            "--pid-file=%s" % config.DNSMASQ_PIDFILE,
+            "--dhcp-leasefile=%s" % leasefile,
+            "--pid-file=%s" % pidfile,
             # dnsmasq answers DNS only for the lab (guests' DHCP hostnames); nothing is forwarded.
             "--no-resolv", "--no-hosts", "--domain=lab", "--local=/lab/",
-            "--log-dhcp", "--log-facility=%s" % os.path.join(config.RUN_DIR, "dnsmasq.log"),
-            # The lease and pid files live in RUN_DIR, owned by root.
+            "--log-dhcp", "--log-facility=%s" % logfile,
+            # The lease and pid files live in the lab's run directory, owned by root.
             "--user=root", "--group=root"]
 
 
-def dnsmasq_pid():
-    pid = read_pidfile(config.DNSMASQ_PIDFILE)
+def dnsmasq_argv():
+    return ["dnsmasq"] + dnsmasq_options(config.VETH_NETNS_END, (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
+                           config.DNSMASQ_LEASEFILE, config.DNSMASQ_PIDFILE, os.path.join(config.RUN_DIR, "dnsmasq.log"))
+
+
+def dnsmasq_pid(pidfile=config.DNSMASQ_PIDFILE):
+    pid = read_pidfile(pidfile)
     if pid and any(arg.endswith(b"dnsmasq") for arg in process_cmdline(pid)[:1]):
         return pid
     return None
 
 
-def _ensure_dnsmasq():
+def ensure_dnsmasq(netns, options, pidfile):
+    """dnsmasq with exactly these options running in netns (restarted when its options changed)."""
     actions = []
-    argv = dnsmasq_argv()
-    pid = dnsmasq_pid()
+    pid = dnsmasq_pid(pidfile)
     if pid:
         running = [arg.decode() for arg in process_cmdline(pid) if arg]
-        if running[1:] == argv[1:]:
+        if running[1:] == options:
             return []
         _stop_dnsmasq(pid)
         actions.append("stopped dnsmasq with outdated options")
-    os.makedirs(config.RUN_DIR, exist_ok=True)
-    run(["ip", "netns", "exec", config.NETNS] + argv)
+    os.makedirs(os.path.dirname(pidfile), exist_ok=True)
+    run(["ip", "netns", "exec", netns, "dnsmasq"] + options)
     deadline = time.monotonic() + 10
-    while not dnsmasq_pid():
+    while not dnsmasq_pid(pidfile):
         if time.monotonic() > deadline:
-            raise LabError("dnsmasq in netns %s did not start" % config.NETNS)
+            raise LabError("dnsmasq in netns %s did not start" % netns)
         time.sleep(0.1)
-    actions.append("started dnsmasq in netns %s (DHCP %s-%s)" % (
-        config.NETNS, config.DHCP_RANGE_START, config.DHCP_RANGE_END))
+    dhcp_range = next(arg for arg in options if arg.startswith("--dhcp-range=")).split("=", 1)[1].split(",")[:2]
+    actions.append("started dnsmasq in netns %s (DHCP %s-%s)" % (netns, dhcp_range[0], dhcp_range[1]))
+    return actions
+
+
+def _ensure_dnsmasq():
+    return ensure_dnsmasq(config.NETNS, dnsmasq_argv()[1:], config.DNSMASQ_PIDFILE)
+
+
+def stop_dnsmasq(pidfile, leasefile):
+    """Stop the dnsmasq of pidfile and remove its pid and lease files; the actions taken."""
+    actions = []
+    pid = dnsmasq_pid(pidfile)
+    if pid:
+        _stop_dnsmasq(pid)
+        actions.append("stopped dnsmasq")
+    for path in (pidfile, leasefile):
+        if os.path.exists(path):
+            os.unlink(path)
     return actions
 
 
@@ -131,11 +179,11 @@ def _stop_dnsmasq(pid):
         time.sleep(0.1)
 
 
-def dhcp_leases():
+def dhcp_leases(leasefile=config.DNSMASQ_LEASEFILE):
     """{mac: (ip, expiry epoch seconds)} from dnsmasq's lease file; the newest lease per MAC."""
     leases = {}
     try:
-        with open(config.DNSMASQ_LEASEFILE) as handle:
+        with open(leasefile) as handle:
             for line in handle:
                 fields = line.split()
                 if len(fields) >= 3:
@@ -148,14 +196,7 @@ def dhcp_leases():
 
 
 def remove_network():
-    actions = []
-    pid = dnsmasq_pid()
-    if pid:
-        _stop_dnsmasq(pid)
-        actions.append("stopped dnsmasq")
-    for path in (config.DNSMASQ_PIDFILE, config.DNSMASQ_LEASEFILE):
-        if os.path.exists(path):
-            os.unlink(path)
+    actions = stop_dnsmasq(config.DNSMASQ_PIDFILE, config.DNSMASQ_LEASEFILE)
     if netns_exists():
         # Deleting the netns destroys its veth end, and with it the peer on the bridge.
         run(["ip", "netns", "del", config.NETNS])
