@@ -20,16 +20,15 @@ Public API (used by kvm_base_image and kvm_proxy)::
         plan = plan_image(request, cache.observe(request, read_header=check_mode))
         result = plan.result if check_mode else cache.apply(request, plan)
 
-    result.volume, result.path, result.format, result.sha256, result.size,
-    result.downloaded, result.changed, result.bytes, result.seconds, result.throughput,
-    result.actions, result.diff(), result.as_dict()
+    result.volume, .path, .format, .sha256, .size, .downloaded, .changed, .bytes, .seconds,
+    .throughput, .actions, .diff(), .as_dict()
 
 Removal and prune are in _image_removal, the pool's volumes in _image_pool,
-HTTP in _download, the lock in _locks. A base is self-contained: an image whose header names a backing file or an
-external data file would let every VM on it read that file of the
-hypervisor, so it is refused from its first bytes (_image_header), and a
-base that libvirt reports with a backing store after the refresh is deleted
-before its marker is written.
+HTTP in _download, the lock in _locks. A base is self-contained: an image
+whose header names a backing file or an external data file would let every
+VM on it read that file of the hypervisor, so it is refused from its first
+bytes (_image_header), and a base that libvirt reports with a backing store
+after the refresh is deleted before its marker is written.
 
 The download is streamed: the HTTP body is read in chunks that are hashed on
 the way and sent straight into libvirt's upload stream, so memory stays flat
@@ -54,7 +53,7 @@ __metaclass__ = type
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import (  # noqa: F401 - kvm_proxy's imports
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import (
     DEFAULT_BACKOFF,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
@@ -72,22 +71,22 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_pool imp
     raw_volume_xml,
     with_users,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec  # noqa: F401 - public
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import (  # noqa: F401 - kvm_proxy's imports
-    DEFAULT_LOCK_TIMEOUT,
-    volume_lock,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT, volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     base_volume_name,
     marker_volume_name,
     validate_pool_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._plan import Plan, Result, Step, execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import (
-    require_pool,
-    volume_deleter,
-    volume_info,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import require_pool, volume_deleter, volume_info
+
+# The flow's API, and the names kvm_proxy imports from here that live in _download, _image_spec and _locks.
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "REQUESTS_REQUIREMENT", "ImageCache",
+    "ImageObservation", "ImageRequest", "ImageResult", "ImageSpec", "check_header", "download_argument_spec",
+    "ensure_image", "open_downloader", "plan_image", "validate_download_options", "volume_lock",
+]
 
 GIB = 1024 ** 3
 

@@ -261,4 +261,3 @@ def read_iso(data):
     if joliet is not None:
         return _read_files(data, joliet[156:190], "joliet")
     return _read_files(data, root, "iso9660")
-

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (  # noqa: F401 - public names
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
     PYCDLIB_REQUIREMENT,
-    SEED_LABEL,
     UnreadableSeedError,
     build_iso,
     read_iso,
@@ -48,7 +47,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_pool_name,
     validate_vm_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (  # noqa: F401 - public names
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
     DEFAULT_VENDOR_DATA,
     META_DATA,
     NETWORK_CONFIG,
@@ -66,6 +65,14 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import
     volume_info,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+
+# The flow's API, and the names kvm_proxy imports from here that live in _nocloud and _iso9660.
+__all__ = [
+    "DEFAULT_VENDOR_DATA", "META_DATA", "NETWORK_CONFIG", "PYCDLIB_REQUIREMENT", "USER_DATA", "VENDOR_DATA",
+    "SeedObservation", "SeedRemovalResult", "SeedRequest", "SeedResult", "SeedTask", "apply_seed",
+    "apply_seed_removal", "ensure_seed", "observe_seed", "observe_seed_removal", "plan_seed", "plan_seed_removal",
+    "read_iso", "remove_seed", "render_cloud_data", "seed_files", "seed_removal",
+]
 
 UPLOAD_CHUNK = 256 * 1024
 # NoCloud seeds hold a few small text files. A volume larger than this is
