@@ -605,8 +605,8 @@ def test_check_mode_without_checksum_cannot_know_the_digest(server, ensure):
     (EVIL_IMAGE, EVIL_SHA, "names the backing file '/etc/hostname' in its qcow2 header"),
     (DATA_FILE_IMAGE, DATA_FILE_SHA, "names the external data file '/dev/vda' in its qcow2 header"),
 ])
-def test_an_image_that_needs_another_file_is_refused_and_nothing_is_written(hv, server, ensure, check_mode, body, sha,
-                                                                             names):
+def test_an_image_that_needs_another_file_is_refused_and_nothing_is_written(
+        hv, server, ensure, check_mode, body, sha, names):
     url = server.add("/evil.qcow2", body)
     with pytest.raises(PermanentError) as raised:
         ensure(debian(url, "sha256:" + sha), check_mode=check_mode)
@@ -935,7 +935,7 @@ def test_remove_in_check_mode_predicts_and_touches_nothing(hv, three_releases):
     _old, new = three_releases
     hv.calls.clear()
     removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
-                                 check_mode=True)
+                                         check_mode=True)
     assert (removal.changed, removal.removed) == (True, [new])
     assert not MUTATING.intersection(hv.calls)
 
