@@ -312,7 +312,7 @@ EXAMPLES = r"""
     user_data: "{{ lookup('ansible.builtin.file', 'proxy-user-data.yml') }}"
   delegate_to: localhost
 
-- name: An egress proxy whose cloud-config is a dictionary (written as a #cloud-config document)
+- name: An egress proxy whose cloud-config is a dictionary (written as a cloud-config document)
   egress_proxies.kvm.kvm_proxy:
     name: egress-proxy-3
     bridge: br0
