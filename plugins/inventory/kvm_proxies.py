@@ -73,7 +73,8 @@ options:
       - If V(true), a hypervisor that cannot be read fails the inventory source, and so do two VMs that would
         get the same host name and invalid O(compose), O(groups) or O(keyed_groups) expressions.
       - If V(false), a warning names the hypervisor and gives libvirt's message, and the other hypervisors are
-        still listed; an invalid expression is skipped.
+        still listed; an invalid expression is skipped with a warning, and so is a O(keyed_groups) key whose value
+        is a number (write C(kvm_proxy_vcpus | string) to group by one).
       - Use V(true) for inventories that clean-up jobs run against, so they never act on a partial view of the fleet.
         Ansible itself only warns about an inventory source that failed and goes on without it; set
         C(any_unparsed_is_failed = true) in the C([inventory]) section of C(ansible.cfg)
@@ -267,4 +268,13 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
         self._set_composite_vars(self.get_option("compose"), hostvars, hostname, strict=strict)
         self._add_host_to_composed_groups(self.get_option("groups"), hostvars, hostname, strict=strict)
-        self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, hostname, strict=strict)
+        for keyed in self.get_option("keyed_groups") or []:
+            try:
+                self._add_host_to_keyed_groups([keyed], hostvars, hostname, strict=strict)
+            except AnsibleParserError as error:
+                # ansible-core refuses a key that is not a string, list or dictionary (an integer such as
+                # kvm_proxy_vcpus) even without strict; the docs promise such an entry is skipped.
+                if strict:
+                    raise
+                self.display.warning("keyed_groups entry %r skipped for host %s: %s (a number needs '| string')" % (
+                    keyed.get("key") if isinstance(keyed, dict) else keyed, hostname, error))

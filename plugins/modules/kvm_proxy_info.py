@@ -93,12 +93,12 @@ EXAMPLES = r"""
       - proxy.proxies[0].state == 'Running'
     fail_msg: "proxy-eu-1 is {{ proxy.proxies[0].state | default('absent') }}"
 
-- name: The proxies of one owner, oldest first (a cleanup starts there)
+- name: The proxies of one owner (listed by name; the next task sorts them oldest first)
   egress_proxies.kvm.kvm_proxy_info:
     uid: 6f1c2a7e-4b1d-4f7a-9d8e-0c3b5a1e2f44
   register: owned
 
-- name: Delete that owner's stopped proxies
+- name: Delete that owner's stopped proxies, oldest first
   egress_proxies.kvm.kvm_proxy:
     name: "{{ item.name }}"
     state: absent

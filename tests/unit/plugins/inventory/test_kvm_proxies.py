@@ -302,3 +302,21 @@ def test_config_file_names(tmp_path, file_name, accepted):
     path = tmp_path / file_name
     path.write_text("plugin: egress_proxies.kvm.kvm_proxies\n")
     assert load_plugin().verify_file(str(path)) is accepted
+
+
+def test_a_keyed_group_whose_key_is_a_number_is_skipped_without_strict(parse):
+    config = TWO_HYPERVISORS + """
+keyed_groups:
+  - key: kvm_proxy_vcpus
+    prefix: vcpus
+  - key: kvm_proxy_libvirt_state
+    prefix: libvirt
+"""
+    inventory, warnings = parse(config)[:2]
+    assert members(inventory, "libvirt_running") == ["proxy-one", "proxy-two"]
+    assert warnings and all("keyed_groups entry 'kvm_proxy_vcpus' skipped" in warning for warning in warnings)
+    assert "| string" in warnings[0]
+    with pytest.raises(AnsibleParserError, match="Invalid group name format"):
+        parse(config + "strict: true\n")
+    inventory = parse(config.replace("key: kvm_proxy_vcpus", "key: kvm_proxy_vcpus | string")).inventory
+    assert sorted(name for name in inventory.groups if name.startswith("vcpus_")), "no vcpus_<n> group"
