@@ -142,8 +142,8 @@ class ProxyManager:
     def _describe(self, host, domain, planned, execution):
         """state, ip, uid, created_at, spec_digest, mac and autostart of the domain as the run leaves it.
 
-        In check mode this is the domain as it is now (nothing ran), or the
-        prediction for one that would be created.
+        In check mode this is the domain as it is now (nothing ran; a VM to be
+        replaced included), or the prediction for one that would be created.
         """
         request = self.request
         absent = dict.fromkeys(("state", "libvirt_state", "ip", "uid", "created_at", "spec_digest", "mac", "autostart"))
@@ -151,10 +151,10 @@ class ProxyManager:
         if request.state == STATE_ABSENT:
             return absent
         if self.check_mode:
-            if not planned.kept:
+            if domain is None:
                 absent.update(uid=planned.uid, spec_digest=planned.digest, mac=request.mac, autostart=request.autostart)
                 return absent
-            return _entry(self.hv, host, domain.handle, domain.info, planned.uid)
+            return _entry(self.hv, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None)
         # A kept domain's definition did not change; a new one's XML carries the MAC libvirt chose.
         dom = domain.handle if planned.kept else execution.dom
         info = domain.info if planned.kept else parse_domain_xml(self.hv.domain_xml(dom))

@@ -1157,3 +1157,12 @@ def test_stopping_a_paused_vm_shows_paused_before(run, converge):
     hv.domains[NAME].state = PAUSED
     result = converge(hv, request(state="stopped"))
     assert (result["diff"]["before"]["state"], result["diff"]["after"]["state"]) == ("paused", "stopped")
+
+
+def test_check_mode_describes_a_vm_it_would_replace_as_it_is(run):
+    hv = ready_host()
+    created = run(hv, request())
+    predicted = run(hv, request(vcpus=4), check_mode=True)
+    assert predicted["actions"] == REMOVE_RUNNING + CREATE
+    for key in ("state", "libvirt_state", "created_at", "uid", "spec_digest", "mac", "autostart"):
+        assert predicted[key] == created[key], key
