@@ -99,7 +99,7 @@ class ProxyManager:
             "name": request.name,
             "host": host,
             "id": format_domain_id(host, request.name),
-            "volumes": _volumes(request, planned, observation.domain),
+            "volumes": _volumes(request, planned, observation),
         }
         try:
             result.update(self._describe(host, observation.domain, planned, execution))
@@ -173,8 +173,14 @@ def _entry(hypervisor, host, dom, info, uid):
     return described
 
 
-def _volumes(request, planned, domain):
-    """Names of the VM's volumes. The base is null when only a download would tell (checksum given as a URL)."""
+def _volumes(request, planned, observation):
+    """Names of the VM's volumes, in the pool they were found in for a removal.
+
+    The base is null when only a download would tell (checksum given as a URL).
+    """
+    domain = observation.domain
+    found = [volume.pool for volume in observation.own_volumes]
+    pool = found[0] if request.state == STATE_ABSENT and found else request.pool
     if planned.base is not None:
         base = planned.base.volume
     elif planned.kept and planned.verdict.drifted:
@@ -183,7 +189,7 @@ def _volumes(request, planned, domain):
         base = base_volume_of(planned.spec["image"])
     else:
         base = None
-    return {"pool": request.pool, "overlay": overlay_volume_name(request.name), "seed": seed_volume_name(request.name),
+    return {"pool": pool, "overlay": overlay_volume_name(request.name), "seed": seed_volume_name(request.name),
             "base": base}
 
 

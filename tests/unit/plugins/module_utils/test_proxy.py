@@ -1166,3 +1166,13 @@ def test_check_mode_describes_a_vm_it_would_replace_as_it_is(run):
     assert predicted["actions"] == REMOVE_RUNNING + CREATE
     for key in ("state", "libvirt_state", "created_at", "uid", "spec_digest", "mac", "autostart"):
         assert predicted[key] == created[key], key
+
+
+def test_a_removal_reports_the_pool_its_volumes_were_found_in(run, converge):
+    hv = ready_host()
+    hv.add_pool("fast")
+    cache_image(hv, "fast")
+    run(hv, request(pool="fast"))
+    result = converge(hv, absent())
+    assert result["volumes"]["pool"] == "fast"
+    assert pool_names(hv, "fast") == sorted([BASE, MARKER])
