@@ -274,7 +274,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Run an egress proxy from the Debian 13 cloud image on br0
-  egress_proxies.kvm.kvm_proxy:
+  egress_proxies.kvm.kvm_proxy: &egress_proxy_1  # the spec the later examples reuse
     name: egress-proxy-1
     uid: 3f9c2b1e-5d1a-4c57-9a0e-2f3b8d6c7e10
     vcpus: 1
@@ -321,26 +321,17 @@ EXAMPLES = r"""
       packages: [squid]
       ssh_authorized_keys: ["{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"]
 
-- name: Keep a hand-tuned VM although its spec changed (reports drifted instead of replacing it)
+- name: Keep a hand-tuned VM although its spec changed (two vCPUs asked; reports drifted instead of replacing it)
   egress_proxies.kvm.kvm_proxy:
-    name: egress-proxy-1
-    bridge: br0
-    image:
-      name: debian-13
-      url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2
-      checksum: "sha256:{{ debian_13_sha256 }}"
+    <<: *egress_proxy_1
+    vcpus: 2
     on_drift: ignore
 
-- name: Shut the proxy down (ACPI, then a hard stop after a minute)
+- name: Shut the proxy down (ACPI, then a hard stop after a minute); the same spec, so nothing is replaced
   egress_proxies.kvm.kvm_proxy:
-    name: egress-proxy-1
+    <<: *egress_proxy_1
     state: stopped
     shutdown_timeout: 60
-    bridge: br0
-    image:
-      name: debian-13
-      url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2
-      checksum: "sha256:{{ debian_13_sha256 }}"
 
 - name: Delete the proxy with its disk and seed (the cached image stays)
   egress_proxies.kvm.kvm_proxy:
@@ -422,7 +413,7 @@ volumes:
   type: dict
   contains:
     pool:
-      description: The storage pool.
+      description: The storage pool (for O(state=absent), the one the volumes were found in).
       type: str
       sample: default
     overlay:
