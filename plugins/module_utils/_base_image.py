@@ -17,7 +17,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_removal 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
 
-STATE_PRESENT = "present"
 STATE_ABSENT = "absent"
 
 

@@ -610,7 +610,7 @@ def test_an_image_that_needs_another_file_is_refused_and_nothing_is_written(
     url = server.add("/evil.qcow2", body)
     with pytest.raises(PermanentError) as raised:
         ensure(debian(url, "sha256:" + sha), check_mode=check_mode)
-    assert type(raised.value) is PermanentError  # not retried, and not a TransientError after retries
+    assert raised.type is PermanentError  # exactly: not retried, and not a TransientError after retries
     assert raised.value.message.startswith("image %s %s: a base image must be self-contained" % (url, names))
     assert "nothing was cached" in raised.value.message
     assert volume_names(hv) == []  # no base, no marker
