@@ -33,6 +33,8 @@ for path in (REPO_ROOT, COLLECTIONS_DIR):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402 - as above
+from tests.integration import lab_objects  # noqa: E402 - as above
 from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entries above
 
 VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
@@ -48,6 +50,30 @@ def lab():
         pytest.fail("integration tests drive qemu:///system, bridges and netns; run them as root")
     lab_control.up()
     return lab_control.describe()
+
+
+@pytest.fixture
+def hypervisor(lab):
+    """The collection's seam, open on the lab's libvirtd for the test."""
+    with Hypervisor.open(lab.uri) as hypervisor:
+        yield hypervisor
+
+
+@pytest.fixture
+def lab_cleanup(lab, hypervisor):
+    """lab_cleanup(domains=(), volumes=()): those domains and volumes of the lab pool go now and when the test ends.
+
+    Now, so a test starts clean after a run that died before its cleanup; at the end, so it leaves nothing.
+    """
+    asked = []
+
+    def clean(domains=(), volumes=()):
+        asked.append((domains, volumes))
+        lab_objects.remove(hypervisor, lab.pool, domains, volumes)
+
+    yield clean
+    for domains, volumes in asked:
+        lab_objects.remove(hypervisor, lab.pool, domains, volumes)
 
 
 class AnsibleRun:

@@ -14,13 +14,14 @@ import datetime
 import uuid
 from dataclasses import dataclass
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _state
+import pytest
+
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from tests.integration import lab_objects
 from tests.lab import config
 
 SEED_BYTES = 64 * 1024
@@ -121,20 +122,7 @@ def build(lab, fleet):
 
 
 def remove(hypervisor, lab, fleet):
-    for name in fleet.names:
-        try:
-            dom = hypervisor.lookup_domain(name)
-        except NotFoundError:
-            continue
-        if _state.is_active(hypervisor.domain_state(dom)):
-            hypervisor.destroy_domain(dom)
-        hypervisor.undefine_domain(dom, UNDEFINE_ALL)
-    pool = hypervisor.lookup_pool(lab.pool)
-    for name in fleet.volumes():
-        try:
-            hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
-        except NotFoundError:
-            pass
+    lab_objects.remove(hypervisor, lab.pool, fleet.names, fleet.volumes())
 
 
 def tear_down(lab, fleet):
@@ -151,3 +139,15 @@ def built(lab, prefix):
         yield fleet
     finally:
         tear_down(lab, fleet)
+
+
+def fixture(prefix):
+    """A module-scoped ``fleet`` fixture: the fleet of ``plan(prefix)``, built once for the test module."""
+
+    @pytest.fixture(scope="module")
+    def fleet(lab):
+        """The fleet of proxy_fleet.plan(prefix) on the lab, for this module's tests."""
+        with built(lab, prefix) as planned:
+            yield planned
+
+    return fleet

@@ -24,10 +24,7 @@ PREFIX = "eptest-inv-"
 UNREACHABLE = "qemu+ssh://root@127.0.0.1:1/system?no_verify=1"
 
 
-@pytest.fixture(scope="module")
-def fleet(lab):
-    with proxy_fleet.built(lab, PREFIX) as planned:
-        yield planned
+fleet = proxy_fleet.fixture(PREFIX)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
 from tests.lab import config
@@ -27,33 +26,10 @@ HAND_MADE = config.TEST_DOMAIN_PREFIX + "proxy-hand-made"
 IMAGE_NAME = "eptest-proxy-tiny"
 
 
-def remove_domain(hypervisor, name):
-    try:
-        dom = hypervisor.lookup_domain(name)
-    except NotFoundError:
-        return
-    if is_active(hypervisor.domain_state(dom)):
-        hypervisor.destroy_domain(dom)
-    hypervisor.undefine_domain(dom, UNDEFINE_ALL)
-
-
-def delete_volume(hypervisor, pool, name):
-    try:
-        hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
-    except NotFoundError:
-        pass
-
-
 def volume_names(hypervisor, pool_name):
     pool = hypervisor.lookup_pool(pool_name)
     hypervisor.refresh_pool(pool)
     return {hypervisor.volume_name(vol) for vol in hypervisor.list_volumes(pool)}
-
-
-@pytest.fixture
-def hypervisor(lab):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        yield hypervisor
 
 
 @pytest.fixture
@@ -63,18 +39,9 @@ def tiny(lab):
 
 
 @pytest.fixture
-def clean_vm(lab, hypervisor, tiny):
+def clean_vm(lab_cleanup, tiny):
     """Neither the VM, its volumes nor the test image's base are there before the test, nor after."""
-
-    def clean():
-        remove_domain(hypervisor, VM)
-        pool = hypervisor.lookup_pool(lab.pool)
-        for name in (VM + ".qcow2", VM + "-seed.iso", tiny["base"] + ".sha256", tiny["base"]):
-            delete_volume(hypervisor, pool, name)
-
-    clean()
-    yield
-    clean()
+    lab_cleanup(domains=[VM], volumes=[VM + ".qcow2", VM + "-seed.iso", tiny["base"] + ".sha256", tiny["base"]])
 
 
 def extra_vars(lab, tiny):
@@ -110,12 +77,10 @@ def test_lifecycle_present_drift_stopped_absent(lab, hypervisor, tiny, clean_vm,
 
 
 @pytest.fixture
-def hand_made(lab, hypervisor):
+def hand_made(lab, hypervisor, lab_cleanup):
     """A domain defined with virsh, no collection metadata, on a disk named like the one kvm_proxy would use."""
-    pool = hypervisor.lookup_pool(lab.pool)
-    remove_domain(hypervisor, HAND_MADE)
     disk = HAND_MADE + ".qcow2"
-    delete_volume(hypervisor, pool, disk)
+    lab_cleanup(domains=[HAND_MADE], volumes=[disk])
     subprocess.run(["virsh", "-q", "-c", lab.uri, "vol-create-as", lab.pool, disk, "64M", "--format", "qcow2"],
                    check=True, capture_output=True)
     xml = ("<domain type='{virt}'><name>{name}</name><memory unit='MiB'>128</memory><vcpu>1</vcpu>"
@@ -125,9 +90,7 @@ def hand_made(lab, hypervisor):
         virt=lab.virt_type, name=HAND_MADE, pool=lab.pool, disk=disk)
     dom = hypervisor.define_domain(xml)
     hypervisor.start_domain(dom)
-    yield dom
-    remove_domain(hypervisor, HAND_MADE)
-    delete_volume(hypervisor, pool, disk)
+    return dom
 
 
 def test_an_unmanaged_domain_survives_delete_and_replace(lab, hypervisor, hand_made, run_playbook):

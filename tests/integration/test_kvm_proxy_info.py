@@ -16,7 +16,6 @@ import socket
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 from tests.integration import proxy_fleet
 
 pytestmark = pytest.mark.integration
@@ -26,19 +25,15 @@ PREFIX = "eptest-info-"
 HOST = "lab"
 
 
-@pytest.fixture(scope="module")
-def fleet(lab):
-    with proxy_fleet.built(lab, PREFIX) as planned:
-        yield planned
+fleet = proxy_fleet.fixture(PREFIX)
 
 
 def ours(entries, fleet):
     return {entry["name"]: entry for entry in entries if entry["name"].startswith(fleet.prefix)}
 
 
-def test_listing_finds_the_managed_domains_with_their_metadata(lab, fleet):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        entries, warnings = list_proxies(hypervisor, HOST)
+def test_listing_finds_the_managed_domains_with_their_metadata(lab, fleet, hypervisor):
+    entries, warnings = list_proxies(hypervisor, HOST)
     assert warnings == []
     listed = ours(entries, fleet)
     assert sorted(listed) == [PREFIX + "off", PREFIX + "old", PREFIX + "run"]
@@ -65,20 +60,18 @@ def test_listing_finds_the_managed_domains_with_their_metadata(lab, fleet):
     assert listed[PREFIX + "old"]["created_at"] == "2020-01-02T03:04:05Z"
 
 
-def test_unmanaged_domain_only_on_request(lab, fleet):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        entries, _warnings = list_proxies(hypervisor, HOST, include_unmanaged=True)
-        by_owner, _warnings = list_proxies(hypervisor, HOST, uid=fleet.owner_two, include_unmanaged=True)
+def test_unmanaged_domain_only_on_request(fleet, hypervisor):
+    entries, _warnings = list_proxies(hypervisor, HOST, include_unmanaged=True)
+    by_owner, _warnings = list_proxies(hypervisor, HOST, uid=fleet.owner_two, include_unmanaged=True)
     hand = ours(entries, fleet)[PREFIX + "hand"]
     assert (hand["managed"], hand["uid"], hand["created_at"], hand["disks"]) == (False, None, None, [])
     assert [entry["name"] for entry in by_owner] == [PREFIX + "off"]
 
 
-def test_get_by_name_reads_the_same_as_the_listing(lab, fleet):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        entries, _warnings = list_proxies(hypervisor, HOST, uid=fleet.owner_one)
-        one = get_proxy(hypervisor, HOST, PREFIX + "old")
-        missing = get_proxy(hypervisor, HOST, PREFIX + "absent")
+def test_get_by_name_reads_the_same_as_the_listing(fleet, hypervisor):
+    entries, _warnings = list_proxies(hypervisor, HOST, uid=fleet.owner_one)
+    one = get_proxy(hypervisor, HOST, PREFIX + "old")
+    missing = get_proxy(hypervisor, HOST, PREFIX + "absent")
     assert one == ours(entries, fleet)[PREFIX + "old"]
     assert missing is None
 

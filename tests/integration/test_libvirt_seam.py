@@ -22,34 +22,10 @@ SEED = NAME + "-seed.iso"
 BASE = "eptest-seam-base.qcow2"
 
 
-def _delete_volume(hypervisor, pool, name):
-    try:
-        hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
-    except NotFoundError:
-        pass
-
-
-def _remove_domain(hypervisor, name):
-    try:
-        dom = hypervisor.lookup_domain(name)
-    except NotFoundError:
-        return
-    if _state.is_active(hypervisor.domain_state(dom)):
-        hypervisor.destroy_domain(dom)
-    hypervisor.undefine_domain(dom, UNDEFINE_ALL)
-
-
-@pytest.fixture
-def hypervisor(lab):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        pool = hypervisor.lookup_pool(lab.pool)
-        _remove_domain(hypervisor, NAME)
-        for name in (OVERLAY, SEED, BASE):
-            _delete_volume(hypervisor, pool, name)
-        yield hypervisor
-        _remove_domain(hypervisor, NAME)
-        for name in (OVERLAY, SEED, BASE):
-            _delete_volume(hypervisor, pool, name)
+@pytest.fixture(autouse=True)
+def clean(lab_cleanup):
+    """No test domain or volume before a test, nor after it."""
+    lab_cleanup(domains=[NAME], volumes=[OVERLAY, SEED, BASE])
 
 
 def test_volume_upload_and_download_round_trip_through_streams(lab, hypervisor):
