@@ -28,6 +28,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_PRESENT,
     STATES,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import (
+    DEFAULT_GC_GRACE_PERIOD,
+    DEFAULT_MAX_UNAVAILABLE,
+    SET_WIDE_PROXY_OPTIONS,
+)
 
 DEFAULT_DISK_FORMAT = DISK_FORMATS[0]
 DEFAULT_VIRT_TYPE = VIRT_TYPES[0]
@@ -91,6 +96,23 @@ def kvm_proxy_argument_spec():
     spec.update(cloud_init_options())
     spec.update(download_argument_spec())
     return spec
+
+
+def kvm_proxy_set_argument_spec():
+    """The set's options: kvm_proxy's as defaults for every proxy, and ``proxies`` whose entries may set their own."""
+    shared = kvm_proxy_argument_spec()
+    del shared["name"]
+    per_proxy = {option: {key: value for key, value in spec.items() if key != "default"}
+                 for option, spec in shared.items() if option not in SET_WIDE_PROXY_OPTIONS + tuple(download_argument_spec())}
+    per_proxy["name"] = dict(type="str", required=True)
+    shared.update(
+        proxies=dict(type="list", elements="dict", required=True, options=per_proxy),
+        gc=dict(type="bool", default=True),
+        gc_grace_period=dict(type="int", default=DEFAULT_GC_GRACE_PERIOD),
+        max_unavailable=dict(type="int", default=DEFAULT_MAX_UNAVAILABLE),
+        wait_for_port=dict(type="int"),
+    )
+    return shared
 
 
 def kvm_proxy_info_argument_spec():

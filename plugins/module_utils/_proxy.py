@@ -84,14 +84,22 @@ class ProxyManager:
         self.images = ImageSource(hypervisor, request, http=http, lock_dir=lock_dir, lock_timeout=lock_timeout)
 
     def run(self):
-        request = self.request
-        host = resolve_host(self.hv, request.host)
+        host = resolve_host(self.hv, self.request.host)
         observation = self.observe()
-        planned = plan(request, observation)
-        execution = Execution(self.hv, request, planned, self.images, self.timing,
-                              pool=observation.build.pool if observation.build is not None else None)
+        planned = plan(self.request, observation)
+        execution = self.execution(planned, observation)
         if not self.check_mode:
             execution.run()
+        return self.report(host, observation, planned, execution)
+
+    def execution(self, planned, observation):
+        """The Execution of ``planned``, ready to run."""
+        return Execution(self.hv, self.request, planned, self.images, self.timing,
+                         pool=observation.build.pool if observation.build is not None else None)
+
+    def report(self, host, observation, planned, execution, wait=True):
+        """The module's result for the run (waiting for the address first when the request asks and ``wait``)."""
+        request = self.request
         result = {
             "changed": bool(planned.steps),
             "actions": planned.actions,
@@ -102,7 +110,7 @@ class ProxyManager:
             "volumes": _volumes(request, planned, observation),
         }
         try:
-            result.update(self._describe(host, observation.domain, planned, execution))
+            result.update(self._describe(host, observation.domain, planned, execution, wait))
         except KvmError as error:
             # wait_for_ip gave up after the VM was built: the steps still happened.
             raise error.after(error.message, planned.actions) from error
@@ -139,7 +147,7 @@ class ProxyManager:
                                   []) from error
         return Observation(domain=domain, spec=spec, digest=digest, own_volumes=own, missing_disks=missing, build=build)
 
-    def _describe(self, host, domain, planned, execution):
+    def _describe(self, host, domain, planned, execution, wait):
         """state, ip, uid, created_at, spec_digest, mac and autostart of the domain as the run leaves it.
 
         In check mode this is the domain as it is now (nothing ran; a VM to be
@@ -158,7 +166,7 @@ class ProxyManager:
         # A kept domain's definition did not change; a new one's XML carries the MAC libvirt chose.
         dom = domain.handle if planned.kept else execution.dom
         info = domain.info if planned.kept else parse_domain_xml(self.hv.domain_xml(dom))
-        if request.wait_for_ip and request.state == STATE_PRESENT and planned.verdict.kind != LEAVE:
+        if wait and request.wait_for_ip and request.state == STATE_PRESENT and planned.verdict.kind != LEAVE:
             macs = info.macs()
             wait_for_ip(self.hv, dom, request, macs[0] if macs else None, self.timing)
         # An adopted domain's new owner is in its metadata, not in the XML read before.

@@ -1,0 +1,195 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment:
+    # The options of one proxy VM: kvm_proxy's, and kvm_proxy_set's for every proxy of the set.
+    DOCUMENTATION = r"""
+options:
+  state:
+    description:
+      - V(present) makes the VM exist and run.
+      - V(stopped) makes it exist and shut off, creating it without starting it when it does not exist. A running guest
+        gets an ACPI shutdown request and O(shutdown_timeout) seconds to power off before it is stopped hard.
+        O(autostart) still applies; set it to V(false) to keep the VM off when the hypervisor reboots.
+      - V(absent) deletes it with its overlay and seed volumes.
+    type: str
+    choices: [present, stopped, absent]
+    default: present
+  host:
+    description:
+      - Name of the hypervisor in the returned RV(id), C(hosts/<host>/domains/<name>).
+      - Defaults to the host name libvirt reports for the hypervisor.
+    type: str
+  uid:
+    description:
+      - Owner recorded in the domain's metadata (for example the name of the deployment that asks for the proxy).
+      - When set, a domain recorded with another uid is not replaced or deleted unless O(force=true) or its owner is
+        listed in O(adopt_uids). One that already matches the request is left exactly as it is, with a warning naming
+        its owner, and the task does not fail.
+      - When not set, any domain this collection created is accepted whatever its uid and keeps its owner when it is
+        replaced; a new domain gets a random UUID (null in check mode, which cannot know it).
+    type: str
+  adopt_uids:
+    description:
+      - Owners whose domains this task takes over, recording O(uid) in their metadata instead (action
+        V(record owner), in place, without replacing the VM when its spec matches).
+      - V(*) takes over any domain this collection created. Domains it did not create still need O(force=true).
+      - For example the random uids of proxies created before a stable O(uid) was chosen.
+    type: list
+    elements: str
+    default: []
+  vcpus:
+    description: Number of virtual CPUs.
+    type: int
+    default: 1
+  memory_mib:
+    description: Memory of the VM in MiB.
+    type: int
+    default: 1024
+  disk_size_gb:
+    description:
+      - Size of the VM's disk (the overlay) in GiB. It must be at least the virtual size of the image.
+    type: int
+    default: 10
+  pool:
+    description:
+      - Name of the libvirt storage pool that holds the base image, the overlay and the seed. It must exist.
+    type: str
+    default: default
+  bridge:
+    description:
+      - Host bridge the VM's NIC is attached to, for example V(br0).
+      - One of O(bridge) and O(network) is required with O(state=present) or O(state=stopped).
+    type: str
+  network:
+    description:
+      - libvirt network the VM's NIC is attached to, for example V(default).
+    type: str
+  mac:
+    description:
+      - Fixed MAC address of the NIC, for example V(52:54:00:12:34:56). libvirt picks one when not set.
+      - With a fixed MAC, a DHCP reservation can give the proxy a stable address.
+    type: str
+  image:
+    description:
+      - The cloud image to boot, cached in O(pool) on first use exactly as M(egress_proxies.kvm.kvm_base_image) caches
+        it. One of O(image) and O(base_volume) is required with O(state=present) or O(state=stopped).
+      - Its identity in the spec digest is O(image.name), O(image.format) and O(image.checksum), not O(image.url), so
+        moving to another mirror that serves the same checksum does not replace the VM.
+    type: dict
+    suboptions:
+      name:
+        description:
+          - Name of the image in the cache, for example V(debian-13).
+        type: str
+        required: true
+      url:
+        description:
+          - Where to download the image from (C(http://) or C(https://)); the server must send C(Content-Length).
+        type: str
+        required: true
+      checksum:
+        description:
+          - Expected sha256, as V(sha256:<64 hex digits>) or V(sha256:<URL of a SHA256SUMS file>).
+          - Strongly recommended; without it the first download is kept forever.
+        type: str
+      format:
+        description: Disk format of the image.
+        type: str
+        choices: [qcow2, raw]
+        default: qcow2
+  base_volume:
+    description:
+      - Name of a base volume already in O(pool) to boot instead of O(image), for example one cached by
+        M(egress_proxies.kvm.kvm_base_image) (its RV(egress_proxies.kvm.kvm_base_image#module:volume)).
+    type: str
+  user_data:
+    description:
+      - cloud-init user-data.
+      - A string is written verbatim (a C(#cloud-config) document, a script, or a multi-part archive).
+      - A dictionary is cloud-config, written as C(#cloud-config) followed by the dictionary as JSON with sorted keys,
+        which cloud-init reads as YAML. The same dictionary always writes the same bytes (and so the same spec),
+        whatever its keys' order.
+      - Any other type (a list, a number) is refused.
+      - It often holds secrets, so it is never returned or logged (the option is C(no_log)); the diff shows its sha256
+        only.
+    type: raw
+  vendor_data:
+    description:
+      - cloud-init vendor-data. cloud-init merges it under the user-data.
+      - A string is written verbatim; a dictionary is cloud-config, written as O(user_data) writes one. Any other type
+        is refused.
+      - Defaults to a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
+        read before the host has seen its traffic. An empty string writes an empty vendor-data.
+    type: raw
+  meta_data:
+    description:
+      - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(name).
+    type: dict
+  network_config:
+    description:
+      - cloud-init network configuration (version 1 or 2), as a YAML string or a dictionary.
+      - When not set, cloud-init configures DHCP on the first NIC.
+    type: raw
+  virt_type:
+    description:
+      - Domain type. V(kvm) needs hardware virtualisation; V(qemu) runs the guest under TCG emulation (slow, but works
+        where KVM does not, such as in nested VMs without nested virtualisation).
+    type: str
+    choices: [kvm, qemu]
+    default: kvm
+  cpu_mode:
+    description:
+      - CPU model the guest sees. V(none) leaves it to QEMU's default model.
+      - Defaults to V(host-passthrough) with O(virt_type=kvm) and V(none) with O(virt_type=qemu)
+        (V(host-passthrough) is refused under TCG).
+    type: str
+    choices: [host-passthrough, host-model, maximum, none]
+  machine:
+    description:
+      - QEMU machine type, for example V(q35) or V(pc-q35-7.2).
+    type: str
+    default: q35
+  autostart:
+    description:
+      - Whether libvirt starts the VM when the hypervisor boots.
+    type: bool
+    default: true
+  wait_for_ip:
+    description:
+      - With O(state=present), wait until the VM runs with a routable IPv4 address, asking the host's ARP table first
+        and the guest agent second, and return it in RV(ip).
+      - Fails after O(wait_timeout) seconds with the VM's state and what each address source said.
+    type: bool
+    default: false
+  wait_timeout:
+    description:
+      - Seconds O(wait_for_ip) waits for the address.
+    type: int
+    default: 300
+  shutdown_timeout:
+    description:
+      - Seconds a guest gets to power off after the ACPI shutdown request of O(state=stopped) before it is stopped hard.
+    type: int
+    default: 120
+  on_drift:
+    description:
+      - What to do when the existing VM was built from a different spec (see RV(drifted)).
+      - V(replace) deletes it and creates it again from the request.
+      - V(ignore) leaves it as it is; its running state and autostart flag are still made right.
+    type: str
+    choices: [replace, ignore]
+    default: replace
+  force:
+    description:
+      - Replace or delete a domain of this name even when this collection did not create it, or when it records another
+        owner O(uid). Its overlay and seed are deleted only by their names, C(<name>.qcow2) and C(<name>-seed.iso).
+    type: bool
+    default: false
+"""

@@ -1,0 +1,303 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: kvm_proxy_set
+short_description: Converge one hypervisor's whole set of egress-proxy VMs in one call, with garbage collection and rolling replacement
+version_added: 0.2.0
+description:
+  - Makes every proxy of O(proxies) what it asks for, as M(egress_proxies.kvm.kvm_proxy) would one by one, over one
+    connection and in one task, so Ansible's per-item cost is paid once per hypervisor instead of once per proxy.
+  - The options of M(egress_proxies.kvm.kvm_proxy) apply to every proxy; an entry of O(proxies) sets its own where it
+    differs. All proxies are looked at and planned before anything changes, so check mode predicts the whole set.
+  - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
+    awaited together under one O(wait_timeout).
+  - Replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at a time. The next
+    replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port), answer on that
+    port from where the module runs). A replacement that does not come up in time stops the roll; the proxies not yet
+    replaced keep running on their old VM, and the task fails naming them.
+  - With O(gc), a managed domain recorded with this set's owner O(uid) that is not in O(proxies) and was created more
+    than O(gc_grace_period) seconds ago is removed with its overlay and seed. Unmanaged domains and other owners'
+    proxies are never touched; they are returned in RV(foreign). A hypervisor that cannot be listed fails the task
+    before anything is removed; a domain that cannot be read is skipped (RV(skipped)) and the sweep goes on.
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+extends_documentation_fragment:
+  - egress_proxies.kvm.common
+  - egress_proxies.kvm.proxy
+  - egress_proxies.kvm.image_download
+  - egress_proxies.kvm.attributes
+  - egress_proxies.kvm.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts every proxy's RV(proxies[].actions) and every removal of the garbage collection.
+  diff_mode:
+    support: full
+    details:
+      - Shows each proxy's state, owner, autostart flag, spec digest and spec before and after, keyed by name.
+  idempotent:
+    support: full
+options:
+  proxies:
+    description:
+      - The proxies this hypervisor must run (or stop, or not have). Each entry names one; the other keys override the
+        options of the same name for that proxy.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Name of the VM, as O(egress_proxies.kvm.kvm_proxy#module:name).
+        type: str
+        required: true
+      state:
+        description: This proxy's O(state).
+        type: str
+        choices: [present, stopped, absent]
+      vcpus:
+        description: This proxy's O(vcpus).
+        type: int
+      memory_mib:
+        description: This proxy's O(memory_mib).
+        type: int
+      disk_size_gb:
+        description: This proxy's O(disk_size_gb).
+        type: int
+      pool:
+        description: This proxy's O(pool).
+        type: str
+      bridge:
+        description: This proxy's O(bridge).
+        type: str
+      network:
+        description: This proxy's O(network).
+        type: str
+      mac:
+        description: This proxy's O(mac).
+        type: str
+      image:
+        description: This proxy's O(image).
+        type: dict
+        suboptions:
+          name:
+            description: As O(image.name).
+            type: str
+            required: true
+          url:
+            description: As O(image.url).
+            type: str
+            required: true
+          checksum:
+            description: As O(image.checksum).
+            type: str
+          format:
+            description: As O(image.format).
+            type: str
+            choices: [qcow2, raw]
+            default: qcow2
+      base_volume:
+        description: This proxy's O(base_volume).
+        type: str
+      user_data:
+        description: This proxy's O(user_data).
+        type: raw
+      vendor_data:
+        description: This proxy's O(vendor_data).
+        type: raw
+      meta_data:
+        description: This proxy's O(meta_data).
+        type: dict
+      network_config:
+        description: This proxy's O(network_config).
+        type: raw
+      virt_type:
+        description: This proxy's O(virt_type).
+        type: str
+        choices: [kvm, qemu]
+      cpu_mode:
+        description: This proxy's O(cpu_mode).
+        type: str
+        choices: [host-passthrough, host-model, maximum, none]
+      machine:
+        description: This proxy's O(machine).
+        type: str
+      autostart:
+        description: This proxy's O(autostart).
+        type: bool
+      shutdown_timeout:
+        description: This proxy's O(shutdown_timeout).
+        type: int
+      on_drift:
+        description: This proxy's O(on_drift).
+        type: str
+        choices: [replace, ignore]
+  gc:
+    description:
+      - Remove the proxies recorded with this set's owner O(uid) that O(proxies) does not list any more (once they are
+        older than O(gc_grace_period)). Needs O(uid).
+    type: bool
+    default: true
+  gc_grace_period:
+    description:
+      - Seconds since its creation during which a proxy missing from O(proxies) is kept, so that a proxy another run
+        has just created for a newer list survives a run with an older one.
+    type: int
+    default: 3600
+  max_unavailable:
+    description: How many running proxies may be down at once while they are replaced.
+    type: int
+    default: 1
+  wait_for_port:
+    description:
+      - With it, a replaced (and, with O(wait_for_ip), a started) proxy counts as up only when a TCP connection to this
+        port of its address succeeds from the host the module runs on, squid's 3128 for example.
+    type: int
+notes:
+  - M(egress_proxies.kvm.kvm_proxy) stays the module for a single VM; both plan each proxy with the same code.
+  - Across hypervisors, a play converges them in parallel (one task per host); C(serial) rolls one hypervisor at a time.
+seealso:
+  - module: egress_proxies.kvm.kvm_proxy
+  - module: egress_proxies.kvm.kvm_proxy_info
+"""
+
+EXAMPLES = r"""
+- name: Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time
+  egress_proxies.kvm.kvm_proxy_set:
+    uid: egress-eu
+    bridge: br0
+    image:
+      name: debian-13
+      url: https://cloud.debian.org/images/cloud/trixie/20251117-2299/debian-13-genericcloud-amd64-20251117-2299.qcow2
+      checksum: "sha256:{{ debian_13_sha256 }}"
+    user_data: "{{ lookup('ansible.builtin.template', 'squid-user-data.yml.j2') }}"
+    proxies:
+      - name: egress-eu-1
+      - name: egress-eu-2
+      - name: egress-eu-3
+        vcpus: 2
+        memory_mib: 2048
+    wait_for_ip: true
+    wait_for_port: 3128
+  register: fleet
+
+- name: Show what happened to each proxy
+  ansible.builtin.debug:
+    msg: "{{ fleet.proxies | map(attribute='name') | zip(fleet.proxies | map(attribute='outcome')) | list }}"
+
+- name: Stop every proxy of the set but keep their VMs, without garbage collection
+  egress_proxies.kvm.kvm_proxy_set:
+    uid: egress-eu
+    state: stopped
+    gc: false
+    bridge: br0
+    image:
+      name: debian-13
+      url: https://cloud.debian.org/images/cloud/trixie/20251117-2299/debian-13-genericcloud-amd64-20251117-2299.qcow2
+      checksum: "sha256:{{ debian_13_sha256 }}"
+    user_data: "{{ lookup('ansible.builtin.template', 'squid-user-data.yml.j2') }}"
+    proxies:
+      - name: egress-eu-1
+      - name: egress-eu-2
+      - name: egress-eu-3
+        vcpus: 2
+        memory_mib: 2048
+"""
+
+RETURN = r"""
+host:
+  description: Name of the hypervisor in the ids, O(host) or the host name libvirt reports.
+  returned: always
+  type: str
+  sample: hv1.example.net
+proxies:
+  description:
+    - One entry per proxy of O(proxies), in their order, with the keys M(egress_proxies.kvm.kvm_proxy) returns
+      (C(id), C(name), C(state), C(ip), C(uid), C(actions), C(drifted), ...) plus C(outcome).
+    - C(outcome) is one of V(created), V(replaced), V(updated) (state, autostart or owner made right), V(unchanged),
+      V(removed), V(absent), V(cleaned) (leftover volumes of a dead run deleted) or V(left alone (another owner)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"id": "hosts/hv1/domains/egress-eu-1", "name": "egress-eu-1", "outcome": "unchanged", "state": "Running"}]
+removed:
+  description: The proxies the garbage collection removed (or, in check mode, would remove), as in RV(proxies).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+foreign:
+  description: Domains not in O(proxies) that are not this owner's (unmanaged, or recorded with another uid); never touched.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "windows-build", "managed": false, "uid": null}]
+skipped:
+  description: Domains the garbage collection did not remove although it could not rule them out, with the reason.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "egress-eu-4", "reason": "created less than gc_grace_period (3600 s) ago"}]
+"""
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
+    REQUESTS_REQUIREMENT,
+    validate_download_options,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, render_cloud_data
+
+ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
+
+# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
+RENAMED = {"timeout": "download_timeout", "retries": "download_retries"}
+
+
+class ProxySetTask:
+    """Turns the module's parameters into a validated set request, then runs the flow on the hypervisor."""
+
+    def __init__(self, kvm):
+        self.kvm = kvm
+        self.request = None
+
+    def validate(self):
+        params = self.kvm.params
+        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
+        if isinstance(params["user_data"], dict):
+            self.kvm.mask_as_document("user_data", render_cloud_data(params["user_data"], "user_data").decode("utf-8"))
+        self.request = SetRequest.from_params({RENAMED.get(key, key): value for key, value in params.items()
+                                               if key not in ("uri", "lock_timeout")})
+
+    def work(self, hypervisor):
+        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
+                            lock_timeout=self.kvm.params["lock_timeout"]).run()
+        for entry in result["proxies"] + result["removed"]:
+            for warning in entry.pop("warnings", ()):
+                self.kvm.module.warn(warning)
+            del entry["diff"]
+        if not self.kvm.diff_mode:
+            del result["diff"]
+        return result
+
+
+def main():
+    kvm = KvmModule(
+        ARGUMENT_SPEC,
+        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT],
+        mutually_exclusive=[("bridge", "network"), ("image", "base_volume")],
+    )
+    task = ProxySetTask(kvm)
+    kvm.run(task.work, validate=task.validate)
+
+
+if __name__ == "__main__":
+    main()

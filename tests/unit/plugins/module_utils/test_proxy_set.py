@@ -1,0 +1,222 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_proxy_set's flow over the fake: the whole set planned first, garbage collection by owner, the roll."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_plan as steps
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    CREATE,
+    MUTATING,
+    NOW,
+    REMOVE_RUNNING,
+    UID,
+    USER_DATA,
+    FakeTime,
+    domain_of,
+    hand_made,
+    params,
+    ready_host,
+)
+
+DAY = datetime.timedelta(days=1)
+
+
+def set_params(names, **changes):
+    """The module's parameters with their defaults, as AnsibleModule hands them over."""
+    values = {option: spec.get("default") for option, spec in kvm_proxy_set_argument_spec().items()}
+    values.update({key: value for key, value in params().items() if key != "name"})
+    values["proxies"] = [{"name": name} if isinstance(name, str) else name for name in names]
+    values.update(changes)
+    return values
+
+
+def set_request(names, **changes):
+    return SetRequest.from_params(set_params(names, **changes))
+
+
+@pytest.fixture
+def fake_time():
+    return FakeTime()
+
+
+@pytest.fixture
+def run(tmp_path, fake_time):
+    def run_set(hv, req, check_mode=False, clock=lambda: NOW):
+        return SetManager(hv, req, check_mode=check_mode, clock=clock, sleep=fake_time.sleep,
+                          monotonic=fake_time.monotonic, lock_dir=str(tmp_path / "locks")).run()
+    return run_set
+
+
+@pytest.fixture
+def converge(run):
+    def check_then_apply(hv, req, **options):
+        before = len(hv.calls)
+        predicted = run(hv, req, check_mode=True, **options)
+        assert not MUTATING.intersection(hv.calls[before:]), hv.calls[before:]
+        result = run(hv, req, **options)
+        assert [p["actions"] for p in predicted["proxies"]] == [p["actions"] for p in result["proxies"]]
+        assert [p["name"] for p in predicted["removed"]] == [p["name"] for p in result["removed"]]
+        assert predicted["changed"] == result["changed"]
+        return result
+    return check_then_apply
+
+
+def lease_all(hv):
+    """Give every running domain an address from its guest agent."""
+    for number, dom in enumerate(hv.domains.values()):
+        mac = domain_of(hv, dom.name).macs()
+        dom.addresses[ADDRESS_SOURCE_AGENT] = {
+            "eth0": {"hwaddr": mac[0] if mac else None, "addrs": [{"type": 0, "addr": "198.18.0.%d" % (150 + number), "prefix": 24}]}}
+
+
+def test_a_set_is_created_then_left_alone(converge):
+    hv = ready_host()
+    result = converge(hv, set_request(["proxy-a", "proxy-b", {"name": "proxy-c", "vcpus": 4}]))
+    assert [(p["name"], p["outcome"], p["actions"]) for p in result["proxies"]] == [
+        ("proxy-a", "created", CREATE), ("proxy-b", "created", CREATE), ("proxy-c", "created", CREATE)]
+    assert domain_of(hv, "proxy-c").vcpus == 4 and domain_of(hv, "proxy-a").vcpus == 2
+    assert all(domain_of(hv, name).metadata.uid == UID for name in ("proxy-a", "proxy-b", "proxy-c"))
+    assert hv.calls.count("open") == 0 and hv.calls.count("list_domains") == 2
+    again = converge(hv, set_request(["proxy-a", "proxy-b", {"name": "proxy-c", "vcpus": 4}]))
+    assert again["changed"] is False and {p["outcome"] for p in again["proxies"]} == {"unchanged"}
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(proxies=[{"name": "proxy-a"}, {"name": "proxy-a"}]), r"proxies\[1\] \(proxy-a\): the name appears more than once"),
+    (dict(proxies=[{"name": "proxy-a", "vcpus": 0}]), r"proxies\[0\] \(proxy-a\): vcpus must be"),
+    (dict(proxies=[{"name": "proxy-a", "uid": "other"}]), r"proxies\[0\] \(proxy-a\) sets uid, which only the set"),
+    (dict(uid=None), "gc needs uid"),
+    (dict(gc_grace_period=-1), "gc_grace_period must be a whole number of at least 0"),
+    (dict(max_unavailable=0), "max_unavailable must be a whole number of at least 1"),
+    (dict(max_unavailable="two"), "max_unavailable must be"),
+])
+def test_bad_input_is_refused_naming_the_option_and_the_proxy(changes, message):
+    with pytest.raises(errors.ValidationError, match=message):
+        SetRequest.from_params(set_params(["proxy-a"], **changes))
+
+
+def test_a_proxy_name_that_is_an_unmanaged_domain_fails_before_anything(run):
+    hv = ready_host()
+    hand_made(hv)
+    name = next(iter(hv.domains))
+    with pytest.raises(errors.PermanentError, match="was not created by egress_proxies.kvm"):
+        run(hv, set_request(["proxy-a", name]))
+    assert not MUTATING.intersection(hv.calls)
+
+
+def test_gc_removes_this_owners_unlisted_proxies_past_the_grace_period_only(run, converge):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b", "proxy-c"]))
+    later = lambda: NOW + DAY  # noqa: E731 - a clock for the run
+    young = converge(hv, set_request(["proxy-a"], gc_grace_period=2 * 86400), clock=later)
+    assert young["removed"] == [] and {s["name"] for s in young["skipped"]} == {"proxy-b", "proxy-c"}
+    result = converge(hv, set_request(["proxy-a"]), clock=later)
+    assert [(r["name"], r["outcome"], r["actions"]) for r in result["removed"]] == [
+        ("proxy-b", "removed", REMOVE_RUNNING), ("proxy-c", "removed", REMOVE_RUNNING)]
+    assert sorted(hv.domains) == ["proxy-a"]
+
+
+def test_gc_never_touches_unmanaged_domains_or_other_owners(run, converge):
+    hv = ready_host()
+    hand_made(hv)
+    unmanaged = next(iter(hv.domains))
+    run(hv, set_request(["proxy-theirs"], uid="someone-else"))
+    result = converge(hv, set_request(["proxy-a"]), clock=lambda: NOW + DAY)
+    assert result["removed"] == []
+    assert sorted(f["name"] for f in result["foreign"]) == sorted([unmanaged, "proxy-theirs"])
+    assert {unmanaged, "proxy-theirs"} <= set(hv.domains)
+
+
+def test_gc_skips_a_domain_it_cannot_read_and_goes_on(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-b", "proxy-c"]))
+    hv.fail("domain_xml", errors.VIR_ERR_INTERNAL_ERROR, "cannot read", when=lambda dom: dom.name == "proxy-b")
+    result = run(hv, set_request(["proxy-a"]), clock=lambda: NOW + DAY)
+    assert [r["name"] for r in result["removed"]] == ["proxy-c"]
+    assert result["skipped"] == [{"name": "proxy-b", "reason": "fake domain_xml: cannot read"}]
+
+
+def test_a_hypervisor_that_cannot_be_listed_removes_nothing(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-b"]))
+    hv.fail("list_domains", errors.VIR_ERR_RPC, "End of file while reading data")
+    with pytest.raises(errors.TransientError, match="End of file"):
+        run(hv, set_request(["proxy-a"]), clock=lambda: NOW + DAY)
+    assert "proxy-b" in hv.domains and "proxy-a" not in hv.domains
+
+
+def test_gc_off_keeps_unlisted_proxies(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-b"]))
+    result = run(hv, set_request(["proxy-a"], gc=False), clock=lambda: NOW + DAY)
+    assert result["removed"] == [] and "proxy-b" in hv.domains
+
+
+def test_replacements_roll_one_at_a_time_each_waiting_for_its_address(run, fake_time):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b"]))
+    lease_all(hv)
+    order = []
+    original_start = hv.start_domain
+
+    def start(dom):
+        order.append(("start", dom.name, sorted(d.name for d in hv.domains.values() if d.state == RUNNING)))
+        original_start(dom)
+        lease_all(hv)
+    hv.start_domain = start
+    result = run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n"))
+    assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
+    # When proxy-b's replacement starts, proxy-a's is already running again: never both down.
+    assert order == [("start", "proxy-a", ["proxy-b"]), ("start", "proxy-b", ["proxy-a"])]
+
+
+def test_a_replacement_that_gets_no_address_stops_the_roll(run, fake_time):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b"]))
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_timeout=10))
+    assert "proxy-a got no routable IPv4 within wait_timeout (10 s)" in raised.value.message
+    assert "the roll stopped: proxy-b still runs their old VM" in raised.value.message
+    assert raised.value.completed_actions[:len(REMOVE_RUNNING)] == ["proxy-a: " + a for a in REMOVE_RUNNING]
+    assert hv.domains["proxy-b"].state == RUNNING and "v2" not in str(domain_of(hv, "proxy-b").metadata)
+
+
+def test_new_proxies_are_awaited_together_under_one_deadline(run, fake_time):
+    hv = ready_host()
+    fake_time.on_sleep = lambda n: lease_all(hv) if n == 2 else None
+    result = run(hv, set_request(["proxy-a", "proxy-b"], wait_for_ip=True))
+    assert [p["state"] for p in result["proxies"]] == ["Running", "Running"]
+    assert all(p["ip"].startswith("198.18.0.") for p in result["proxies"])
+    # Both polled in each round: two rounds of sleep for the whole set, not two per proxy.
+    assert fake_time.slept == [POLL_INTERVAL, POLL_INTERVAL]
+
+
+def test_new_proxies_without_an_address_in_time_are_named_together(run, fake_time):
+    hv = ready_host()
+    with pytest.raises(errors.TransientError, match="proxy-a, proxy-b got no routable IPv4 within wait_timeout") as raised:
+        run(hv, set_request(["proxy-a", "proxy-b"], wait_for_ip=True, wait_timeout=6))
+    assert raised.value.to_result()["changed"] is True
+    assert sum(fake_time.slept) == 6
+
+
+def test_stopped_set(converge):
+    hv = ready_host()
+    converge(hv, set_request(["proxy-a"]))
+    result = converge(hv, set_request(["proxy-a"], state="stopped"))
+    assert result["proxies"][0]["actions"] == [steps.SHUTDOWN_DOMAIN]
+    assert hv.domains["proxy-a"].state == SHUTOFF

@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_proxy_set's main() over the fake seam: arguments, check and diff mode, results as the user sees them."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_set
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    IMAGE_SHA,
+    MUTATING,
+    UID,
+    ready_host,
+)
+
+SECRET = "root:s3cr3t-do-not-print"
+ARGS = dict(
+    uid=UID,
+    bridge="br0",
+    image=dict(name="debian-13", url="https://images.example/debian-13.qcow2", checksum="sha256:" + IMAGE_SHA),
+    user_data={"chpasswd": {"list": SECRET}, "packages": ["squid"]},
+    proxies=[{"name": "proxy-a"}, {"name": "proxy-b", "vcpus": 2}],
+)
+
+
+def test_check_mode_then_real_then_nothing_to_do(run_main):
+    hypervisor = ready_host("nas1")
+    predicted, out, _opened = run_main(kvm_proxy_set.main, hypervisor, ARGS, check_mode=True, diff=True)
+    assert predicted["changed"] is True and not MUTATING.intersection(hypervisor.calls)
+    assert [p["outcome"] for p in predicted["proxies"]] == ["created", "created"]
+    assert set(predicted["diff"]["after"]) == {"proxy-a", "proxy-b"}
+    assert SECRET not in out
+
+    result, out, _opened = run_main(kvm_proxy_set.main, hypervisor, ARGS)
+    assert [p["actions"] for p in result["proxies"]] == [p["actions"] for p in predicted["proxies"]]
+    assert [p["id"] for p in result["proxies"]] == ["hosts/nas1/domains/proxy-a", "hosts/nas1/domains/proxy-b"]
+    assert "diff" not in result and all("diff" not in p for p in result["proxies"])
+    assert SECRET not in out
+
+    again, _out, _opened = run_main(kvm_proxy_set.main, hypervisor, ARGS)
+    assert again["changed"] is False and again["removed"] == [] and again["foreign"] == []
+
+
+def test_bad_input_fails_before_connecting(run_main):
+    hypervisor = ready_host("nas1")
+    result, _out, opened = run_main(kvm_proxy_set.main, hypervisor, dict(ARGS, max_unavailable=0))
+    assert result["failed"] is True and "max_unavailable must be" in result["msg"]
+    assert opened == [] and hypervisor.calls == []
