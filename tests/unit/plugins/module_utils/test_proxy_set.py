@@ -122,7 +122,10 @@ def test_a_proxy_name_that_is_an_unmanaged_domain_fails_before_anything(run):
 def test_gc_removes_this_owners_unlisted_proxies_past_the_grace_period_only(run, converge):
     hv = ready_host()
     run(hv, set_request(["proxy-a", "proxy-b", "proxy-c"]))
-    later = lambda: NOW + DAY  # noqa: E731 - a clock for the run
+
+    def later():
+        return NOW + DAY
+
     young = converge(hv, set_request(["proxy-a"], gc_grace_period=2 * 86400), clock=later)
     assert young["removed"] == [] and {s["name"] for s in young["skipped"]} == {"proxy-b", "proxy-c"}
     result = converge(hv, set_request(["proxy-a"]), clock=later)
