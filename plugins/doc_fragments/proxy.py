@@ -23,7 +23,7 @@ options:
     default: present
   host:
     description:
-      - Name of the hypervisor in the returned RV(id), C(hosts/<host>/domains/<name>).
+      - Name of the hypervisor in the returned RV(egress_proxies.kvm.kvm_proxy#module:id), C(hosts/<host>/domains/<name>).
       - Defaults to the host name libvirt reports for the hypervisor.
     type: str
   uid:
@@ -130,7 +130,7 @@ options:
     type: raw
   meta_data:
     description:
-      - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(name).
+      - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(egress_proxies.kvm.kvm_proxy#module:name).
     type: dict
   network_config:
     description:
@@ -164,7 +164,7 @@ options:
   wait_for_ip:
     description:
       - With O(state=present), wait until the VM runs with a routable IPv4 address, asking the host's ARP table first
-        and the guest agent second, and return it in RV(ip).
+        and the guest agent second, and return it in RV(egress_proxies.kvm.kvm_proxy#module:ip).
       - Fails after O(wait_timeout) seconds with the VM's state and what each address source said.
     type: bool
     default: false
@@ -180,7 +180,7 @@ options:
     default: 120
   on_drift:
     description:
-      - What to do when the existing VM was built from a different spec (see RV(drifted)).
+      - What to do when the existing VM was built from a different spec (see RV(egress_proxies.kvm.kvm_proxy#module:drifted)).
       - V(replace) deletes it and creates it again from the request.
       - V(ignore) leaves it as it is; its running state and autostart flag are still made right.
     type: str

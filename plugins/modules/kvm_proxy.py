@@ -141,10 +141,10 @@ EXAMPLES = r"""
       packages: [squid]
       ssh_authorized_keys: ["{{ lookup('ansible.builtin.file', '~/.ssh/id_ed25519.pub') }}"]
 
-- name: Keep a hand-tuned VM although its spec changed (two vCPUs asked; reports drifted instead of replacing it)
+- name: Keep a hand-tuned VM although its spec changed (a larger disk asked; reports drifted instead of replacing it)
   egress_proxies.kvm.kvm_proxy:
     <<: *egress_proxy_1
-    vcpus: 2
+    disk_size_gb: 20
     on_drift: ignore
 
 - name: Shut the proxy down (ACPI, then a hard stop after a minute); the same spec, so nothing is replaced

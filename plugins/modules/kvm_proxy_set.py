@@ -38,7 +38,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Predicts every proxy's RV(proxies[].actions) and every removal of the garbage collection.
+      - Predicts the C(actions) of every proxy in RV(proxies) and every removal of the garbage collection.
   diff_mode:
     support: full
     details:
