@@ -144,7 +144,7 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ seed.volume_path }}: {{ seed.files | map(attribute='name') | join(', ') }}"
 
-- name: Seed proxy-3 with cloud-config given as a dictionary (written as a #cloud-config document)
+- name: Seed proxy-3 with cloud-config given as a dictionary (written as a cloud-config document)
   egress_proxies.kvm.kvm_seed:
     name: proxy-3
     user_data:

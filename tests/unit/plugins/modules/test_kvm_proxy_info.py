@@ -19,10 +19,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RU
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import hand_made_domain, managed_domain
 
 # Every seam method that changes the hypervisor; an info module calls none of them.
-MUTATING = {
-    "define_domain", "start_domain", "shutdown_domain", "destroy_domain", "undefine_domain", "set_domain_autostart",
-    "refresh_pool", "create_volume", "delete_volume", "upload_volume",
-}
+MUTATING = FakeHypervisor.MUTATING_METHODS
 
 
 @pytest.fixture
