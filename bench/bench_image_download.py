@@ -39,14 +39,15 @@ def rss_kib(field):
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_removal as removal
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 
 uri, pool, url, sha256 = sys.argv[2:6]
 with Hypervisor.open(uri) as hypervisor:
     before = rss_kib("VmRSS")
-    result = cache.ensure_image(hypervisor, pool, cache.ImageSpec(%r, url, "sha256:" + sha256))
+    result = cache.ensure_image(hypervisor, pool, ImageSpec(%r, url, "sha256:" + sha256))
     peak = rss_kib("VmHWM")
-    removal.remove_image(hypervisor, pool, cache.ImageSpec(%r))
+    removal.remove_image(hypervisor, pool, ImageSpec(%r))
 print(json.dumps({"rss_before_kib": before, "peak_kib": peak, "bytes": result.bytes, "seconds": result.seconds,
                   "downloaded": result.downloaded, "size": result.size}))
 """ % (IMAGE_NAME, IMAGE_NAME)

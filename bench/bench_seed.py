@@ -54,6 +54,8 @@ def reset_peak():
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _iso9660 as iso9660
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _nocloud as nocloud
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _seed as seed
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 
@@ -66,8 +68,8 @@ def user_data(size):
     text = head + b"".join(b"# " + line for line in body.splitlines(keepends=True))
     return text[:size - 1] + b"\n"
 
-files = seed.seed_files(name, user_data=user_data(size))
-changed = seed.seed_files(name, user_data=files[seed.USER_DATA], meta_data={"bench": "changed"})
+files = nocloud.seed_files(name, user_data=user_data(size))
+changed = nocloud.seed_files(name, user_data=files[nocloud.USER_DATA], meta_data={"bench": "changed"})
 steps = {}
 
 def step(label, work):
@@ -84,16 +86,16 @@ with Hypervisor.open(uri) as hypervisor:
     rss_start = rss_kib("VmRSS")
     try:
         for _run in range(runs):
-            image_size = len(step("build_iso", lambda: seed.build_iso(files)))
+            image_size = len(step("build_iso", lambda: iso9660.build_iso(files)))
             first = step("ensure_seed, first (create + upload)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
             same = step("ensure_seed, unchanged (download + parse + compare)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
             change = step("ensure_seed, one file changed", lambda: seed.ensure_seed(hypervisor, pool, name, changed))
-            assert first.changed and not same.changed and change.changed_files == [seed.META_DATA], (
+            assert first.changed and not same.changed and change.changed_files == [nocloud.META_DATA], (
                 first.as_dict(), same.as_dict(), change.as_dict())
             seed.remove_seed(hypervisor, pool, name)
     finally:
         seed.remove_seed(hypervisor, pool, name)
-print(json.dumps({"user_data": len(files[seed.USER_DATA]), "image": image_size, "rss_start_kib": rss_start, "steps": steps}))
+print(json.dumps({"user_data": len(files[nocloud.USER_DATA]), "image": image_size, "rss_start_kib": rss_start, "steps": steps}))
 """
 
 

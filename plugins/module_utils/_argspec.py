@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import CPU_MODES, VIRT_TYPES
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import download_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import DISK_FORMATS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import (
     DEFAULT_DISK_SIZE_GB,

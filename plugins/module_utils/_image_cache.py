@@ -57,10 +57,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._download impor
     DEFAULT_BACKOFF,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
-    REQUESTS_REQUIREMENT,
-    download_argument_spec,
     open_downloader,
-    validate_download_options,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_pool import (
@@ -71,7 +68,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_pool imp
     raw_volume_xml,
     with_users,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT, volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     base_volume_name,
@@ -82,11 +78,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._plan import Pl
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import require_pool, volume_deleter, volume_info
 
 # The flow's API, and the names kvm_proxy imports from here that live in _download, _image_spec and _locks.
-__all__ = [
-    "DEFAULT_LOCK_TIMEOUT", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "REQUESTS_REQUIREMENT", "ImageCache",
-    "ImageObservation", "ImageRequest", "ImageResult", "ImageSpec", "check_header", "download_argument_spec",
-    "ensure_image", "open_downloader", "plan_image", "validate_download_options", "volume_lock",
-]
 
 GIB = 1024 ** 3
 

@@ -23,8 +23,8 @@ import time
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import inspect_domain, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     format_domain_id,
     overlay_volume_name,

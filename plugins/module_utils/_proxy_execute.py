@@ -25,12 +25,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     TransientError,
     unless_already,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     UNDEFINE_ALL,
     UNDEFINE_MANAGED_SAVE,
     UNDEFINE_SNAPSHOTS_METADATA,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
     METADATA_PREFIX,
     METADATA_URI,

@@ -27,12 +27,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
     normalize_mac,
     validate_domain_params,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    ImageSpec,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
     INSTANCE_TAG,
     METADATA_URI,
@@ -47,7 +44,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_vm_name,
     validate_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
     META_DATA,
     NETWORK_CONFIG,
     USER_DATA,

@@ -37,7 +37,6 @@ from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
-    PYCDLIB_REQUIREMENT,
     UnreadableSeedError,
     build_iso,
     read_iso,
@@ -48,11 +47,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_vm_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
-    DEFAULT_VENDOR_DATA,
-    META_DATA,
-    NETWORK_CONFIG,
-    USER_DATA,
-    VENDOR_DATA,
     render_cloud_data,
     seed_files,
 )
@@ -67,12 +61,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
 
 # The flow's API, and the names kvm_proxy imports from here that live in _nocloud and _iso9660.
-__all__ = [
-    "DEFAULT_VENDOR_DATA", "META_DATA", "NETWORK_CONFIG", "PYCDLIB_REQUIREMENT", "USER_DATA", "VENDOR_DATA",
-    "SeedObservation", "SeedRemovalResult", "SeedRequest", "SeedResult", "SeedTask", "apply_seed",
-    "apply_seed_removal", "ensure_seed", "observe_seed", "observe_seed_removal", "plan_seed", "plan_seed_removal",
-    "read_iso", "remove_seed", "render_cloud_data", "seed_files", "seed_removal",
-]
 
 UPLOAD_CHUNK = 256 * 1024
 # NoCloud seeds hold a few small text files. A volume larger than this is

@@ -248,13 +248,11 @@ skipped:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import (
-    REQUESTS_REQUIREMENT,
-    validate_download_options,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import render_cloud_data
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import PYCDLIB_REQUIREMENT, render_cloud_data
 
 ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
 

@@ -36,6 +36,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES, ImageHeader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
@@ -91,7 +92,7 @@ def ensure(hv, tmp_path):
 
 
 def debian(url, checksum=None, fmt="qcow2"):
-    return cache.ImageSpec(name="debian-13", url=url, checksum=checksum, format=fmt)
+    return ImageSpec(name="debian-13", url=url, checksum=checksum, format=fmt)
 
 
 def volume_names(hv, pool="default"):
@@ -138,22 +139,22 @@ def test_image_spec_rejects_bad_input(kwargs, message):
     args = dict(name="debian-13")
     args.update(kwargs)
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        cache.ImageSpec(**args)
+        ImageSpec(**args)
 
 
 def test_image_spec_reads_both_checksum_forms():
-    pinned = cache.ImageSpec("debian-13", "https://x/d.qcow2", "SHA256:" + IMAGE_SHA.upper())
+    pinned = ImageSpec("debian-13", "https://x/d.qcow2", "SHA256:" + IMAGE_SHA.upper())
     assert (pinned.pinned_sha256, pinned.checksum_url) == (IMAGE_SHA, None)
-    listed = cache.ImageSpec("ubuntu-24.04", "https://x/noble/current/noble-server-cloudimg-amd64.img",
+    listed = ImageSpec("ubuntu-24.04", "https://x/noble/current/noble-server-cloudimg-amd64.img",
                              "sha256:https://x/noble/current/SHA256SUMS")
     assert (listed.pinned_sha256, listed.checksum_url) == (None, "https://x/noble/current/SHA256SUMS")
     assert listed.file_name == "noble-server-cloudimg-amd64.img"
-    assert cache.ImageSpec("a", "https://x/dir/a%20b.img?sig=1").file_name == "a b.img"
+    assert ImageSpec("a", "https://x/dir/a%20b.img?sig=1").file_name == "a b.img"
 
 
 def test_ensure_needs_a_url(hv, ensure):
     with pytest.raises(ValidationError, match="needs a url"):
-        ensure(cache.ImageSpec("debian-13"))
+        ensure(ImageSpec("debian-13"))
     assert hv.calls == []
 
 
@@ -896,7 +897,7 @@ def three_releases(hv):
 
 def test_remove_with_checksum_removes_only_that_base(hv, three_releases):
     old, new = three_releases
-    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA))
+    removal = image_removal.remove_image(hv, "default", ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA))
     assert removal.removed == [new]
     assert removal.actions == ["delete marker volume %s.sha256" % new, "delete base volume %s" % new]
     assert new not in volume_names(hv) and new + ".sha256" not in volume_names(hv)
@@ -905,7 +906,7 @@ def test_remove_with_checksum_removes_only_that_base(hv, three_releases):
 
 
 def test_remove_is_idempotent(hv, three_releases):
-    spec = cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA)
+    spec = ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA)
     image_removal.remove_image(hv, "default", spec)
     again = image_removal.remove_image(hv, "default", spec)
     assert (again.changed, again.removed, again.actions) == (False, [], [])
@@ -914,7 +915,7 @@ def test_remove_is_idempotent(hv, three_releases):
 def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, three_releases):
     old, _new = three_releases
     before = volume_names(hv)
-    for spec in (cache.ImageSpec("debian-13", checksum="sha256:" + IMAGE_SHA), cache.ImageSpec("debian-13")):
+    for spec in (ImageSpec("debian-13", checksum="sha256:" + IMAGE_SHA), ImageSpec("debian-13")):
         with pytest.raises(PermanentError) as raised:
             image_removal.remove_image(hv, "default", spec)
         assert "cannot remove image: base volume '%s' in pool 'default' is the backing store of 'proxy-1.qcow2'" % old \
@@ -925,7 +926,7 @@ def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, 
 def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_releases):
     old, new = three_releases
     hv.delete_volume(hv.volume("default", "proxy-1.qcow2"))
-    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13"))
+    removal = image_removal.remove_image(hv, "default", ImageSpec("debian-13"))
     assert removal.removed == sorted([old, new, "base-debian-13.raw", "base-debian-13-00000000000000ff.qcow2"])
     assert volume_names(hv) == ["base-debian-12.qcow2", "proxy-1-seed.iso"]
     assert removal.diff() == {"before": {"bases": removal.removed}, "after": {"bases": []}}
@@ -934,7 +935,7 @@ def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_relea
 def test_remove_in_check_mode_predicts_and_touches_nothing(hv, three_releases):
     _old, new = three_releases
     hv.calls.clear()
-    removal = image_removal.remove_image(hv, "default", cache.ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
+    removal = image_removal.remove_image(hv, "default", ImageSpec("debian-13", checksum="sha256:" + NEWER_SHA),
                                          check_mode=True)
     assert (removal.changed, removal.removed) == (True, [new])
     assert not MUTATING.intersection(hv.calls)

@@ -29,6 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
     build_domain_xml,
     parse_domain_xml,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
@@ -38,10 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
-    DEFAULT_VENDOR_DATA,
-    read_iso,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import DEFAULT_VENDOR_DATA
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
     PAUSED,
     RUNNING,
