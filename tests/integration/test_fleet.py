@@ -1,0 +1,301 @@
+"""The role and playbooks across the lab's hypervisors, each reached over its own sshd (docs/dev/lab.md).
+
+Every hypervisor here is a host of its own (own network, mount and UTS namespaces, sshd, libvirtd,
+pool, bridge and LAN); Ansible connects with ansible_connection ssh, host keys checked, forks 5.
+The proxies boot the small non-booting image, so a run takes seconds, except in the last test,
+which boots the Debian guest on two hypervisors at once.
+"""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+# The fixtures' module is loaded as a plugin below and imported here for its constants: rewritten for
+# pytest's assertion messages before either import.
+pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
+
+from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, overlap  # noqa: E402
+from tests.lab import config, hypervisors  # noqa: E402
+
+pytest_plugins = ["tests.integration.fleet_fixtures"]
+pytestmark = pytest.mark.integration
+
+CONVERGE_TASK = "Create, replace, stop or remove the proxies"
+PROBE_TASK = "Check that libvirt answers on the hypervisor"
+TOUCHING_TASKS = (PROBE_TASK, "Cache the base image in the pool", CONVERGE_TASK)
+HV1, HV2 = "lab-hv1", "lab-hv2"
+with open(os.path.join(REPO_ROOT, "roles", "egress_proxy", "defaults", "main.yml")) as _defaults:
+    # The role's default bound on its first libvirt call: the modules' keepalive bound.
+    CONNECT_TIMEOUT = yaml.safe_load(_defaults)["egress_proxy_connect_timeout"]
+
+
+def name(suffix):
+    return PREFIX + suffix
+
+
+def spread(fleet, **overrides):
+    """One per-host list (on lab-hv1) and a fleet-wide list over both hypervisors."""
+    group_vars = fleet.role_vars(egress_proxy_fleet=[
+        {"name": name("b"), "hypervisor": HV1},
+        {"name": name("c"), "hypervisor": HV2},
+        {"name": name("d"), "hypervisor": HV2, "state": "stopped"},
+    ], **overrides)
+    return fleet.inventory(group_vars, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
+
+
+EXPECTED = {HV1: {name("a"): "running", name("b"): "running"},
+            HV2: {name("c"): "running", name("d"): "shut off"}}
+
+
+def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_stay_converged(fleet):
+    inventory = spread(fleet)
+    run = fleet.playbook("deploy.yml", inventory)
+    assert run.rc == 0, run
+    for host, names in ((HV1, [name("a"), name("b")]), (HV2, [name("c"), name("d")])):
+        converged = run.items(CONVERGE_TASK, host)
+        assert sorted(converged) == names
+        for proxy, result in converged.items():
+            assert result["changed"] and result["id"] == "hosts/%s/domains/%s" % (host, proxy)
+    # The hypervisors worked side by side, not one after the other.
+    spans = run.spans(CONVERGE_TASK)
+    assert overlap(spans[HV1], spans[HV2]) > 0, spans
+    # Each hypervisor holds exactly its own proxies: virsh on each, through its own sshd.
+    for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2)):
+        assert fleet.domains_over_ssh(spec) == EXPECTED[host]
+        assert fleet.ssh(spec, "hostname").stdout.strip() == host
+
+    again = fleet.playbook("deploy.yml", inventory)
+    assert again.rc == 0, again
+    assert [again.stats(host)["changed"] for host in (HV1, HV2)] == [0, 0], again
+    print("first run %.0f s, second %.0f s" % (run.seconds, again.seconds))
+
+
+@pytest.mark.parametrize("entries, host_vars, words", [
+    ([{"name": name("x"), "hypervisor": HV1}, {"name": name("y"), "hypervisor": "lab-hv9"}], {},
+     ["egress_proxy_fleet[1].hypervisor", name("y"), "lab-hv9", "not in the inventory"]),
+    ([{"name": name("x"), "hypervisor": HV1}, {"name": name("x"), "hypervisor": HV2}], {},
+     ["egress_proxy_fleet[0].name", name("x"), "lab-hv1 and lab-hv2"]),
+    ([{"name": name("x"), "hypervisor": HV1}], {HV2: {"egress_proxy_instances": [{"name": name("x")}]}},
+     ["egress_proxy_fleet[0].name", name("x"), "egress_proxy_instances of lab-hv2"]),
+], ids=["unknown hypervisor", "one name on two hypervisors", "also in another host's list"])
+def test_a_misplaced_fleet_entry_fails_before_any_hypervisor_is_touched(fleet, entries, host_vars, words):
+    inventory = fleet.inventory(fleet.role_vars(egress_proxy_fleet=entries), host_vars)
+    for playbook in ("deploy.yml", "destroy.yml"):
+        run = fleet.playbook(playbook, inventory)
+        assert run.rc != 0, run
+        messages = " | ".join(message or "" for _host, _task, message in run.failures())
+        assert all(word in messages for word in words), messages
+        for task in TOUCHING_TASKS + ("Remove the proxies and their disks",):
+            assert run.ran(task) == [], "%s ran before the bad entry was refused" % task
+    for spec in fleet.specs:
+        assert fleet.domains_local(spec) == {}
+
+
+def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_returns(fleet):
+    assert fleet.playbook("deploy.yml", spread(fleet)).rc == 0
+    before = (fleet.domains_local(fleet.hv2), fleet.volumes_local(fleet.hv2))
+    grown = fleet.role_vars(egress_proxy_fleet=[
+        {"name": name("b"), "hypervisor": HV1},
+        {"name": name("c"), "hypervisor": HV2},
+        {"name": name("d"), "hypervisor": HV2, "state": "stopped"},
+        {"name": name("e"), "hypervisor": HV1},
+        {"name": name("f"), "hypervisor": HV2},
+    ])
+    inventory = fleet.inventory(grown, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
+
+    hypervisors.stop_sshd(fleet.hv2)
+    run = fleet.playbook("deploy.yml", inventory)
+    assert run.rc != 0, run
+    assert run.stats(HV2)["unreachable"] == 1 and run.stats(HV2)["changed"] == 0, run.result["stats"]
+    (unreachable,) = run.failures(HV2)
+    assert fleet.hv2.address in unreachable[2], unreachable
+    assert run.stats(HV1)["failures"] == 0 and run.stats(HV1)["unreachable"] == 0, run
+    assert run.items(CONVERGE_TASK, HV1)[name("e")]["changed"]
+    assert fleet.domains_over_ssh(fleet.hv1) == dict(EXPECTED[HV1], **{name("e"): "running"})
+    # Nothing on the unreachable hypervisor changed.
+    assert (fleet.domains_local(fleet.hv2), fleet.volumes_local(fleet.hv2)) == before
+
+    # status.yml: every proxy of the reachable hypervisor, and a row saying the other is unreachable.
+    status = fleet.playbook("status.yml", inventory)
+    assert status.rc == 0, status
+    (table,) = status.results("Show every proxy of every hypervisor", HV1)
+    lines = table["msg"]
+    assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +OWNER +AGE +DESIRED$", lines[0]), lines
+    assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(fleet.hv2.address), line) for line in lines), lines
+    for proxy in (name("a"), name("b"), name("e")):
+        assert any(re.match(r"lab-hv1 +%s +Provisioning +- +eptest-fleet +\d+[smhd] +yes$" % proxy, line) for line in lines), lines
+    # Aligned: every proxy's name and DESIRED under their headers.
+    for proxy in (name("a"), name("b"), name("e")):
+        (line,) = [line for line in lines if " %s " % proxy in line]
+        assert line.index(proxy) == lines[0].index("NAME") and line.rindex("yes") == lines[0].index("DESIRED"), lines
+    (rows,) = status.results("Show the same rows as JSON", HV1)
+    by_host = {}
+    for row in rows["status_rows"]:
+        by_host.setdefault(row["hypervisor"], []).append(row)
+    assert [row["state"] for row in by_host[HV2]] == ["UNREACHABLE"] and by_host[HV2][0]["error"]
+    assert sorted(row["name"] for row in by_host[HV1]) == [name("a"), name("b"), name("e")]
+
+    hypervisors.start_sshd(fleet.hv2)
+    back = fleet.playbook("deploy.yml", inventory)
+    assert back.rc == 0, back
+    assert back.stats(HV1)["changed"] == 0, back
+    assert back.items(CONVERGE_TASK, HV2)[name("f")]["changed"]
+    assert fleet.domains_over_ssh(fleet.hv2) == dict(EXPECTED[HV2], **{name("f"): "running"})
+
+
+def test_a_hypervisor_whose_libvirtd_is_frozen_fails_within_the_bound_naming_it(fleet):
+    inventory = spread(fleet)
+    assert fleet.playbook("deploy.yml", inventory).rc == 0
+    bound = CONNECT_TIMEOUT
+    hypervisors.freeze(fleet.hv2)
+    try:
+        run = fleet.playbook("deploy.yml", inventory, timeout=300)
+        assert run.rc != 0, run
+        assert run.stats(HV1)["failures"] == 0 and run.stats(HV1)["ok"] > 0, run
+        failures = run.failures(HV2)
+        assert failures and all(host == HV2 for host, _task, _msg in failures), failures
+        message = failures[-1][2]
+        assert "libvirt on lab-hv2" in message and "did not answer within %d seconds" % bound in message, message
+        start, end = run.spans(PROBE_TASK)[HV2]
+        # The bound, plus the SSH and Python start-up around it on a busy machine.
+        assert bound <= end - start <= bound + 15, (start, end)
+        assert run.ran(CONVERGE_TASK) == [HV1]
+
+        status = fleet.playbook("status.yml", inventory, {"egress_proxy_status_timeout": 10})
+        assert status.rc == 0, status
+        (rows,) = status.results("Show the same rows as JSON", HV1)
+        (frozen,) = [row for row in rows["status_rows"] if row["hypervisor"] == HV2]
+        assert frozen["state"] == "NO ANSWER" and "10 seconds" in frozen["error"], frozen
+    finally:
+        hypervisors.thaw(fleet.hv2)
+    print("deploy with lab-hv2 frozen: %.0f s; lab-hv2 failed after %.1f s" % (run.seconds, end - start))
+
+
+def test_ad_hoc_kvm_proxy_info_prints_each_hypervisors_own_proxies(fleet):
+    inventory = spread(fleet)
+    assert fleet.playbook("deploy.yml", inventory).rc == 0
+    completed = fleet.adhoc(inventory, "egress_proxies.kvm.kvm_proxy_info", "uid=eptest-fleet")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    listed = {}
+    for line in completed.stdout.splitlines():
+        host, _bar, rest = line.partition(" | SUCCESS => ")
+        if rest:
+            listed[host] = json.loads(rest)
+    assert sorted(listed) == [HV1, HV2], completed.stdout
+    for host in (HV1, HV2):
+        # No host given: the module names the hypervisor as libvirt does, by its own (UTS) host name.
+        assert listed[host]["host"] == host
+        assert sorted(proxy["name"] for proxy in listed[host]["proxies"]) == sorted(EXPECTED[host])
+        assert all(proxy["id"] == "hosts/%s/domains/%s" % (host, proxy["name"]) for proxy in listed[host]["proxies"])
+
+
+def _inventory_plugin(fleet, hypervisor_lines, *args):
+    path = fleet.tmp_path / "fleet.kvm_proxies.yml"
+    path.write_text("plugin: egress_proxies.kvm.kvm_proxies\nhypervisors:\n%suid: eptest-fleet\nstrict: true\n" % hypervisor_lines)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO_ROOT, "build", "collections"),
+               ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_NOCOLOR="true",
+               ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true", ANSIBLE_LOCAL_TEMP=str(fleet.tmp_path / "ansible-local"))
+    return subprocess.run([os.path.join(REPO_ROOT, ".venv", "bin", "ansible-inventory"), "-i", str(path)] + list(args),
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
+
+
+def _plain(value):
+    """A --list value without ansible-core 2.19's marking of untrusted strings."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys_checked(fleet):
+    assert fleet.playbook("deploy.yml", spread(fleet)).rc == 0
+    # No name given: each hypervisor is named as libvirt reports it, by its own host name.
+    lines = "".join("  - {uri: '%s'}\n" % spec.uri for spec in (fleet.hv1, fleet.hv2))
+    completed = _inventory_plugin(fleet, lines, "--list")
+    assert completed.returncode == 0, completed.stderr
+    listing = _plain(json.loads(completed.stdout))
+    for host in (HV1, HV2):
+        group = listing["kvm_hypervisor_" + host.replace("-", "_")]["hosts"]
+        assert sorted(group) == sorted(EXPECTED[host])
+        for proxy in group:
+            assert listing["_meta"]["hostvars"][proxy]["kvm_proxy_id"] == "hosts/%s/domains/%s" % (host, proxy)
+
+    # The same URIs with a known_hosts file that does not know lab-hv2's key: refused, naming it.
+    empty = fleet.tmp_path / "known_hosts"
+    empty.write_text("")
+    wrapper = fleet.tmp_path / "ssh-unknown-hosts"
+    wrapper.write_text('#!/bin/sh\nexec ssh -F %s -o UserKnownHostsFile=%s "$@"\n' % (config.SSH_CONFIG, empty))
+    wrapper.chmod(0o755)
+    refused = _inventory_plugin(fleet, "  - {uri: '%s'}\n" % fleet.hv2.uri.replace(config.LAB_SSH, str(wrapper)), "--list")
+    assert refused.returncode != 0
+    assert "could not read hypervisor" in refused.stderr and "Host key verification failed" in refused.stderr, refused.stderr
+
+
+ORIGIN_PORT = 18090
+
+
+@pytest.fixture
+def lan_origins(fleet, tmp_path):
+    """A web server on each hypervisor's LAN, in its LAN namespace: {host: URL}."""
+    root = tmp_path / "origin"
+    root.mkdir()
+    (root / "index.html").write_text("egress fleet origin\n")
+    servers, urls = [], {}
+    for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2)):
+        servers.append(subprocess.Popen(
+            ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
+             "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        urls[host] = "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
+    yield urls
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def fetch(spec, proxy, url):
+    """(HTTP status, X-Egress-Proxy) of a request from the hypervisor's LAN namespace through proxy."""
+    completed = subprocess.run(
+        ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20", "-o", "/dev/null",
+         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url], capture_output=True, text=True, check=False)
+    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
+    return int(status or 0), header
+
+
+@pytest.mark.boot
+def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_own_lan(fleet, lan_origins):
+    image = "http://127.0.0.1:8642/"
+    booted = fleet.role_vars(
+        egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
+                            "checksum": "sha256:" + image + config.SHA256SUMS},
+        egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
+        egress_proxy_fleet=[{"name": name("boot-1"), "hypervisor": HV1}, {"name": name("boot-2"), "hypervisor": HV2}])
+    host_vars = {host: {"egress_proxy_allowed_clients": [spec.lan_cidr], "egress_proxy_verify_netns": spec.lan_netns,
+                        "egress_proxy_verify_url": lan_origins[host]}
+                 for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2))}
+    inventory = fleet.inventory(booted, host_vars)
+    run = fleet.playbook("deploy.yml", inventory, timeout=1500)
+    assert run.rc == 0, run
+    waits = run.spans("Poll the hypervisor until every running proxy has an IPv4 address")
+    assert overlap(waits[HV1], waits[HV2]) > 0, waits
+
+    verified = fleet.playbook("verify.yml", inventory, timeout=900)
+    assert verified.rc == 0, verified
+    addresses = {}
+    for host, spec, proxy in ((HV1, fleet.hv1, name("boot-1")), (HV2, fleet.hv2, name("boot-2"))):
+        (reported,) = verified.results("Report what each proxy answered", host)
+        assert "HTTP 200, X-Egress-Proxy %s" % proxy in reported["results"][0]["msg"], reported
+        (recorded,) = run.results("Record the proxies of this hypervisor in egress_proxy_proxies", host)
+        (listed,) = recorded["ansible_facts"]["egress_proxy_proxies"]
+        assert listed["state"] == "Running" and listed["ip"].startswith(spec.lan_prefix + "."), listed
+        addresses[host] = "http://%s:3128" % listed["ip"]
+        assert fetch(spec, addresses[host], lan_origins[host]) == (200, proxy)
+    # Each LAN reaches its own hypervisor's proxy only: the segments are separate.
+    assert fetch(fleet.hv1, addresses[HV2], lan_origins[HV2])[0] == 0
+    print("booted both in %.0f s, verified in %.0f s" % (run.seconds, verified.seconds))
