@@ -17,20 +17,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-import traceback
 from urllib.parse import urlsplit
 
-try:
-    import libvirt
-
-    LIBVIRT_IMPORT_ERROR = None
-except ImportError:
-    libvirt = None
-    LIBVIRT_IMPORT_ERROR = traceback.format_exc()
-
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import TransientError, classify
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
 
-LIBVIRT_REQUIREMENT = ("libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI", LIBVIRT_IMPORT_ERROR)
+libvirt, LIBVIRT_REQUIREMENT = optional_import(
+    "libvirt", "libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI")
 
 DEFAULT_URI = "qemu:///system"
 

@@ -13,19 +13,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import traceback
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
 
-try:
-    from lxml import etree
-except ImportError:
-    etree = None
-    LXML_IMPORT_ERROR = traceback.format_exc()
-else:
-    LXML_IMPORT_ERROR = None
-
-LXML_REQUIREMENT = ("lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI", LXML_IMPORT_ERROR)
+etree, LXML_REQUIREMENT = optional_import("lxml.etree", "lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI")
 
 
 # libvirt's scaled integers (docs: "formatdomain.html#memory-allocation"):
