@@ -51,6 +51,7 @@ class InstanceMetadata:
     uid: Optional[str]
     created_at_raw: Optional[str]
     spec_digest: Optional[str] = None
+    spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy_request)
 
     @property
     def created_at(self):
@@ -103,10 +104,11 @@ def _validate_spec_digest(spec_digest):
     return spec_digest.lower()
 
 
-def build_instance_element(uid, created_at, spec_digest=None):
-    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest.
+def build_instance_element(uid, created_at, spec_digest=None, spec_json=None):
+    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest and spec.
 
-    ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest of the VM spec.
+    ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest
+    of the VM spec, ``spec_json`` that spec as JSON text.
     """
     texts = [
         ("managed", "true"),
@@ -116,6 +118,8 @@ def build_instance_element(uid, created_at, spec_digest=None):
     digest = _validate_spec_digest(spec_digest)
     if digest is not None:
         texts.append(("specDigest", digest))
+    if spec_json is not None:
+        texts.append(("spec", spec_json))
     root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
     for tag, text in texts:
         etree.SubElement(root, etree.QName(METADATA_URI, tag)).text = text
@@ -158,4 +162,5 @@ def instance_metadata_from_domain_element(domain):
         uid=texts.get("uid"),
         created_at_raw=texts.get("createdAt"),
         spec_digest=texts.get("specDigest"),
+        spec_json=texts.get("spec"),
     )

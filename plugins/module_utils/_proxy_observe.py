@@ -24,7 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import ensure_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import stored_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import ensure_seed
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import (
     find_pool,
@@ -90,8 +90,8 @@ def observe_domain(hypervisor, name):
         dom = hypervisor.lookup_domain(name)
     except NotFoundError:
         return None
-    root = parse_xml(hypervisor.domain_xml(dom), "the XML of domain '%s'" % name)
-    return DomainObservation(handle=dom, info=parse_domain_element(root), spec=stored_spec(root),
+    info = parse_domain_element(parse_xml(hypervisor.domain_xml(dom), "the XML of domain '%s'" % name))
+    return DomainObservation(handle=dom, info=info, spec=recorded_spec(info.metadata),
                              state=hypervisor.domain_state(dom), autostart=hypervisor.domain_autostart(dom))
 
 

@@ -30,11 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
-    INSTANCE_TAG,
-    METADATA_URI,
-    build_instance_element,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     base_volume_name,
     overlay_volume_name,
@@ -51,7 +47,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import
     VENDOR_DATA,
     seed_files,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree
 
 STATE_PRESENT = "present"
 STATE_STOPPED = "stopped"
@@ -82,8 +77,6 @@ DEFAULT_CPU_MODE = {"kvm": "host-passthrough", "qemu": "none"}
 # Bumped when the meaning of a spec field changes, so every VM built from the
 # old meaning counts as drifted.
 SPEC_VERSION = 1
-# The child of our metadata element that keeps the spec (JSON) next to its digest.
-SPEC_TAG = "spec"
 
 # Overlay volumes are "<name>.qcow2"; base volumes are "base-<image>[...].<fmt>".
 # A VM named "base-debian" would own "base-debian.qcow2", the cached base
@@ -296,27 +289,22 @@ def spec_digest(spec):
 
 
 def build_metadata_element(uid, created_at, spec, digest=None):
-    """Our metadata element with the spec's digest, plus the spec itself as a ``<spec>`` JSON child.
+    """Our metadata element with the spec's digest, plus the spec itself.
 
     The spec holds no secrets (cloud-init data appears as digests only) and
     lets diff mode show what a drifted VM was built from. ``digest`` defaults
     to the spec's own; an adopted VM keeps the digest it was recorded with.
     """
-    element = build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest)
-    if spec is not None:
-        etree.SubElement(element, etree.QName(METADATA_URI, SPEC_TAG)).text = _canonical_json(spec)
-    return element
+    return build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest,
+                                  None if spec is None else _canonical_json(spec))
 
 
-def stored_spec(domain):
-    """The spec JSON under our metadata element of a parsed domain, or None when absent or unreadable."""
-    texts = domain.xpath(
-        "metadata/*[local-name() = $tag and namespace-uri() = $uri]/*[local-name() = $spec]/text()",
-        tag=INSTANCE_TAG, uri=METADATA_URI, spec=SPEC_TAG)
-    if not texts:
+def recorded_spec(metadata):
+    """The spec a domain's metadata (_metadata.InstanceMetadata or None) records, or None when absent or unreadable."""
+    if metadata is None or metadata.spec_json is None:
         return None
     try:
-        spec = json.loads(texts[0])
+        spec = json.loads(metadata.spec_json)
     except ValueError:
         return None
     return spec if isinstance(spec, dict) else None
