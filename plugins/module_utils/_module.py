@@ -89,6 +89,14 @@ class KvmModule:
         self.params[option] = document
         self.module.no_log_values.add(document)
 
+    def result(self, result):
+        """A flow's result dict as the task returns it: its warnings shown as Ansible warnings, its diff only in diff mode."""
+        for warning in result.pop("warnings", ()):
+            self.module.warn(warning)
+        if not self.diff_mode:
+            result.pop("diff", None)
+        return result
+
     def fail(self, error, **result):
         """Fail the task for a typed error, naming the hypervisor it happened on."""
         result.update(error.to_result())

@@ -54,7 +54,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_ABSENT,
     STATE_PRESENT,
     STATE_STOPPED,
+    ProxyRequest,
     base_volume_of,
+    module_params,
     spec_digest,
     utcnow,
 )
@@ -63,6 +65,26 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     is_active,
     libvirt_state_name,
 )
+
+
+class ProxyTask:
+    """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor.
+
+    ``kvm`` is the module's _module.KvmModule.
+    """
+
+    def __init__(self, kvm):
+        self.kvm = kvm
+        self.request = None
+
+    def validate(self):
+        self.request = ProxyRequest.from_params(module_params(self.kvm))
+
+    def work(self, hypervisor):
+        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
+                               lock_timeout=self.kvm.params["lock_timeout"])
+        return self.kvm.result(manager.run())
+
 
 _DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "autostart")
 

@@ -27,7 +27,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
     normalize_mac,
     validate_domain_params,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT, validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
@@ -45,6 +45,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import
     NETWORK_CONFIG,
     USER_DATA,
     VENDOR_DATA,
+    render_cloud_data,
     seed_files,
 )
 
@@ -82,6 +83,22 @@ SPEC_VERSION = 1
 # A VM named "base-debian" would own "base-debian.qcow2", the cached base
 # of image "debian", and deleting that VM would delete the image.
 _RESERVED_NAME_PREFIX = "base-"
+
+
+# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
+RENAMED_OPTIONS = {"timeout": "download_timeout", "retries": "download_retries"}
+
+
+def module_params(kvm):
+    """A proxy module's parameters as ProxyRequest names them: download options checked, a user-data dictionary masked whole.
+
+    ``kvm`` is the _module.KvmModule of kvm_proxy or kvm_proxy_set.
+    """
+    params = kvm.params
+    validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
+    if isinstance(params["user_data"], dict):
+        kvm.mask_as_document("user_data", render_cloud_data(params["user_data"], "user_data").decode("utf-8"))
+    return {RENAMED_OPTIONS.get(key, key): value for key, value in kvm.params.items()}
 
 
 def utcnow():

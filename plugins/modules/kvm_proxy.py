@@ -270,42 +270,12 @@ drifted:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import ProxyRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyTask
 
 ARGUMENT_SPEC = kvm_proxy_argument_spec()
-
-# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
-RENAMED = {"timeout": "download_timeout", "retries": "download_retries"}
-
-
-class ProxyTask:
-    """Turns the module's parameters into a validated request, then runs the flow on the hypervisor."""
-
-    def __init__(self, kvm):
-        self.kvm = kvm
-        self.request = None
-
-    def validate(self):
-        validate_download_options(self.kvm.params["timeout"], self.kvm.params["retries"], self.kvm.params["lock_timeout"])
-        if isinstance(self.kvm.params["user_data"], dict):
-            self.kvm.mask_as_document("user_data", render_cloud_data(self.kvm.params["user_data"], "user_data").decode("utf-8"))
-        params = {RENAMED.get(key, key): value for key, value in self.kvm.params.items()}
-        self.request = ProxyRequest.from_params(params)
-
-    def work(self, hypervisor):
-        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                               lock_timeout=self.kvm.params["lock_timeout"])
-        result = manager.run()
-        for warning in result.pop("warnings", ()):
-            self.kvm.module.warn(warning)
-        if not self.kvm.diff_mode:
-            del result["diff"]
-        return result
 
 
 def main():

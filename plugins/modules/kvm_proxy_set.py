@@ -170,7 +170,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time
-  egress_proxies.kvm.kvm_proxy_set:
+  egress_proxies.kvm.kvm_proxy_set: &egress_eu  # the set the next example reuses
     uid: egress-eu
     bridge: br0
     image:
@@ -192,23 +192,11 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ fleet.proxies | map(attribute='name') | zip(fleet.proxies | map(attribute='outcome')) | list }}"
 
-- name: Stop every proxy of the set but keep their VMs, without garbage collection
+- name: Stop every proxy of the set but keep their VMs (the same spec, so nothing is replaced), without garbage collection
   egress_proxies.kvm.kvm_proxy_set:
-    uid: egress-eu
+    <<: *egress_eu
     state: stopped
     gc: false
-    bridge: br0
-    image:
-      name: debian-13
-      url: https://cloud.debian.org/images/cloud/trixie/20251117-2299/debian-13-genericcloud-amd64-20251117-2299.qcow2
-      checksum: "sha256:{{ debian_13_sha256 }}"
-    user_data: "{{ lookup('ansible.builtin.template', 'squid-user-data.yml.j2') }}"
-    proxies:
-      - name: egress-eu-1
-      - name: egress-eu-2
-      - name: egress-eu-3
-        vcpus: 2
-        memory_mib: 2048
 """
 
 RETURN = r"""
@@ -248,43 +236,12 @@ skipped:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import ProxySetTask
 
 ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
-
-# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
-RENAMED = {"timeout": "download_timeout", "retries": "download_retries"}
-
-
-class ProxySetTask:
-    """Turns the module's parameters into a validated set request, then runs the flow on the hypervisor."""
-
-    def __init__(self, kvm):
-        self.kvm = kvm
-        self.request = None
-
-    def validate(self):
-        params = self.kvm.params
-        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
-        if isinstance(params["user_data"], dict):
-            self.kvm.mask_as_document("user_data", render_cloud_data(params["user_data"], "user_data").decode("utf-8"))
-        self.request = SetRequest.from_params({RENAMED.get(key, key): value for key, value in params.items()
-                                               if key not in ("uri", "lock_timeout")})
-
-    def work(self, hypervisor):
-        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                            lock_timeout=self.kvm.params["lock_timeout"]).run()
-        for entry in result["proxies"] + result["removed"]:
-            for warning in entry.pop("warnings", ()):
-                self.kvm.module.warn(warning)
-            del entry["diff"]
-        if not self.kvm.diff_mode:
-            del result["diff"]
-        return result
 
 
 def main():

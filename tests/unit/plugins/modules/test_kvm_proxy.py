@@ -166,7 +166,7 @@ def test_renamed_download_options_reach_the_request(monkeypatch):
         seen.update(params)
         return real(params)
 
-    monkeypatch.setattr(kvm_proxy.ProxyRequest, "from_params", staticmethod(spy))
+    monkeypatch.setattr(proxy_request.ProxyRequest, "from_params", staticmethod(spy))
 
     class Params:
         params = dict({key: spec.get("default") for key, spec in kvm_proxy.ARGUMENT_SPEC.items()}, **ARGS)
