@@ -8,6 +8,8 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
+    # What every module of this collection shares: the connection, the libvirt bindings, the attributes'
+    # descriptions (each module states its own support on top) and the action group.
     DOCUMENTATION = r"""
 options:
   uri:
@@ -21,4 +23,17 @@ options:
     default: qemu:///system
 requirements:
   - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt)) on the host that runs the module.
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return the changed status it predicts without modifying the hypervisor.
+  diff_mode:
+    description: Returns details on what has changed (or would change in C(check_mode)) when run in diff mode.
+  idempotent:
+    description:
+      - When run twice in a row with the same arguments, the second run reports no change and leaves the hypervisor as it was.
+  action_group:
+    description: Use C(group/egress_proxies.kvm.kvm) in C(module_defaults) to set defaults for this module.
+    support: full
+    membership:
+      - egress_proxies.kvm.kvm
 """

@@ -22,9 +22,12 @@ __metaclass__ = type
 import time
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import inspect_domain, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     format_domain_id,
     overlay_volume_name,
@@ -70,8 +73,24 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
 class ProxyTask:
     """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor.
 
-    ``kvm`` is the module's _module.KvmModule.
+    ``kvm`` is the module's _module.KvmModule; ``run_module`` builds it and runs the task.
     """
+
+    requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
+    mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
+    required_if = [
+        ("state", "present", ("image", "base_volume"), True),
+        ("state", "present", ("bridge", "network"), True),
+        ("state", "stopped", ("image", "base_volume"), True),
+        ("state", "stopped", ("bridge", "network"), True),
+    ]
+
+    @classmethod
+    def run_module(cls, argument_spec):
+        kvm = KvmModule(argument_spec, requirements=cls.requirements, mutually_exclusive=cls.mutually_exclusive,
+                        required_if=cls.required_if)
+        task = cls(kvm)
+        kvm.run(task.work, validate=task.validate)
 
     def __init__(self, kvm):
         self.kvm = kvm

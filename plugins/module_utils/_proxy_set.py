@@ -275,6 +275,9 @@ class SetManager:
 class ProxySetTask(ProxyTask):
     """kvm_proxy_set's task: the parameters into a validated set request, then the set's flow."""
 
+    # Each proxy's own entry may give what the set does not: ProxyRequest checks what each one needs.
+    required_if = []
+
     def validate(self):
         self.request = SetRequest.from_params(module_params(self.kvm))
 

@@ -39,8 +39,6 @@ author:
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.image_download
-  - egress_proxies.kvm.attributes
-  - egress_proxies.kvm.attributes.action_group
 attributes:
   check_mode:
     support: full

@@ -37,8 +37,6 @@ extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.proxy
   - egress_proxies.kvm.image_download
-  - egress_proxies.kvm.attributes
-  - egress_proxies.kvm.attributes.action_group
 attributes:
   check_mode:
     support: full
@@ -270,28 +268,13 @@ drifted:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyTask
 
 ARGUMENT_SPEC = kvm_proxy_argument_spec()
 
 
 def main():
-    kvm = KvmModule(
-        ARGUMENT_SPEC,
-        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT],
-        mutually_exclusive=[("bridge", "network"), ("image", "base_volume")],
-        required_if=[
-            ("state", "present", ("image", "base_volume"), True),
-            ("state", "present", ("bridge", "network"), True),
-            ("state", "stopped", ("image", "base_volume"), True),
-            ("state", "stopped", ("bridge", "network"), True),
-        ],
-    )
-    task = ProxyTask(kvm)
-    kvm.run(task.work, validate=task.validate)
+    ProxyTask.run_module(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

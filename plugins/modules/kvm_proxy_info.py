@@ -51,9 +51,7 @@ options:
     type: str
 extends_documentation_fragment:
   - egress_proxies.kvm.common
-  - egress_proxies.kvm.attributes
-  - egress_proxies.kvm.attributes.action_group
-  - egress_proxies.kvm.attributes.info_module
+  - egress_proxies.kvm.info_module
 notes:
   - Each domain costs a small constant number of libvirt calls (its definition once, which also carries the
     metadata; its state; its autostart flag; one or two address lookups when it runs), whatever the size of the fleet.

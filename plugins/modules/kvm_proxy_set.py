@@ -32,19 +32,6 @@ extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.proxy
   - egress_proxies.kvm.image_download
-  - egress_proxies.kvm.attributes
-  - egress_proxies.kvm.attributes.action_group
-attributes:
-  check_mode:
-    support: full
-    details:
-      - Predicts the C(actions) of every proxy in RV(proxies) and every removal of the garbage collection.
-  diff_mode:
-    support: full
-    details:
-      - Shows each proxy's state, owner, autostart flag, spec digest and spec before and after, keyed by name.
-  idempotent:
-    support: full
 options:
   proxies:
     description:
@@ -160,6 +147,17 @@ options:
       - With it, a replaced (and, with O(wait_for_ip), a started) proxy counts as up only when a TCP connection to this
         port of its address succeeds from the host the module runs on, squid's 3128 for example.
     type: int
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Predicts the C(actions) of every proxy in RV(proxies) and every removal of the garbage collection.
+  diff_mode:
+    support: full
+    details:
+      - Shows each proxy's state, owner, autostart flag, spec digest and spec before and after, keyed by name.
+  idempotent:
+    support: full
 notes:
   - M(egress_proxies.kvm.kvm_proxy) stays the module for a single VM; both plan each proxy with the same code.
   - Across hypervisors, a play converges them in parallel (one task per host); C(serial) rolls one hypervisor at a time.
@@ -236,22 +234,13 @@ skipped:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import ProxySetTask
 
 ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
 
 
 def main():
-    kvm = KvmModule(
-        ARGUMENT_SPEC,
-        requirements=[REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT],
-        mutually_exclusive=[("bridge", "network"), ("image", "base_volume")],
-    )
-    task = ProxySetTask(kvm)
-    kvm.run(task.work, validate=task.validate)
+    ProxySetTask.run_module(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@ author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
-  - egress_proxies.kvm.attributes
-  - egress_proxies.kvm.attributes.action_group
 attributes:
   check_mode:
     support: full
@@ -253,7 +251,7 @@ reason:
   type: str
   sample: "volume proxy-1-seed.iso is not a readable seed: the image is truncated: 40960 of the 71680 bytes its volume descriptor declares"
 actions:
-  description: What was done (in check mode, what would be done), in order.
+  description: The volume operations done on the seed, in order (in check mode, those a real run would do).
   returned: always
   type: list
   elements: str
