@@ -146,7 +146,7 @@ def test_image_spec_reads_both_checksum_forms():
     pinned = ImageSpec("debian-13", "https://x/d.qcow2", "SHA256:" + IMAGE_SHA.upper())
     assert (pinned.pinned_sha256, pinned.checksum_url) == (IMAGE_SHA, None)
     listed = ImageSpec("ubuntu-24.04", "https://x/noble/current/noble-server-cloudimg-amd64.img",
-                             "sha256:https://x/noble/current/SHA256SUMS")
+                       "sha256:https://x/noble/current/SHA256SUMS")
     assert (listed.pinned_sha256, listed.checksum_url) == (None, "https://x/noble/current/SHA256SUMS")
     assert listed.file_name == "noble-server-cloudimg-amd64.img"
     assert ImageSpec("a", "https://x/dir/a%20b.img?sig=1").file_name == "a b.img"
