@@ -66,18 +66,21 @@ def _require_holder(spec):
     return pid
 
 
+def _in_holders_namespaces(spec, pid):
+    holder_pid = holder(spec)
+    return bool(pid and holder_pid and namespaces.same_mount_namespace(pid, holder_pid))
+
+
 def daemon_pid(spec, program):
     """The pid of program (virtlogd, libvirtd) when it runs in the hypervisor's current namespaces."""
     pid = namespaces.daemon_pid(_pidfile(spec, program), program, spec.netns)
-    holder_pid = holder(spec)
-    if pid and holder_pid and os.stat("/proc/%d/ns/mnt" % pid).st_ino == os.stat("/proc/%d/ns/mnt" % holder_pid).st_ino:
-        return pid
-    return None
+    return pid if _in_holders_namespaces(spec, pid) else None
 
 
 def sshd_pid(spec):
-    """The pid of the hypervisor's sshd listener."""
-    return namespaces.daemon_pid(lab_ssh.sshd_pidfile(spec), "sshd", spec.netns)
+    """The pid of the hypervisor's sshd listener, when it runs in the hypervisor's current namespaces."""
+    pid = namespaces.daemon_pid(lab_ssh.sshd_pidfile(spec), "sshd", spec.netns)
+    return pid if _in_holders_namespaces(spec, pid) else None
 
 
 def mirror_pid(spec):
@@ -166,7 +169,8 @@ def _ensure_namespaces(spec):
     if pid is None:
         # Daemons left in the namespaces of a holder that is gone (a killed holder) see mounts that
         # nothing maintains any more: they are stopped and started again in the new namespaces.
-        leftovers = [found for found in (namespaces.daemon_pid(_pidfile(spec, p), p, spec.netns) for p in DAEMONS) if found]
+        leftovers = [found for found in [namespaces.daemon_pid(_pidfile(spec, p), p, spec.netns) for p in DAEMONS]
+                     + [namespaces.daemon_pid(lab_ssh.sshd_pidfile(spec), "sshd", spec.netns)] if found]
         if leftovers:
             namespaces.terminate(leftovers)
             actions.append("stopped daemons of lost namespaces (pids %s)" % ", ".join(map(str, leftovers)))

@@ -39,6 +39,12 @@ def in_netns(pid, netns):
     return wanted is not None and _namespace_id("/proc/%d/ns/net" % pid) == wanted
 
 
+def same_mount_namespace(pid, other):
+    """Whether two processes share a mount namespace (False when either is gone)."""
+    first = _namespace_id("/proc/%d/ns/mnt" % pid)
+    return first is not None and first == _namespace_id("/proc/%d/ns/mnt" % other)
+
+
 def netns_pids(netns):
     """The pids of every process in the named network namespace."""
     wanted = _namespace_id(os.path.join(NETNS_DIR, netns))
