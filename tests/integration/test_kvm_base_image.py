@@ -1,16 +1,14 @@
 """kvm_base_image on the real lab: libvirtd, the lab's HTTP mirror, and HTTP servers the tests control.
 
 Modules run through ansible-playbook on /usr/bin/python3 (Debian's python3-libvirt 9.0 and
-python3-requests 2.28), as on a real hypervisor. Servers started here make the interesting
-moments deterministic: they count requests, answer "Range: bytes=0-N" as mirrors do, and can hold
-a response after a given number of bytes until the test releases it (to kill the module mid-upload,
-or to make two runs overlap).
+python3-requests 2.28), as on a real hypervisor. The tests' shared ImageServer
+(tests/unit/image_server.py), started here, makes the interesting moments deterministic: it counts
+requests, answers "Range: bytes=0-N" as mirrors do, and can hold a response after a given number of
+bytes until the test releases it (to kill the module mid-upload, or to make two runs overlap).
 """
 
-import http.server
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -19,13 +17,13 @@ import uuid
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
     VolumeSpec,
     build_volume_xml,
     parse_volume_xml,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
+from tests.integration import lab_objects
 from tests.lab import config
 from tests.lab.images import sha256_file
 
@@ -46,99 +44,10 @@ def qemu_img_info(path):
     return json.loads(completed.stdout)
 
 
-class Hold:
-    """A response held after ``after_bytes`` bytes: ``reached`` is set then, ``release`` lets it go on."""
-
-    def __init__(self, after_bytes):
-        self.after_bytes = after_bytes
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-
-class ImageServer:
-    """A private HTTP server for files on disk, with Content-Length, Range, hit counts and held responses."""
-
-    def __init__(self):
-        self.files = {}
-        self.hits = {}
-        self.ranges = {}  # path -> the Range header of each request (None for a whole download)
-        self.holds = {}
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):
-                path = self.path.split("?", 1)[0]
-                asked = re.fullmatch(r"bytes=0-([0-9]+)", self.headers.get("Range", ""))
-                with server._lock:
-                    server.hits[path] = server.hits.get(path, 0) + 1
-                    server.ranges.setdefault(path, []).append(self.headers.get("Range"))
-                    hold = None if asked else server.holds.pop(path, None)
-                source = server.files.get(path)
-                if source is None:
-                    self.send_error(404)
-                    return
-                if asked:
-                    with open(source, "rb") as handle:
-                        head = handle.read(int(asked.group(1)) + 1)
-                    self.send_response(206)
-                    self.send_header("Content-Range", "bytes 0-%d/%d" % (len(head) - 1, os.path.getsize(source)))
-                    self.send_header("Content-Length", str(len(head)))
-                    self.end_headers()
-                    self.wfile.write(head)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(os.path.getsize(source)))
-                self.end_headers()
-                sent = 0
-                try:
-                    with open(source, "rb") as handle:
-                        for chunk in iter(lambda: handle.read(256 * 1024), b""):
-                            if hold is not None and sent + len(chunk) > hold.after_bytes:
-                                head = hold.after_bytes - sent
-                                self.wfile.write(chunk[:head])
-                                self.wfile.flush()
-                                sent, chunk = sent + head, chunk[head:]
-                                hold.reached.set()
-                                hold.release.wait(300)
-                                hold = None
-                            self.wfile.write(chunk)
-                            sent += len(chunk)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client was killed: what the kill test wants
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-
-    def url(self, path):
-        return "http://127.0.0.1:%d%s" % (self.httpd.server_port, path)
-
-    def serve(self, path, source):
-        self.files[path] = source
-        return self.url(path)
-
-    def hold(self, path, after_bytes):
-        hold = self.holds[path] = Hold(after_bytes)
-        return hold
-
-    def close(self):
-        for hold in self.holds.values():
-            hold.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server():
-    srv = ImageServer()
-    yield srv
-    srv.close()
+    with ImageServer() as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")
@@ -172,19 +81,16 @@ def _remove_test_volumes(hypervisor, pool):
                    key=lambda name: not name.startswith("eptest-img-"))
     for name in names:
         if name.startswith((BASE_PREFIX, "eptest-img-")):
-            try:
-                hypervisor.delete_volume(hypervisor.lookup_volume(pool, name))
-            except NotFoundError:
-                pass
+            lab_objects.delete_volume(hypervisor, pool, name)
 
 
-@pytest.fixture
-def hypervisor(lab):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        pool = hypervisor.lookup_pool(lab.pool)
-        _remove_test_volumes(hypervisor, pool)
-        yield hypervisor
-        _remove_test_volumes(hypervisor, pool)
+@pytest.fixture(autouse=True)
+def clean_test_volumes(lab, hypervisor):
+    """No volume of these tests (a name starting with a test prefix) before a test, nor after it."""
+    pool = hypervisor.lookup_pool(lab.pool)
+    _remove_test_volumes(hypervisor, pool)
+    yield
+    _remove_test_volumes(hypervisor, pool)
 
 
 def image_volumes(hypervisor, lab, image):
@@ -377,7 +283,7 @@ def test_sigkill_mid_upload_then_rerun_repairs(lab, hypervisor, server, sources,
     assert repaired["diff"]["before"] == {"volume": volume, "sha256": None, "state": "incomplete"}
     assert image_volumes(hypervisor, lab, image) == [volume, volume + ".sha256"]
     assert sha256_file(repaired["volume_path"]) == big["sha256"]
-    assert server.hits["/big.qcow2"] == 2
+    assert server.hit_count("/big.qcow2") == 2
 
 
 def test_two_concurrent_runs_download_once(lab, hypervisor, server, sources, task):
@@ -398,7 +304,7 @@ def test_two_concurrent_runs_download_once(lab, hypervisor, server, sources, tas
         thread.join(300)
         results.append(outcome["result"])
 
-    assert server.hits["/image.qcow2"] == 1
+    assert server.hit_count("/image.qcow2") == 1
     assert all(not r.get("failed") for r in results), results
     assert sorted((r["changed"], r["downloaded"]) for r in results) == [(False, False), (True, True)]
     assert {r["volume_path"] for r in results} == {os.path.join(lab.pool_dir, volume_name(image, source["sha256"]))}
@@ -425,12 +331,12 @@ def test_check_mode_reports_the_virtual_size_from_the_header(lab, hypervisor, se
     assert (predicted.get("failed"), predicted["changed"], predicted["downloaded"]) == (False, True, True), predicted
     assert predicted["size"] == source["virtual_size"] == 2 * 1024 * 1024
     assert predicted["volume_path"] is None
-    assert server.ranges["/v2.qcow2"] == ["bytes=0-2097151"]  # answered 206: the image was not downloaded
+    assert server.ranges_asked("/v2.qcow2") == ["bytes=0-2097151"]  # answered 206: the image was not downloaded
     assert image_volumes(hypervisor, lab, image) == []
 
     done = task(image, url=url, checksum="sha256:" + source["sha256"])
     assert (done["changed"], done["size"]) == (True, predicted["size"]), done
-    assert server.ranges["/v2.qcow2"] == ["bytes=0-2097151", None]
+    assert server.ranges_asked("/v2.qcow2") == ["bytes=0-2097151", None]
 
 
 @pytest.mark.parametrize("source_name, named", [
@@ -451,7 +357,7 @@ def test_an_image_naming_another_file_is_refused_and_leaves_nothing(lab, hypervi
         assert refused["msg"].startswith("image %s %s: a base image must be self-contained" % (url, named)), refused
         # No base and no marker: nothing of the image reached the pool.
         assert image_volumes(hypervisor, lab, image) == []
-    assert server.ranges["/%s.qcow2" % source_name] == ["bytes=0-2097151", None]
+    assert server.ranges_asked("/%s.qcow2" % source_name) == ["bytes=0-2097151", None]
 
 
 def test_a_backing_store_libvirt_reads_after_the_upload_is_deleted_before_the_marker(lab, hypervisor, server, sources,

@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
     VolumeSpec,
     build_volume_xml,
     parse_volume_xml,
 )
+from tests.integration import lab_objects
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +44,10 @@ DEFAULT_VENDOR_DATA = {"packages": ["qemu-guest-agent"], "runcmd": [["systemctl"
 FILE_STAT_KEYS = {"path", "uid", "gid", "owner", "group", "mode", "state"}
 
 
-def _delete(hypervisor, pool):
-    try:
-        hypervisor.delete_volume(hypervisor.lookup_volume(pool, VOLUME))
-    except NotFoundError:
-        pass
-
-
-@pytest.fixture
-def hypervisor(lab):
-    with Hypervisor.open(lab.uri) as hypervisor:
-        pool = hypervisor.lookup_pool(lab.pool)
-        _delete(hypervisor, pool)
-        yield hypervisor
-        _delete(hypervisor, pool)
+@pytest.fixture(autouse=True)
+def clean(lab_cleanup):
+    """No seed volume before a test, nor after it."""
+    lab_cleanup(volumes=[VOLUME])
 
 
 @pytest.fixture
@@ -132,7 +122,7 @@ def test_check_real_idempotent_then_one_file_changed(lab, hypervisor, run_playbo
 def _write_prefix(hypervisor, lab, image, length):
     """Leave the volume as an upload cut off after ``length`` bytes leaves it: full size, zeros after the cut."""
     pool = hypervisor.lookup_pool(lab.pool)
-    _delete(hypervisor, pool)
+    lab_objects.delete_volume(hypervisor, pool, VOLUME)
     vol = hypervisor.create_volume(pool, build_volume_xml(VolumeSpec(VOLUME, len(image), "raw")))
     hypervisor.upload_volume(vol, [image[:length]])
     written = volume_bytes(hypervisor, lab)
