@@ -120,8 +120,9 @@ def dnsmasq_options(interface, dhcp_range, leasefile, pidfile, logfile):
 
 
 def dnsmasq_argv():
-    return ["dnsmasq"] + dnsmasq_options(config.VETH_NETNS_END, (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
-                           config.DNSMASQ_LEASEFILE, config.DNSMASQ_PIDFILE, os.path.join(config.RUN_DIR, "dnsmasq.log"))
+    options = dnsmasq_options(config.VETH_NETNS_END, (config.DHCP_RANGE_START, config.DHCP_RANGE_END),
+                              config.DNSMASQ_LEASEFILE, config.DNSMASQ_PIDFILE, os.path.join(config.RUN_DIR, "dnsmasq.log"))
+    return ["dnsmasq"] + options
 
 
 def dnsmasq_pid(pidfile=config.DNSMASQ_PIDFILE):
