@@ -22,12 +22,9 @@ __metaclass__ = type
 import time
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import inspect_domain, resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     format_domain_id,
     overlay_volume_name,
@@ -57,9 +54,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_ABSENT,
     STATE_PRESENT,
     STATE_STOPPED,
-    ProxyRequest,
     base_volume_of,
-    module_params,
     spec_digest,
     utcnow,
 )
@@ -68,42 +63,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     is_active,
     libvirt_state_name,
 )
-
-
-class ProxyTask:
-    """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor.
-
-    ``kvm`` is the module's _module.KvmModule; ``run_module`` builds it and runs the task.
-    """
-
-    requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
-    mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
-    required_if = [
-        ("state", "present", ("image", "base_volume"), True),
-        ("state", "present", ("bridge", "network"), True),
-        ("state", "stopped", ("image", "base_volume"), True),
-        ("state", "stopped", ("bridge", "network"), True),
-    ]
-
-    @classmethod
-    def run_module(cls, argument_spec):
-        kvm = KvmModule(argument_spec, requirements=cls.requirements, mutually_exclusive=cls.mutually_exclusive,
-                        required_if=cls.required_if)
-        task = cls(kvm)
-        kvm.run(task.work, validate=task.validate)
-
-    def __init__(self, kvm):
-        self.kvm = kvm
-        self.request = None
-
-    def validate(self):
-        self.request = ProxyRequest.from_params(module_params(self.kvm))
-
-    def work(self, hypervisor):
-        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                               lock_timeout=self.kvm.params["lock_timeout"])
-        return self.kvm.result(manager.run())
-
 
 _DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "autostart")
 

@@ -36,7 +36,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, TransientError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager, ProxyTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan import (
     CLEAN,
@@ -52,7 +52,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_ABSENT,
     STATE_PRESENT,
     ProxyRequest,
-    module_params,
     utcnow,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
@@ -270,20 +269,3 @@ class SetManager:
             result["outcome"] = _OUTCOMES[kind]
         result["id"] = format_domain_id(self.host, member.manager.request.name)
         return result
-
-
-class ProxySetTask(ProxyTask):
-    """kvm_proxy_set's task: the parameters into a validated set request, then the set's flow."""
-
-    # Each proxy's own entry may give what the set does not: ProxyRequest checks what each one needs.
-    required_if = []
-
-    def validate(self):
-        self.request = SetRequest.from_params(module_params(self.kvm))
-
-    def work(self, hypervisor):
-        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                            lock_timeout=self.kvm.params["lock_timeout"]).run()
-        for entry in result["proxies"] + result["removed"]:
-            self.kvm.result(entry).pop("diff", None)  # the set's diff holds every proxy's
-        return self.kvm.result(result)

@@ -268,7 +268,7 @@ drifted:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxyTask
 
 ARGUMENT_SPEC = kvm_proxy_argument_spec()
 

@@ -234,7 +234,7 @@ skipped:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import ProxySetTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
 
 ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
 
