@@ -241,7 +241,7 @@ def fleet_lab():
 
 
 @pytest.fixture
-def fleet(fleet_lab, tmp_path):
+def hv_fleet(fleet_lab, tmp_path):
     """A Fleet on a clean lab: nothing of these tests before or after, every sshd up, nothing frozen."""
     hypervisor_fleet = Fleet(fleet_lab, tmp_path)
     hypervisor_fleet.clean()

@@ -37,23 +37,23 @@ def name(suffix):
     return PREFIX + suffix
 
 
-def spread(fleet, **overrides):
+def spread(hv_fleet, **overrides):
     """One per-host list (on lab-hv1) and a fleet-wide list over both hypervisors."""
-    group_vars = fleet.role_vars(egress_proxy_fleet=[
+    group_vars = hv_fleet.role_vars(egress_proxy_fleet=[
         {"name": name("b"), "hypervisor": HV1},
         {"name": name("c"), "hypervisor": HV2},
         {"name": name("d"), "hypervisor": HV2, "state": "stopped"},
     ], **overrides)
-    return fleet.inventory(group_vars, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
+    return hv_fleet.inventory(group_vars, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
 
 
 EXPECTED = {HV1: {name("a"): "running", name("b"): "running"},
             HV2: {name("c"): "running", name("d"): "shut off"}}
 
 
-def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_stay_converged(fleet):
-    inventory = spread(fleet)
-    run = fleet.playbook("deploy.yml", inventory)
+def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_stay_converged(hv_fleet):
+    inventory = spread(hv_fleet)
+    run = hv_fleet.playbook("deploy.yml", inventory)
     assert run.rc == 0, run
     for host, names in ((HV1, [name("a"), name("b")]), (HV2, [name("c"), name("d")])):
         converged = run.items(CONVERGE_TASK, host)
@@ -64,11 +64,11 @@ def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_st
     spans = run.spans(CONVERGE_TASK)
     assert overlap(spans[HV1], spans[HV2]) > 0, spans
     # Each hypervisor holds exactly its own proxies: virsh on each, through its own sshd.
-    for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2)):
-        assert fleet.domains_over_ssh(spec) == EXPECTED[host]
-        assert fleet.ssh(spec, "hostname").stdout.strip() == host
+    for host, spec in ((HV1, hv_fleet.hv1), (HV2, hv_fleet.hv2)):
+        assert hv_fleet.domains_over_ssh(spec) == EXPECTED[host]
+        assert hv_fleet.ssh(spec, "hostname").stdout.strip() == host
 
-    again = fleet.playbook("deploy.yml", inventory)
+    again = hv_fleet.playbook("deploy.yml", inventory)
     assert again.rc == 0, again
     assert [again.stats(host)["changed"] for host in (HV1, HV2)] == [0, 0], again
     print("first run %.0f s, second %.0f s" % (run.seconds, again.seconds))
@@ -82,50 +82,50 @@ def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_st
     ([{"name": name("x"), "hypervisor": HV1}], {HV2: {"egress_proxy_instances": [{"name": name("x")}]}},
      ["egress_proxy_fleet[0].name", name("x"), "egress_proxy_instances of lab-hv2"]),
 ], ids=["unknown hypervisor", "one name on two hypervisors", "also in another host's list"])
-def test_a_misplaced_fleet_entry_fails_before_any_hypervisor_is_touched(fleet, entries, host_vars, words):
-    inventory = fleet.inventory(fleet.role_vars(egress_proxy_fleet=entries), host_vars)
+def test_a_misplaced_fleet_entry_fails_before_any_hypervisor_is_touched(hv_fleet, entries, host_vars, words):
+    inventory = hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_fleet=entries), host_vars)
     for playbook in ("deploy.yml", "destroy.yml"):
-        run = fleet.playbook(playbook, inventory)
+        run = hv_fleet.playbook(playbook, inventory)
         assert run.rc != 0, run
         messages = " | ".join(message or "" for _host, _task, message in run.failures())
         assert all(word in messages for word in words), messages
         for task in TOUCHING_TASKS + ("Remove the proxies and their disks",):
             assert run.ran(task) == [], "%s ran before the bad entry was refused" % task
-    for spec in fleet.specs:
-        assert fleet.domains_local(spec) == {}
+    for spec in hv_fleet.specs:
+        assert hv_fleet.domains_local(spec) == {}
 
 
-def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_returns(fleet):
-    assert fleet.playbook("deploy.yml", spread(fleet)).rc == 0
-    before = (fleet.domains_local(fleet.hv2), fleet.volumes_local(fleet.hv2))
-    grown = fleet.role_vars(egress_proxy_fleet=[
+def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_returns(hv_fleet):
+    assert hv_fleet.playbook("deploy.yml", spread(hv_fleet)).rc == 0
+    before = (hv_fleet.domains_local(hv_fleet.hv2), hv_fleet.volumes_local(hv_fleet.hv2))
+    grown = hv_fleet.role_vars(egress_proxy_fleet=[
         {"name": name("b"), "hypervisor": HV1},
         {"name": name("c"), "hypervisor": HV2},
         {"name": name("d"), "hypervisor": HV2, "state": "stopped"},
         {"name": name("e"), "hypervisor": HV1},
         {"name": name("f"), "hypervisor": HV2},
     ])
-    inventory = fleet.inventory(grown, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
+    inventory = hv_fleet.inventory(grown, {HV1: {"egress_proxy_instances": [{"name": name("a")}]}})
 
-    hypervisors.stop_sshd(fleet.hv2)
-    run = fleet.playbook("deploy.yml", inventory)
+    hypervisors.stop_sshd(hv_fleet.hv2)
+    run = hv_fleet.playbook("deploy.yml", inventory)
     assert run.rc != 0, run
     assert run.stats(HV2)["unreachable"] == 1 and run.stats(HV2)["changed"] == 0, run.result["stats"]
     (unreachable,) = run.failures(HV2)
-    assert fleet.hv2.address in unreachable[2], unreachable
+    assert hv_fleet.hv2.address in unreachable[2], unreachable
     assert run.stats(HV1)["failures"] == 0 and run.stats(HV1)["unreachable"] == 0, run
     assert run.items(CONVERGE_TASK, HV1)[name("e")]["changed"]
-    assert fleet.domains_over_ssh(fleet.hv1) == dict(EXPECTED[HV1], **{name("e"): "running"})
+    assert hv_fleet.domains_over_ssh(hv_fleet.hv1) == dict(EXPECTED[HV1], **{name("e"): "running"})
     # Nothing on the unreachable hypervisor changed.
-    assert (fleet.domains_local(fleet.hv2), fleet.volumes_local(fleet.hv2)) == before
+    assert (hv_fleet.domains_local(hv_fleet.hv2), hv_fleet.volumes_local(hv_fleet.hv2)) == before
 
     # status.yml: every proxy of the reachable hypervisor, and a row saying the other is unreachable.
-    status = fleet.playbook("status.yml", inventory)
+    status = hv_fleet.playbook("status.yml", inventory)
     assert status.rc == 0, status
     (table,) = status.results("Show every proxy of every hypervisor", HV1)
     lines = table["msg"]
     assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +OWNER +AGE +DESIRED$", lines[0]), lines
-    assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(fleet.hv2.address), line) for line in lines), lines
+    assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(hv_fleet.hv2.address), line) for line in lines), lines
     for proxy in (name("a"), name("b"), name("e")):
         assert any(re.match(r"lab-hv1 +%s +Provisioning +- +eptest-fleet +\d+[smhd] +yes$" % proxy, line) for line in lines), lines
     # Aligned: every proxy's name and DESIRED under their headers.
@@ -139,21 +139,21 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     assert [row["state"] for row in by_host[HV2]] == ["UNREACHABLE"] and by_host[HV2][0]["error"]
     assert sorted(row["name"] for row in by_host[HV1]) == [name("a"), name("b"), name("e")]
 
-    hypervisors.start_sshd(fleet.hv2)
-    back = fleet.playbook("deploy.yml", inventory)
+    hypervisors.start_sshd(hv_fleet.hv2)
+    back = hv_fleet.playbook("deploy.yml", inventory)
     assert back.rc == 0, back
     assert back.stats(HV1)["changed"] == 0, back
     assert back.items(CONVERGE_TASK, HV2)[name("f")]["changed"]
-    assert fleet.domains_over_ssh(fleet.hv2) == dict(EXPECTED[HV2], **{name("f"): "running"})
+    assert hv_fleet.domains_over_ssh(hv_fleet.hv2) == dict(EXPECTED[HV2], **{name("f"): "running"})
 
 
-def test_a_hypervisor_whose_libvirtd_is_frozen_fails_within_the_bound_naming_it(fleet):
-    inventory = spread(fleet)
-    assert fleet.playbook("deploy.yml", inventory).rc == 0
+def test_a_hypervisor_whose_libvirtd_is_frozen_fails_within_the_bound_naming_it(hv_fleet):
+    inventory = spread(hv_fleet)
+    assert hv_fleet.playbook("deploy.yml", inventory).rc == 0
     bound = CONNECT_TIMEOUT
-    hypervisors.freeze(fleet.hv2)
+    hypervisors.freeze(hv_fleet.hv2)
     try:
-        run = fleet.playbook("deploy.yml", inventory, timeout=300)
+        run = hv_fleet.playbook("deploy.yml", inventory, timeout=300)
         assert run.rc != 0, run
         assert run.stats(HV1)["failures"] == 0 and run.stats(HV1)["ok"] > 0, run
         failures = run.failures(HV2)
@@ -165,20 +165,20 @@ def test_a_hypervisor_whose_libvirtd_is_frozen_fails_within_the_bound_naming_it(
         assert bound <= end - start <= bound + 15, (start, end)
         assert run.ran(CONVERGE_TASK) == [HV1]
 
-        status = fleet.playbook("status.yml", inventory, {"egress_proxy_status_timeout": 10})
+        status = hv_fleet.playbook("status.yml", inventory, {"egress_proxy_status_timeout": 10})
         assert status.rc == 0, status
         (rows,) = status.results("Show the same rows as JSON", HV1)
         (frozen,) = [row for row in rows["status_rows"] if row["hypervisor"] == HV2]
         assert frozen["state"] == "NO ANSWER" and "10 seconds" in frozen["error"], frozen
     finally:
-        hypervisors.thaw(fleet.hv2)
+        hypervisors.thaw(hv_fleet.hv2)
     print("deploy with lab-hv2 frozen: %.0f s; lab-hv2 failed after %.1f s" % (run.seconds, end - start))
 
 
-def test_ad_hoc_kvm_proxy_info_prints_each_hypervisors_own_proxies(fleet):
-    inventory = spread(fleet)
-    assert fleet.playbook("deploy.yml", inventory).rc == 0
-    completed = fleet.adhoc(inventory, "egress_proxies.kvm.kvm_proxy_info", "uid=eptest-fleet")
+def test_ad_hoc_kvm_proxy_info_prints_each_hypervisors_own_proxies(hv_fleet):
+    inventory = spread(hv_fleet)
+    assert hv_fleet.playbook("deploy.yml", inventory).rc == 0
+    completed = hv_fleet.adhoc(inventory, "egress_proxies.kvm.kvm_proxy_info", "uid=eptest-fleet")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     listed = {}
     for line in completed.stdout.splitlines():
@@ -193,12 +193,12 @@ def test_ad_hoc_kvm_proxy_info_prints_each_hypervisors_own_proxies(fleet):
         assert all(proxy["id"] == "hosts/%s/domains/%s" % (host, proxy["name"]) for proxy in listed[host]["proxies"])
 
 
-def _inventory_plugin(fleet, hypervisor_lines, *args):
-    path = fleet.tmp_path / "fleet.kvm_proxies.yml"
+def _inventory_plugin(hv_fleet, hypervisor_lines, *args):
+    path = hv_fleet.tmp_path / "fleet.kvm_proxies.yml"
     path.write_text("plugin: egress_proxies.kvm.kvm_proxies\nhypervisors:\n%suid: eptest-fleet\nstrict: true\n" % hypervisor_lines)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO_ROOT, "build", "collections"),
                ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_NOCOLOR="true",
-               ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true", ANSIBLE_LOCAL_TEMP=str(fleet.tmp_path / "ansible-local"))
+               ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true", ANSIBLE_LOCAL_TEMP=str(hv_fleet.tmp_path / "ansible-local"))
     return subprocess.run([os.path.join(REPO_ROOT, ".venv", "bin", "ansible-inventory"), "-i", str(path)] + list(args),
                           capture_output=True, text=True, timeout=300, check=False, env=env)
 
@@ -214,11 +214,11 @@ def _plain(value):
     return value
 
 
-def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys_checked(fleet):
-    assert fleet.playbook("deploy.yml", spread(fleet)).rc == 0
+def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys_checked(hv_fleet):
+    assert hv_fleet.playbook("deploy.yml", spread(hv_fleet)).rc == 0
     # No name given: each hypervisor is named as libvirt reports it, by its own host name.
-    lines = "".join("  - {uri: '%s'}\n" % spec.uri for spec in (fleet.hv1, fleet.hv2))
-    completed = _inventory_plugin(fleet, lines, "--list")
+    lines = "".join("  - {uri: '%s'}\n" % spec.uri for spec in (hv_fleet.hv1, hv_fleet.hv2))
+    completed = _inventory_plugin(hv_fleet, lines, "--list")
     assert completed.returncode == 0, completed.stderr
     listing = _plain(json.loads(completed.stdout))
     for host in (HV1, HV2):
@@ -228,12 +228,12 @@ def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys
             assert listing["_meta"]["hostvars"][proxy]["kvm_proxy_id"] == "hosts/%s/domains/%s" % (host, proxy)
 
     # The same URIs with a known_hosts file that does not know lab-hv2's key: refused, naming it.
-    empty = fleet.tmp_path / "known_hosts"
+    empty = hv_fleet.tmp_path / "known_hosts"
     empty.write_text("")
-    wrapper = fleet.tmp_path / "ssh-unknown-hosts"
+    wrapper = hv_fleet.tmp_path / "ssh-unknown-hosts"
     wrapper.write_text('#!/bin/sh\nexec ssh -F %s -o UserKnownHostsFile=%s "$@"\n' % (config.SSH_CONFIG, empty))
     wrapper.chmod(0o755)
-    refused = _inventory_plugin(fleet, "  - {uri: '%s'}\n" % fleet.hv2.uri.replace(config.LAB_SSH, str(wrapper)), "--list")
+    refused = _inventory_plugin(hv_fleet, "  - {uri: '%s'}\n" % hv_fleet.hv2.uri.replace(config.LAB_SSH, str(wrapper)), "--list")
     assert refused.returncode != 0
     assert "could not read hypervisor" in refused.stderr and "Host key verification failed" in refused.stderr, refused.stderr
 
@@ -242,13 +242,13 @@ ORIGIN_PORT = 18090
 
 
 @pytest.fixture
-def lan_origins(fleet, tmp_path):
+def lan_origins(hv_fleet, tmp_path):
     """A web server on each hypervisor's LAN, in its LAN namespace: {host: URL}."""
     root = tmp_path / "origin"
     root.mkdir()
     (root / "index.html").write_text("egress fleet origin\n")
     servers, urls = [], {}
-    for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2)):
+    for host, spec in ((HV1, hv_fleet.hv1), (HV2, hv_fleet.hv2)):
         servers.append(subprocess.Popen(
             ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
              "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -269,26 +269,26 @@ def fetch(spec, proxy, url):
 
 
 @pytest.mark.boot
-def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_own_lan(fleet, lan_origins):
+def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_own_lan(hv_fleet, lan_origins):
     image = "http://127.0.0.1:8642/"
-    booted = fleet.role_vars(
+    booted = hv_fleet.role_vars(
         egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
                             "checksum": "sha256:" + image + config.SHA256SUMS},
         egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
         egress_proxy_fleet=[{"name": name("boot-1"), "hypervisor": HV1}, {"name": name("boot-2"), "hypervisor": HV2}])
     host_vars = {host: {"egress_proxy_allowed_clients": [spec.lan_cidr], "egress_proxy_verify_netns": spec.lan_netns,
                         "egress_proxy_verify_url": lan_origins[host]}
-                 for host, spec in ((HV1, fleet.hv1), (HV2, fleet.hv2))}
-    inventory = fleet.inventory(booted, host_vars)
-    run = fleet.playbook("deploy.yml", inventory, timeout=1500)
+                 for host, spec in ((HV1, hv_fleet.hv1), (HV2, hv_fleet.hv2))}
+    inventory = hv_fleet.inventory(booted, host_vars)
+    run = hv_fleet.playbook("deploy.yml", inventory, timeout=1500)
     assert run.rc == 0, run
     waits = run.spans("Poll the hypervisor until every running proxy has an IPv4 address")
     assert overlap(waits[HV1], waits[HV2]) > 0, waits
 
-    verified = fleet.playbook("verify.yml", inventory, timeout=900)
+    verified = hv_fleet.playbook("verify.yml", inventory, timeout=900)
     assert verified.rc == 0, verified
     addresses = {}
-    for host, spec, proxy in ((HV1, fleet.hv1, name("boot-1")), (HV2, fleet.hv2, name("boot-2"))):
+    for host, spec, proxy in ((HV1, hv_fleet.hv1, name("boot-1")), (HV2, hv_fleet.hv2, name("boot-2"))):
         (reported,) = verified.results("Report what each proxy answered", host)
         assert "HTTP 200, X-Egress-Proxy %s" % proxy in reported["results"][0]["msg"], reported
         (recorded,) = run.results("Record the proxies of this hypervisor in egress_proxy_proxies", host)
@@ -297,5 +297,5 @@ def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_ow
         addresses[host] = "http://%s:3128" % listed["ip"]
         assert fetch(spec, addresses[host], lan_origins[host]) == (200, proxy)
     # Each LAN reaches its own hypervisor's proxy only: the segments are separate.
-    assert fetch(fleet.hv1, addresses[HV2], lan_origins[HV2])[0] == 0
+    assert fetch(hv_fleet.hv1, addresses[HV2], lan_origins[HV2])[0] == 0
     print("booted both in %.0f s, verified in %.0f s" % (run.seconds, verified.seconds))
