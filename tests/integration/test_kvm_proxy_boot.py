@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name, marker_volume_name
 from tests.lab import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.boot]
@@ -29,6 +30,8 @@ MARKER = "seed of %s applied by cloud-init" % VM
 SQUID_PORT = 3128
 ORIGIN_PORT = 18091
 WAIT_TIMEOUT = 300
+# The image name of the replacement: another name is another image, so the VM drifts.
+NEXT_IMAGE = "debian-12-egress-next"
 
 
 def leased_ips(mac):
@@ -86,12 +89,21 @@ def absent_after(proxy_vars, run_playbook):
 
 
 @pytest.fixture
+def next_image_uncached(lab, lab_cleanup):
+    """The replacement's image is not cached before the test (so it is fetched) and its base is gone after it."""
+    base = base_volume_name(NEXT_IMAGE, "qcow2", lab.images[config.GUEST_IMAGE]["sha256"])
+    lab_cleanup(volumes=[base, marker_volume_name(base)])
+
+
+@pytest.fixture
 def netns_origin(serve_in_netns):
     """The destination squid is asked to fetch."""
     return serve_in_netns("origin behind %s\n" % VM, ORIGIN_PORT)
 
 
-def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after, netns_origin, run_playbook):
+# Listed before absent_after, so its clean-up runs after the VM on that base is gone.
+def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, next_image_uncached, absent_after, netns_origin,
+                                                  run_playbook):
     started = time.monotonic()
     run = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="present"), timeout=WAIT_TIMEOUT + 600)
     assert run.rc == 0, run
@@ -128,7 +140,7 @@ def test_proxy_boots_applies_its_seed_and_proxies(lab, proxy_vars, absent_after,
     assert fetch_through(lab, ip, netns_origin, attempts_for=10) == "origin behind %s\n" % VM
 
     # ...and one onto an image it can get replaces it.
-    replaced = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="present", image_name="debian-12-egress-next"),
+    replaced = run_playbook(PLAYBOOK, dict(proxy_vars, proxy_state="present", image_name=NEXT_IMAGE),
                             timeout=WAIT_TIMEOUT + 600)
     assert replaced.rc == 0, replaced
     result = replaced.task_results("Make the proxy present")[0]
