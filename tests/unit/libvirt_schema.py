@@ -8,13 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import shutil
 import subprocess
-
-import pytest
-
-needs_virt_xml_validate = pytest.mark.skipif(
-    shutil.which("virt-xml-validate") is None, reason="libvirt's schema validator (libvirt-clients) is not installed")
 
 
 def virt_xml_validate(tmp_path, xml, schema):

@@ -29,7 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     InstanceMetadata,
     build_instance_element,
 )
-from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import needs_virt_xml_validate, virt_xml_validate
+from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
 
 CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=datetime.timezone.utc)
 NS = "{%s}" % METADATA_URI
@@ -280,7 +280,6 @@ def test_parse_rejects_broken_domains(raw, message):
         parse_domain_xml(raw)
 
 
-@needs_virt_xml_validate
 @pytest.mark.parametrize("changes", [
     {},
     {"bridge": None, "network": "default", "mac": "52:54:00:00:00:02", "virt_type": "qemu", "cpu_mode": "none"},

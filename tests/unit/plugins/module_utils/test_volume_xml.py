@@ -18,7 +18,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml imp
     build_volume_xml,
     parse_volume_xml,
 )
-from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import needs_virt_xml_validate, virt_xml_validate
+from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
 
 GIB = 1 << 30
 BASE = "/var/lib/egress-proxies-lab/pool/base-debian-12.qcow2"
@@ -142,7 +142,6 @@ def test_parse_rejects_broken_xml(raw, message):
         parse_volume_xml(raw)
 
 
-@needs_virt_xml_validate
 @pytest.mark.parametrize("spec", [OVERLAY, VolumeSpec("proxy-x-seed.iso", 372736, "raw")])
 def test_libvirt_schema_accepts_volume(tmp_path, spec):
     result = virt_xml_validate(tmp_path, build_volume_xml(spec), "storagevol")
