@@ -30,7 +30,6 @@ EXTENSION_BACKING_FORMAT = 0xE2792ACA
 URL = "http://mirror.example/debian.qcow2"
 
 
-
 def qcow2_header(virtual_size, version=3, backing_file=None, data_file=None, external_data=None, cluster_bits=16,
                  extensions=(), header_length=None):
     """A qcow2 header laid out as qemu-img writes one: the fixed fields, the extensions, the end
