@@ -132,13 +132,15 @@ seealso:
 
 EXAMPLES = r"""
 # Debian publishes SHA512SUMS only: pin the sha256 of the release you validated
-# (sha256sum debian-13-generic-amd64.qcow2). When "latest" moves on, the task fails
-# with a checksum mismatch until you update the pin; use a dated directory under
-# trixie/ instead of latest/ to keep fetching the pinned release.
+# (sha256sum debian-13-generic-amd64-20251117-2299.qcow2), from its dated directory.
+# A cached image that matches the pin is used without asking the server again, so
+# with latest/ instead of a dated directory the task still succeeds where the pinned
+# release is cached, and fails with a checksum mismatch only where it is not (a new
+# hypervisor) once latest/ moves on: pin a dated URL to get the same image everywhere.
 - name: Cache Debian 13 (trixie), pinned to a validated release
   egress_proxies.kvm.kvm_base_image:
     name: debian-13
-    url: https://cloud.debian.org/images/cloud/trixie/latest/debian-13-generic-amd64.qcow2
+    url: https://cloud.debian.org/images/cloud/trixie/20251117-2299/debian-13-generic-amd64-20251117-2299.qcow2
     checksum: "sha256:{{ debian_13_sha256 }}"
     pool: default
 
