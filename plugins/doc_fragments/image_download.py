@@ -16,6 +16,13 @@ options:
       - Verify the TLS certificate of HTTPS servers (the image's and the checksum file's).
     type: bool
     default: true
+  ca_path:
+    description:
+      - A CA certificate bundle (a PEM file, or a directory of hashed certificates) on the host that runs the module,
+        trusted instead of the system's CA certificates to verify HTTPS servers; for a mirror whose certificate is
+        signed by a private CA.
+      - Ignored when O(validate_certs=false).
+    type: path
   timeout:
     description:
       - Seconds to wait for an HTTP server to connect or to send the next bytes (not for the whole download).

@@ -6,7 +6,7 @@
 
 Public API::
 
-    with open_downloader(http=None, timeout=60, retries=3, validate_certs=True) as downloader:
+    with open_downloader(http=None, timeout=60, retries=3, validate_certs=True, ca_path=None) as downloader:
         sha256 = downloader.sha256_of(spec)     # pinned, listed in its SHA256SUMS file, or None
         header = downloader.read_header(spec)   # check mode: a Range request for the first bytes
         answer = downloader.download(url, what, receive)   # receive(ImageBody) under retries
@@ -25,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -70,6 +71,7 @@ def download_argument_spec():
     """The download options of every module that caches images (docs: the image_download doc fragment)."""
     return dict(
         validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
         timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         retries=dict(type="int", default=DEFAULT_RETRIES),
         lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
@@ -111,14 +113,22 @@ def _read_errors():
 
 @contextmanager
 def open_downloader(http=None, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES, validate_certs=True,
-                    backoff=DEFAULT_BACKOFF):
-    """A Downloader over ``http`` (a requests.Session-like object), or over a Session of its own that is closed after."""
+                    backoff=DEFAULT_BACKOFF, ca_path=None):
+    """A Downloader over ``http`` (a requests.Session-like object), or over a Session of its own that is closed after.
+
+    ``ca_path`` is a CA bundle (a PEM file, or a directory of them) on the
+    host that runs the module, trusted instead of the system's.
+    """
+    if ca_path is not None and not os.path.exists(ca_path):
+        # requests would raise a bare OSError at the first GET.
+        raise ValidationError("ca_path %s does not exist on the host that runs the module; give the path of a CA "
+                              "certificate bundle (PEM) there" % ca_path)
     if http is not None:
-        yield Downloader(http, timeout, retries, validate_certs, backoff)
+        yield Downloader(http, timeout, retries, validate_certs, backoff, ca_path)
         return
     session = requests.Session()
     try:
-        yield Downloader(session, timeout, retries, validate_certs, backoff)
+        yield Downloader(session, timeout, retries, validate_certs, backoff, ca_path)
     finally:
         session.close()
 
@@ -127,12 +137,20 @@ class Downloader:
     """GETs with the task's timeout, certificate check and retries (sleeping ``backoff`` seconds, doubling)."""
 
     def __init__(self, session, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES, validate_certs=True,
-                 backoff=DEFAULT_BACKOFF):
+                 backoff=DEFAULT_BACKOFF, ca_path=None):
         self.session = session
         self.timeout = timeout
         self.retries = retries
         self.validate_certs = validate_certs
         self.backoff = backoff
+        self.ca_path = ca_path
+
+    @property
+    def verify(self):
+        """requests' ``verify``: False, the CA bundle to trust, or True for the system's."""
+        if not self.validate_certs:
+            return False
+        return self.ca_path if self.ca_path is not None else True
 
     def retrying(self, attempt, what):
         """Call ``attempt()`` up to retries + 1 times while it raises Retryable, sleeping in between."""
@@ -189,15 +207,20 @@ class Downloader:
         if first_bytes is not None:
             headers["Range"] = "bytes=0-%d" % (first_bytes - 1)
         try:
-            return self.session.get(url, stream=True, timeout=self.timeout, verify=self.validate_certs, headers=headers,
+            return self.session.get(url, stream=True, timeout=self.timeout, verify=self.verify, headers=headers,
                                     hooks={"response": [_refuse_non_http_redirect]})
         except requests.exceptions.SSLError as exc:
-            raise PermanentError("TLS verification of %s failed: %s; install the CA certificate on the host that runs "
-                                 "the module, or set validate_certs to false" % (url, exc)) from exc
+            raise PermanentError(self._tls_refused(url, exc)) from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             raise Retryable("fetching %s failed: %s" % (url, exc)) from exc
         except requests.exceptions.RequestException as exc:
             raise PermanentError("fetching %s failed: %s" % (url, exc)) from exc
+
+    def _tls_refused(self, url, exc):
+        trusted = "the system's CA certificates" if self.ca_path is None else "the CA bundle %s (ca_path)" % self.ca_path
+        return ("TLS verification of %s failed against %s: %s; set ca_path to the CA certificate (PEM) that signed the "
+                "server's certificate, on the host that runs the module, or set validate_certs to false to skip the "
+                "check" % (url, trusted, exc))
 
     def _checksum_file(self, url):
         response = self._get(url)

@@ -11,10 +11,10 @@ Public API (used by kvm_base_image and kvm_proxy)::
                      format="qcow2" | "raw")
     result = ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None,
                           timeout=60, retries=3, validate_certs=True, lock_timeout=3600,
-                          max_virtual_size=None)
+                          max_virtual_size=None, ca_path=None)
 
     # the same, step by step (_plan): observe, plan, then apply unless in check mode
-    with open_downloader(http, timeout, retries, validate_certs) as downloader:
+    with open_downloader(http, timeout, retries, validate_certs, ca_path=ca_path) as downloader:
         cache = ImageCache(hypervisor, downloader, lock_timeout)
         request = cache.resolve(ImageRequest(pool_name, spec, max_virtual_size=None))
         plan = plan_image(request, cache.observe(request, read_header=check_mode))
@@ -334,10 +334,11 @@ class ImageCache:
 
 def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
                  retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None):
+                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None, ca_path=None):
     """Make the image ready in the pool and describe its base volume (an ImageResult).
 
-    ``http`` is a requests.Session-like object (a new Session when None).
+    ``http`` is a requests.Session-like object (a new Session when None);
+    ``ca_path`` a CA bundle on this host trusted for HTTPS instead of the system's.
     In check mode an image that is not cached is not downloaded, but its
     header is read (a Range request for its first bytes), so the result
     has its virtual size and an image that would be refused is refused.
@@ -349,7 +350,7 @@ def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     TransientError when retries ran out.
     """
     request = ImageRequest(pool_name, spec, max_virtual_size=max_virtual_size)
-    with open_downloader(http, timeout, retries, validate_certs, backoff) as downloader:
+    with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
         cache = ImageCache(hypervisor, downloader, lock_timeout, lock_dir)
         request = cache.resolve(request)
         plan = plan_image(request, cache.observe(request, read_header=check_mode))
