@@ -17,9 +17,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-from urllib.parse import urlsplit
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import TransientError, classify
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import VIR_ERR_NO_SUPPORT, TransientError, classify
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
 
 libvirt, LIBVIRT_REQUIREMENT = optional_import(
@@ -42,21 +41,22 @@ METADATA_ELEMENT = 2  # VIR_DOMAIN_METADATA_ELEMENT
 METADATA_AFFECT_LIVE = 1  # VIR_DOMAIN_AFFECT_LIVE
 METADATA_AFFECT_CONFIG = 2  # VIR_DOMAIN_AFFECT_CONFIG
 
-# A remote hypervisor that stops answering is declared dead after
-# interval * (count + 1) seconds instead of hanging the task forever.
+# A hypervisor that stops answering (remote, or a local libvirtd that is
+# stopped or wedged) is declared dead after interval * (count + 1) seconds
+# instead of hanging the task forever.
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3
+
+# Keepalive only starts once the connection is open, so the open itself has
+# its own bound: a daemon that accepts the socket and never replies (frozen,
+# or deadlocked) would otherwise hang virConnectOpen for ever. Generous
+# enough for an SSH handshake through a jump host.
+OPEN_TIMEOUT = 30
 
 STREAM_CHUNK = 256 * 1024
 
 _event_loop_lock = threading.Lock()
 _event_loop_started = []
-
-
-def is_remote_uri(uri):
-    """True when the URI reaches a hypervisor over a network transport."""
-    parts = urlsplit(uri)
-    return bool(parts.netloc) or "+" in parts.scheme
 
 
 def _start_event_loop():
@@ -75,6 +75,44 @@ def _start_event_loop():
         thread.daemon = True
         thread.start()
         _event_loop_started.append(thread)
+
+
+def _open_within(uri, seconds):
+    """libvirt.open(uri), or TransientError when the hypervisor has not answered within ``seconds``.
+
+    The open runs in a daemon thread: a connection that completes after the
+    caller gave up is closed there, never leaked into a later call.
+    """
+    outcome = {}
+    decided = threading.Lock()
+
+    def connect():
+        try:
+            conn = libvirt.open(uri)
+        except libvirt.libvirtError as exc:
+            conn, outcome["error"] = None, exc
+        with decided:
+            if outcome.get("abandoned"):
+                if conn is not None:
+                    conn.close()
+                return
+            outcome["conn"] = conn
+
+    thread = threading.Thread(target=connect, name="libvirt-open")
+    thread.daemon = True
+    thread.start()
+    thread.join(seconds)
+    with decided:
+        if "conn" not in outcome:
+            outcome["abandoned"] = True
+            raise TransientError(
+                "connecting to hypervisor %s: no answer within %d s. Its libvirtd accepts connections but does not"
+                " reply (stopped, frozen or overloaded), or the transport (SSH) hangs: check libvirtd on that host"
+                " and retry." % (uri, seconds))
+    if outcome["conn"] is None:
+        exc = outcome["error"]
+        raise _typed(exc, "connecting to hypervisor %s" % uri) from exc
+    return outcome["conn"]
 
 
 def _silence_default_error_handler():
@@ -102,19 +140,16 @@ class Hypervisor:
         self.uri = uri
 
     @classmethod
-    def open(cls, uri=DEFAULT_URI):
+    def open(cls, uri=DEFAULT_URI, timeout=OPEN_TIMEOUT):
         _silence_default_error_handler()
-        remote = is_remote_uri(uri)
-        if remote:
-            _start_event_loop()
+        _start_event_loop()
+        conn = _open_within(uri, timeout)
         try:
-            conn = libvirt.open(uri)
+            conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
         except libvirt.libvirtError as exc:
-            raise _typed(exc, "connecting to hypervisor %s" % uri) from exc
-        if remote:
-            try:
-                conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
-            except libvirt.libvirtError as exc:
+            # Drivers that run inside this process (test:///) have no daemon
+            # that could stop answering, and no keepalive to turn on.
+            if exc.get_error_code() != VIR_ERR_NO_SUPPORT:
                 conn.close()
                 raise _typed(exc, "enabling keepalive on %s" % uri) from exc
         return cls(conn, uri)

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import threading
 
 import pytest
 
@@ -20,22 +21,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     unqualified_xml,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_DOMAIN_RUNNING
-
-
-@pytest.mark.parametrize(
-    "uri, remote",
-    [
-        ("qemu:///system", False),
-        ("qemu:///session", False),
-        ("qemu+ssh://root@hv1/system", True),
-        ("qemu+ssh://hv1/system?keyfile=/k", True),
-        ("qemu+tcp://hv1/system", True),
-        ("qemu+unix:///system?socket=/run/x", True),
-        ("qemu://hv1/system", True),
-    ],
-)
-def test_remote_uris_are_recognised(uri, remote):
-    assert _libvirt.is_remote_uri(uri) is remote
 
 
 def test_flag_values_are_libvirts():
@@ -80,3 +65,30 @@ def test_metadata_written_through_the_seam_reads_back_from_the_domain_xml():
         hypervisor.set_domain_metadata(dom, unqualified_xml(element), METADATA_PREFIX, METADATA_URI, live=True)
         metadata = parse_domain_xml(hypervisor.domain_xml(dom)).metadata
     assert (metadata.managed, metadata.uid, metadata.created_at, metadata.spec_digest) == (True, "uid-<&>", created, "ab" * 32)
+
+
+class _LateConnection:
+    def __init__(self):
+        self.closed = threading.Event()
+
+    def close(self):
+        self.closed.set()
+
+
+def test_an_open_that_gets_no_answer_fails_typed_and_the_late_connection_is_closed(monkeypatch):
+    libvirt = pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
+    answer = threading.Event()
+    late = _LateConnection()
+
+    def open_that_waits(uri):
+        # A daemon that accepted the socket and replies only when the test says so.
+        answer.wait()
+        return late
+
+    monkeypatch.setattr(libvirt, "open", open_that_waits)
+    with pytest.raises(TransientError) as caught:
+        _libvirt.Hypervisor.open("qemu+ssh://root@hv1/system", timeout=0.2)
+    assert "qemu+ssh://root@hv1/system" in caught.value.message
+    assert "no answer within" in caught.value.message
+    answer.set()
+    assert late.closed.wait(10), "the connection that arrived after the caller gave up was leaked"

@@ -1,0 +1,40 @@
+"""Helpers for the fault tests: a lab hypervisor's libvirtd frozen or restarted, and always given back.
+
+The tests that use them run on lab-hv1/lab-hv2 (tests/lab/hypervisors.py) so the single lab's
+libvirtd, which other integration tests share, is never touched.
+"""
+
+import contextlib
+import os
+import signal
+import time
+
+from tests.lab import hypervisors
+
+
+@contextlib.contextmanager
+def frozen_libvirtd(spec):
+    """The hypervisor's libvirtd stopped with SIGSTOP for the block: it accepts connections, never answers."""
+    hypervisors.freeze(spec)
+    try:
+        yield
+    finally:
+        hypervisors.thaw(spec)
+
+
+def kill_libvirtd(spec):
+    """SIGKILL the hypervisor's libvirtd, as a crash would; its pid."""
+    pid = hypervisors.daemon_pid(spec, "libvirtd")
+    assert pid, "libvirtd of %s is not running" % spec.name
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while hypervisors.daemon_pid(spec, "libvirtd") == pid:
+        assert time.monotonic() < deadline, "libvirtd %d of %s outlived SIGKILL" % (pid, spec.name)
+        time.sleep(0.1)
+    return pid
+
+
+def restore_libvirtd(spec):
+    """The hypervisor's daemons running and answering again, its pool active (`scripts/lab up` for it alone)."""
+    hypervisors.thaw(spec)
+    return hypervisors.up([spec])
