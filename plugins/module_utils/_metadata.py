@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import copy
 import datetime
 import re
 from dataclasses import dataclass
@@ -133,12 +134,12 @@ def unqualified_xml(element):
     under the key as prefix; an element that declares that prefix itself is
     refused ("failed to create a new XML namespace", measured on libvirt 9.0).
     """
-    copy = etree.fromstring(to_string(element))
-    for node in copy.iter():
+    bare = copy.deepcopy(element)
+    for node in bare.iter():
         if isinstance(node.tag, str):
             node.tag = etree.QName(node).localname
-    etree.cleanup_namespaces(copy)
-    return to_string(copy)
+    etree.cleanup_namespaces(bare)
+    return to_string(bare)
 
 
 def instance_metadata_from_domain_element(domain):
