@@ -129,7 +129,7 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, read_each, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import LIBVIRT_REQUIREMENT, Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT
@@ -207,28 +207,34 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return hypervisors
 
     def _read_hypervisors(self, hypervisors):
-        """([{hypervisor, uri, proxies}], complete): complete is False when a hypervisor could not be read."""
+        """([{hypervisor, uri, proxies}], complete): complete is False when a hypervisor could not be read.
+
+        The hypervisors are read at once (a few SSH sessions in parallel);
+        warnings and errors are reported in the configured order.
+        """
         listing = []
         complete = True
-        for hypervisor in hypervisors:
-            try:
-                listing.append(self._read_hypervisor(hypervisor))
-            except KvmError as error:
+        for hypervisor, (read, error) in zip(hypervisors, read_each(self._read_hypervisor, hypervisors)):
+            if error is not None:
                 message = "%s: could not read hypervisor %s: %s" % (
                     self.NAME, hypervisor["name"] or hypervisor["uri"], error.message)
                 if self.get_option("strict"):
                     raise AnsibleParserError(message) from error
                 self.display.warning(message + "; its proxies are missing from this inventory")
                 complete = False
+                continue
+            record, warnings = read
+            for warning in warnings:
+                self.display.warning("%s: %s" % (self.NAME, warning))
+            listing.append(record)
         return listing, complete
 
     def _read_hypervisor(self, hypervisor):
+        """(record, warnings) of one hypervisor; runs in a reader thread, so it reports nothing itself."""
         with Hypervisor.open(hypervisor["uri"]) as connection:
             name = resolve_host(connection, hypervisor["name"])
             proxies, warnings = list_proxies(connection, name, uid=self.get_option("uid"))
-        for warning in warnings:
-            self.display.warning("%s: %s" % (self.NAME, warning))
-        return {"hypervisor": name, "uri": hypervisor["uri"], "proxies": proxies}
+        return {"hypervisor": name, "uri": hypervisor["uri"], "proxies": proxies}, warnings
 
     def _populate(self, listing):
         strict = self.get_option("strict")

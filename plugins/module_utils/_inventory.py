@@ -14,12 +14,16 @@ Partial views are handled as in the reference's ListByTag: a domain that
 vanishes mid-listing or cannot be read is skipped with a warning, because
 one bad domain must not hide all the others; a hypervisor that cannot be
 reached fails the listing, so a cleanup built on it never acts on a
-partial view of the fleet.
+partial view of the fleet. The plugin reads its hypervisors concurrently
+(read_each), each on a connection of its own, and reports them in the order
+they are configured.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
@@ -32,6 +36,32 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import format_rfc3339
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id, validate_host_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active, libvirt_state_name, map_state
+
+# Hypervisors the inventory plugin reads at once. A read waits mostly on the
+# network (an SSH session, libvirt round trips), so threads overlap well; the
+# bound keeps a large fleet from opening hundreds of SSH sessions at once.
+MAX_PARALLEL_READS = 16
+
+
+def read_each(read, items, max_parallel=MAX_PARALLEL_READS):
+    """``[(result, error)]`` of ``read(item)`` for each item, in the order of ``items``, up to ``max_parallel`` at once.
+
+    A KvmError is the item's ``error`` (its ``result`` None), so one unreachable
+    hypervisor neither hides nor stops the others; anything else is a bug and
+    is raised, after every read has finished.
+    """
+    def attempt(item):
+        try:
+            return read(item), None
+        except KvmError as error:
+            return None, error
+
+    if len(items) <= 1:
+        return [attempt(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(max_parallel, len(items)), thread_name_prefix="kvm-read") as pool:
+        futures = [pool.submit(attempt, item) for item in items]
+    # Leaving the block waited for every read, so a bug surfaces only once none is still running.
+    return [future.result() for future in futures]
 
 
 def resolve_host(hypervisor, host=None):
