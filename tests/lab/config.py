@@ -182,3 +182,18 @@ def hypervisor_count():
 def hypervisor_specs(count=None):
     """The specs of hypervisors 1..count (count defaults to hypervisor_count())."""
     return [HypervisorSpec(index) for index in range(1, (hypervisor_count() if count is None else count) + 1)]
+
+
+# --- The bare host (tests/lab/bare_host.py; docs/dev/lab.md "The bare host") ----------------------------
+# A hypervisor host that starts with nothing of libvirt: a Debian minbase root of its own, on the
+# management network beside lab-hvN, for proving playbooks/prepare.yml. Brought up and down by its test's
+# fixture (or scripts/lab bare-up / bare-down), never by `up`.
+BARE_HOST_NAME = "lab-bare"
+BARE_HOST_NETNS = "eplab-bare"
+BARE_HOST_LAN_NETNS = "eplab-bare-lan"
+BARE_HOST_MGMT_VETH = "eplabbare"
+BARE_HOST_ADDRESS = "198.18.10.30"
+BARE_HOST_LAN_PREFIX = "198.18.30"
+BARE_ROOT_CACHE = os.path.join(CACHE_DIR, "bare-root")
+# The bare host's apt reaches deb.debian.org through this proxy on the controller's management address.
+APT_PROXY_PORT = 3142
