@@ -65,7 +65,8 @@ options:
   bridge:
     description:
       - Host bridge the VM's NIC is attached to, for example V(br0).
-      - One of O(bridge) and O(network) is required with O(state=present) or O(state=stopped).
+      - One of O(bridge), O(network) and O(interfaces) is required with O(state=present) or O(state=stopped).
+      - O(bridge), O(network) and O(mac) describe a single NIC; they are mutually exclusive with O(interfaces).
     type: str
   network:
     description:
@@ -76,6 +77,34 @@ options:
       - Fixed MAC address of the NIC, for example V(52:54:00:12:34:56). libvirt picks one when not set.
       - With a fixed MAC, a DHCP reservation can give the proxy a stable address.
     type: str
+  interfaces:
+    description:
+      - The VM's NICs, in device order, instead of O(bridge), O(network) and O(mac). The first is the boot and
+        default NIC.
+      - Every bridge and network must exist; they are all checked before anything is changed.
+      - The spec digest covers the whole list, so adding, removing, reordering or changing a NIC is drift.
+      - The egress interface (the address destinations see) is the one with O(interfaces[].role=outside), or the
+        first.
+    type: list
+    elements: dict
+    suboptions:
+      bridge:
+        description:
+          - Host bridge of this NIC. Exactly one of O(interfaces[].bridge) and O(interfaces[].network).
+        type: str
+      network:
+        description:
+          - libvirt network of this NIC.
+        type: str
+      mac:
+        description:
+          - Fixed MAC address of this NIC; libvirt picks one when not set. MACs must differ between NICs.
+        type: str
+      role:
+        description:
+          - A name for what the NIC is for, for example V(inside) (the clients' side) or V(outside) (towards the
+            destinations). Lowercase letters, digits, V(-) and V(_); each role at most once.
+        type: str
   image:
     description:
       - The cloud image to boot, cached in O(pool) on first use exactly as M(egress_proxies.kvm.kvm_base_image) caches

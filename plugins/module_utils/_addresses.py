@@ -29,6 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     VIR_ERR_OPERATION_INVALID,
     KvmError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
@@ -101,20 +102,44 @@ def domain_ipv4(hypervisor, dom, mac=None):
     Returns an AddressLookup; raises the typed error of any libvirt failure
     that is not one of the "no address from this source" answers.
     """
-    sources = OrderedDict()
+    return nic_ipv4s(hypervisor, dom, (mac,))[mac]
+
+
+def nic_ipv4s(hypervisor, dom, macs):
+    """domain_ipv4 for several NICs at once: {mac: AddressLookup}, each source asked once for all of them.
+
+    A source is asked only while some NIC still has no address (``None`` in
+    ``macs`` stands for any NIC), so one NIC costs what domain_ipv4 always did.
+    """
+    lookups = OrderedDict((mac, AddressLookup(ip=None, sources=OrderedDict())) for mac in macs)
     for name, source, no_address_codes in ((SOURCE_ARP, ADDRESS_SOURCE_ARP, _NO_ARP_ADDRESS_CODES),
                                            (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_ADDRESS_CODES)):
+        pending = [mac for mac, lookup in lookups.items() if lookup.ip is None]
+        if not pending:
+            break
         interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
-        if why is not None:
-            sources[name] = why
-            if why == DOMAIN_NOT_RUNNING:
-                # Neither source answers for a domain that is not running
-                # (the agent needs it running, ARP needs it active).
-                break
-            continue
-        ip = first_routable_ipv4(interfaces, hwaddr=mac)
-        if ip is not None:
-            sources[name] = ip
-            return AddressLookup(ip=ip, sources=sources)
-        sources[name] = NO_ROUTABLE_ADDRESS_YET if interfaces else NO_ADDRESS_YET
-    return AddressLookup(ip=None, sources=sources)
+        for mac in pending:
+            ip = None if why is not None else first_routable_ipv4(interfaces, hwaddr=mac)
+            said = why or ip or (NO_ROUTABLE_ADDRESS_YET if interfaces else NO_ADDRESS_YET)
+            lookups[mac].sources[name] = said
+            if ip is not None:
+                lookups[mac] = AddressLookup(ip=ip, sources=lookups[mac].sources)
+        if why == DOMAIN_NOT_RUNNING:
+            # Neither source answers for a domain that is not running
+            # (the agent needs it running, ARP needs it active).
+            break
+    return lookups
+
+
+def interface_addresses(hypervisor, dom, nics, roles, known=None):
+    """Every NIC of a running domain with its role, its IPv4 and whether it is the egress one (_interfaces.describe_interfaces).
+
+    ``nics`` are the domain's _domain_xml.NicInfo, ``roles`` theirs (None
+    each when unknown); ``known`` ({mac: AddressLookup}) holds lookups already
+    made, which are not asked again.
+    """
+    lookups = dict(known or {})
+    rest = [nic.mac for nic in nics if nic.mac not in lookups]
+    if rest:
+        lookups.update(nic_ipv4s(hypervisor, dom, rest))
+    return describe_interfaces(nics, roles, lookups)

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import CPU_MODES, VIRT_TYPES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import INTERFACE_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import DISK_FORMATS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import (
     DEFAULT_DISK_SIZE_GB,
@@ -46,6 +47,11 @@ def image_options():
         checksum=dict(type="str"),
         format=dict(type="str", choices=list(DISK_FORMATS), default=DEFAULT_DISK_FORMAT),
     )
+
+
+def interface_options():
+    """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC and role."""
+    return {option: dict(type="str") for option in INTERFACE_OPTIONS}
 
 
 def cloud_init_options(user_data_default=None):
@@ -81,6 +87,7 @@ def kvm_proxy_argument_spec():
         bridge=dict(type="str"),
         network=dict(type="str"),
         mac=dict(type="str"),
+        interfaces=dict(type="list", elements="dict", options=interface_options()),
         image=dict(type="dict", options=image_options()),
         base_volume=dict(type="str"),
         virt_type=dict(type="str", choices=list(VIRT_TYPES), default=DEFAULT_VIRT_TYPE),

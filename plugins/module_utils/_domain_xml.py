@@ -48,9 +48,11 @@ _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 class DomainParams:
     """Everything build_domain_xml needs, already resolved so the builder stays a pure function.
 
-    ``metadata`` is the element from _metadata.build_instance_element. The NIC
+    ``metadata`` is the element from _metadata.build_instance_element. One NIC
     sits on exactly one of ``bridge`` (a host bridge) or ``network`` (a libvirt
-    network). ``mac`` None lets libvirt pick one.
+    network); ``mac`` None lets libvirt pick one. Several NICs are given as
+    ``interfaces`` instead, in device order (the first is the boot NIC): values
+    with the same three attributes, such as _interfaces.Interface.
     """
 
     name: str
@@ -66,6 +68,11 @@ class DomainParams:
     virt_type: str = "kvm"
     cpu_mode: str = "host-passthrough"
     machine: str = "q35"
+    interfaces: tuple = ()
+
+    def nics(self):
+        """Every NIC in device order: ``interfaces``, or the one of bridge/network/mac."""
+        return self.interfaces or (self,)
 
 
 @dataclass(frozen=True)
@@ -139,14 +146,21 @@ def validate_domain_params(params):
     validate_pool_name(params.pool)
     validate_volume_name(params.overlay_volume)
     validate_volume_name(params.seed_volume)
-    if (params.bridge is None) == (params.network is None):
-        raise ValidationError("domain %r needs exactly one of bridge or network for its NIC" % (params.name,))
-    if params.bridge is not None:
-        validate_bridge_name(params.bridge)
-    else:
-        validate_network_name(params.network)
-    if params.mac is not None:
-        normalize_mac(params.mac)
+    if params.interfaces and (params.bridge, params.network, params.mac) != (None, None, None):
+        raise ValidationError("domain %r has interfaces and bridge/network/mac: give every NIC in interfaces" % (params.name,))
+    macs = set()
+    for index, nic in enumerate(params.nics()):
+        if (nic.bridge is None) == (nic.network is None):
+            raise ValidationError("domain %r needs exactly one of bridge or network for NIC %d" % (params.name, index))
+        if nic.bridge is not None:
+            validate_bridge_name(nic.bridge)
+        else:
+            validate_network_name(nic.network)
+        if nic.mac is not None:
+            mac = normalize_mac(nic.mac)
+            if mac in macs:
+                raise ValidationError("domain %r has two NICs with MAC address %s" % (params.name, mac))
+            macs.add(mac)
     if params.virt_type not in VIRT_TYPES:
         raise ValidationError("virt_type %r is not supported: use one of %s" % (params.virt_type, ", ".join(VIRT_TYPES)))
     if params.cpu_mode not in CPU_MODES:
@@ -210,15 +224,16 @@ def build_domain_element(params):
     _sub(seed, "readonly")
     _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
 
-    if params.bridge is not None:
-        interface = _sub(devices, "interface", type="bridge")
-        _sub(interface, "source", bridge=params.bridge)
-    else:
-        interface = _sub(devices, "interface", type="network")
-        _sub(interface, "source", network=params.network)
-    if params.mac is not None:
-        _sub(interface, "mac", address=normalize_mac(params.mac))
-    _sub(interface, "model", type="virtio")
+    for nic in params.nics():
+        if nic.bridge is not None:
+            interface = _sub(devices, "interface", type="bridge")
+            _sub(interface, "source", bridge=nic.bridge)
+        else:
+            interface = _sub(devices, "interface", type="network")
+            _sub(interface, "source", network=nic.network)
+        if nic.mac is not None:
+            _sub(interface, "mac", address=normalize_mac(nic.mac))
+        _sub(interface, "model", type="virtio")
 
     serial = _sub(devices, "serial", type="pty")
     _sub(serial, "target", port="0")

@@ -21,8 +21,10 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import AddressLookup, interface_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces, recorded_roles
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import inspect_domain, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
@@ -55,6 +57,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_PRESENT,
     STATE_STOPPED,
     base_volume_of,
+    recorded_spec,
     spec_digest,
     utcnow,
 )
@@ -154,13 +157,16 @@ class ProxyManager:
         replaced included), or the prediction for one that would be created.
         """
         request = self.request
-        absent = dict.fromkeys(("state", "libvirt_state", "ip", "uid", "created_at", "spec_digest", "mac", "autostart"))
-        absent["ip_sources"] = {}
+        absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "uid", "created_at", "spec_digest", "mac",
+                                "autostart"))
+        absent.update(ip_sources={}, interfaces=[])
         if request.state == STATE_ABSENT:
             return absent
         if self.check_mode:
             if domain is None:
-                absent.update(uid=planned.uid, spec_digest=planned.digest, mac=request.mac, autostart=request.autostart)
+                interfaces = describe_interfaces(request.interfaces, [nic.role for nic in request.interfaces], {})
+                absent.update(uid=planned.uid, spec_digest=planned.digest, mac=request.interfaces[0].mac,
+                              autostart=request.autostart, interfaces=interfaces)
                 return absent
             return _entry(self.hv, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None)
         # A kept domain's definition did not change; a new one's XML carries the MAC libvirt chose.
@@ -178,6 +184,14 @@ def _entry(hypervisor, host, dom, info, uid):
     described = {key: entry[key] for key in _DESCRIBED}
     described["uid"] = uid
     described["mac"] = entry["macs"][0] if entry["macs"] else None
+    roles = recorded_roles(recorded_spec(info.metadata), len(info.nics))
+    if entry["ip_sources"]:
+        # The first NIC's lookup is the listing's own: only the others are asked.
+        known = {described["mac"]: AddressLookup(ip=entry["ip"], sources=entry["ip_sources"])}
+        described["interfaces"] = interface_addresses(hypervisor, dom, info.nics, roles, known)
+    else:
+        described["interfaces"] = describe_interfaces(info.nics, roles, {})
+    described["egress_ip"] = next((nic["ipv4"] for nic in described["interfaces"] if nic["egress"]), None)
     return described
 
 

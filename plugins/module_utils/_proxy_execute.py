@@ -226,7 +226,6 @@ def wait_for_ip(hypervisor, dom, request, mac, timing):
             said = "; ".join("%s: %s" % item for item in lookup.sources.items()) if lookup else "addresses not asked"
             raise TransientError(
                 "domain '%s' has no routable IPv4 after %d s (state %s; %s). The guest may still be booting (raise "
-                "wait_timeout), or its NIC gets no DHCP lease on %s" % (
-                    request.name, request.wait_timeout, libvirt_state_name(state), said,
-                    "bridge %s" % request.bridge if request.bridge else "network %s" % request.network))
+                "wait_timeout), or its first NIC gets no address on %s" % (
+                    request.name, request.wait_timeout, libvirt_state_name(state), said, request.interfaces[0].source))
         timing.sleep(POLL_INTERVAL)

@@ -133,25 +133,35 @@ def own_volumes(hypervisor, request, domain):
     return tuple(found)
 
 
-def require_nic(hypervisor, request):
-    """The bridge or network must exist: a missing one fails at start, after define, and no retry helps."""
-    try:
-        if request.bridge is not None:
-            hypervisor.lookup_interface(request.bridge)
-        else:
-            hypervisor.lookup_network(request.network)
-    except NotFoundError as error:
-        if request.bridge is not None:
-            what = ("bridge '%s' (option bridge) is not an interface of the hypervisor; create it or name an existing "
-                    "bridge" % request.bridge)
-        else:
-            what = ("libvirt network '%s' (option network) is not defined on the hypervisor; define it (virsh "
-                    "net-define) or name an existing one" % request.network)
-        raise PermanentError("%s. Nothing was changed" % what, error.code, error.libvirt_message) from error
-    except PermanentError as error:
-        # A connection without libvirt's interface driver cannot tell; start will.
-        if not error.has_code(VIR_ERR_NO_SUPPORT):
-            raise
+def require_nics(hypervisor, request):
+    """Every NIC's bridge or network must exist: a missing one fails at start, after define, and no retry helps.
+
+    All of them are looked up before anything is touched, and the message names the option of each missing one.
+    """
+    missing = []
+    for index, interface in enumerate(request.interfaces):
+        option = "interfaces[%d]" % index if request.bridge is None and request.network is None else None
+        try:
+            if interface.bridge is not None:
+                hypervisor.lookup_interface(interface.bridge)
+            else:
+                hypervisor.lookup_network(interface.network)
+        except NotFoundError as error:
+            if interface.bridge is not None:
+                what = ("bridge '%s' (option %s) is not an interface of the hypervisor; create it or name an existing "
+                        "bridge" % (interface.bridge, option or "bridge"))
+            else:
+                what = ("libvirt network '%s' (option %s) is not defined on the hypervisor; define it (virsh "
+                        "net-define) or name an existing one" % (interface.network, option or "network"))
+            missing.append((what, error))
+        except PermanentError as error:
+            # A connection without libvirt's interface driver cannot tell; start will.
+            if not error.has_code(VIR_ERR_NO_SUPPORT):
+                raise
+    if missing:
+        error = missing[0][1]
+        raise PermanentError("%s. Nothing was changed" % "; ".join(what for what, _error in missing), error.code,
+                             error.libvirt_message) from error
 
 
 class ImageSource:
@@ -183,7 +193,7 @@ def observe_build(hypervisor, request, images, image_probe, deleted):
     created anew, so they are not read.
     """
     pool = require_pool(hypervisor, request.pool)
-    require_nic(hypervisor, request)
+    require_nics(hypervisor, request)
     if request.image is not None and image_probe is None:
         image_probe = images.ensure(check_mode=True)
     if image_probe is not None:

@@ -30,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT, validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import interfaces_from_params, interfaces_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     base_volume_name,
@@ -133,6 +134,7 @@ class ProxyRequest:
     bridge: Optional[str] = None
     network: Optional[str] = None
     mac: Optional[str] = None
+    interfaces: tuple = ()  # _interfaces.Interface, in device order; from_params fills it from bridge/network/mac too
     image: Optional[ImageSpec] = None
     base_volume: Optional[str] = None
     user_data: Union[str, dict, None] = None
@@ -171,6 +173,7 @@ class ProxyRequest:
         given.setdefault("cpu_mode", DEFAULT_CPU_MODE[virt_type])
         if given.get("mac") is not None:
             given["mac"] = normalize_mac(given["mac"])
+        given["interfaces"] = interfaces_from_params(given)
         if "adopt_uids" in given:
             given["adopt_uids"] = tuple(given["adopt_uids"])
         request = cls(**given)
@@ -205,9 +208,6 @@ class ProxyRequest:
         if self.image is not None and self.base_volume is not None:
             raise ValidationError("image and base_volume are mutually exclusive: give the image to cache, or the "
                                   "name of a base volume already in the pool")
-        if self.bridge is not None and self.network is not None:
-            raise ValidationError("bridge and network are mutually exclusive: the VM has one NIC, on a host bridge "
-                                  "or on a libvirt network")
         if self.base_volume is not None:
             validate_volume_name(self.base_volume)
         if self.state == STATE_ABSENT:
@@ -219,9 +219,9 @@ class ProxyRequest:
                                   "'%s')" % (self.state, self.pool))
         if self.image is not None:
             self.image.require_url()
-        if self.bridge is None and self.network is None:
+        if not self.interfaces:
             raise ValidationError("state=%s needs bridge (a host bridge such as br0) or network (a libvirt network) "
-                                  "for the VM's NIC" % self.state)
+                                  "for the VM's NIC, or interfaces for several" % self.state)
         validate_domain_params(self.domain_params(build_instance_element(self.uid or "validation", utcnow())))
 
     def domain_params(self, metadata):
@@ -233,9 +233,7 @@ class ProxyRequest:
             pool=self.pool,
             overlay_volume=overlay_volume_name(self.name),
             seed_volume=seed_volume_name(self.name),
-            bridge=self.bridge,
-            network=self.network,
-            mac=self.mac,
+            interfaces=self.interfaces,
             virt_type=self.virt_type,
             cpu_mode=self.cpu_mode,
             machine=self.machine,
@@ -272,7 +270,8 @@ class ProxyRequest:
         ``image_sha256``: see image_identity.
         """
         files = self.seed_files()
-        return {
+        first = self.interfaces[0]
+        spec = {
             "version": SPEC_VERSION,
             "pool": self.pool,
             "disk_size_gb": self.disk_size_gb,
@@ -281,15 +280,20 @@ class ProxyRequest:
             "meta_data_sha256": _sha256(files[META_DATA]),
             "vendor_data_sha256": _sha256(files[VENDOR_DATA]),
             "network_config_sha256": _sha256(files[NETWORK_CONFIG]) if NETWORK_CONFIG in files else None,
-            "bridge": self.bridge,
-            "network": self.network,
-            "mac": self.mac,
+            # The first NIC as one NIC always was; the whole list only when there is more to say.
+            "bridge": first.bridge,
+            "network": first.network,
+            "mac": first.mac,
             "vcpus": self.vcpus,
             "memory_mib": self.memory_mib,
             "virt_type": self.virt_type,
             "cpu_mode": self.cpu_mode,
             "machine": self.machine,
         }
+        listed = interfaces_spec(self.interfaces)
+        if listed is not None:
+            spec["interfaces"] = listed
+        return spec
 
 
 _FIELDS = frozenset(ProxyRequest.__dataclass_fields__)

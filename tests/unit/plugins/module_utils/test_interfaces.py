@@ -1,0 +1,213 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Several NICs: the interfaces option, its validation, the domain XML, the digest, the NIC checks and the results."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+from lxml import etree
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import nic_ipv4s
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import Interface, interfaces_from_params
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
+from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    CREATE,
+    MUTATING,
+    NAME,
+    NOW,
+    FakeTime,
+    domain_of,
+    ready_host,
+    request,
+)
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy_set import set_request
+
+INSIDE_MAC = "52:54:00:00:15:01"
+OUTSIDE_MAC = "52:54:00:00:15:02"
+TWO_NICS = [dict(bridge="br0", mac=INSIDE_MAC, role="inside"), dict(bridge="br1", mac=OUTSIDE_MAC, role="outside")]
+
+
+@pytest.fixture
+def run(tmp_path):
+    """run(hv, request or set request, check_mode=False) -> the result; check mode must mutate nothing."""
+
+    def run_flow(hv, req, check_mode=False):
+        time = FakeTime()
+        flow = SetManager if hasattr(req, "proxies") else ProxyManager
+        before = len(hv.calls)
+        result = flow(hv, req, check_mode=check_mode, clock=lambda: NOW, sleep=time.sleep, monotonic=time.monotonic,
+                      lock_dir=str(tmp_path / "locks")).run()
+        assert not (check_mode and MUTATING.intersection(hv.calls[before:]))
+        return result
+
+    return run_flow
+
+
+def two_nics(**changes):
+    return request(bridge=None, interfaces=TWO_NICS, **changes)
+
+
+def agent_reports(dom, *pairs):
+    """The guest agent's interfaceAddresses() for (mac, ipv4) pairs, eth0, eth1, ..."""
+    dom.addresses[ADDRESS_SOURCE_AGENT] = {
+        "eth%d" % index: {"hwaddr": mac, "addrs": [{"type": 0, "addr": ip, "prefix": 24}]}
+        for index, (mac, ip) in enumerate(pairs)}
+
+
+# --- the option ---------------------------------------------------------------------------------------
+
+
+def test_the_single_options_are_a_one_element_list():
+    assert interfaces_from_params({"network": "default", "mac": "52:54:00:AA:00:01"}) == (
+        Interface(network="default", mac="52:54:00:aa:00:01"),)
+    assert interfaces_from_params({}) == ()
+
+
+def test_a_list_keeps_its_order_and_roles():
+    assert two_nics().interfaces == (Interface(bridge="br0", mac=INSIDE_MAC, role="inside"),
+                                     Interface(bridge="br1", mac=OUTSIDE_MAC, role="outside"))
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(interfaces=TWO_NICS), r"interfaces and bridge are mutually exclusive: give the first NIC as interfaces\[0\]"),
+    (dict(bridge=None, mac=INSIDE_MAC, interfaces=TWO_NICS), "interfaces and mac are mutually exclusive"),
+    (dict(bridge=None, interfaces=[]), "non-empty list"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0"), dict(mac=OUTSIDE_MAC)]), r"interfaces\[1\] needs exactly one of"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", network="default")]), r"interfaces\[0\] needs exactly one of"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", mac="01:00:5e:00:00:01")]), r"interfaces\[0\]: .*multicast"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", role="Out side")]), r"interfaces\[0\]: role 'Out side'"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", speed=10)]), r"interfaces\[0\]: unknown option speed"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", mac=INSIDE_MAC), dict(bridge="br1", mac=INSIDE_MAC)]),
+     r"interfaces\[0\] and interfaces\[1\] have the same mac"),
+    (dict(bridge=None, interfaces=[dict(bridge="br0", role="inside"), dict(bridge="br1", role="inside")]),
+     r"interfaces\[0\] and interfaces\[1\] have the same role 'inside'"),
+])
+def test_bad_lists_are_refused_naming_the_entry(changes, message):
+    with pytest.raises(errors.ValidationError, match=message):
+        request(**changes)
+
+
+# --- the domain and its digest ------------------------------------------------------------------------
+
+
+def test_every_nic_reaches_the_domain_in_order(tmp_path):
+    req = two_nics()
+    xml = build_domain_xml(req.domain_params(build_instance_element("owner", NOW)))
+    validated = virt_xml_validate(tmp_path, xml, "domain")
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    interfaces = etree.fromstring(xml).findall("devices/interface")
+    assert [(i.get("type"), i.find("source").get("bridge"), i.find("mac").get("address"), i.find("model").get("type"))
+            for i in interfaces] == [("bridge", "br0", INSIDE_MAC, "virtio"), ("bridge", "br1", OUTSIDE_MAC, "virtio")]
+
+
+def test_a_single_nic_keeps_the_spec_it_always_had():
+    spec = request(mac=INSIDE_MAC).spec()
+    assert "interfaces" not in spec
+    assert (spec["bridge"], spec["network"], spec["mac"]) == ("br0", None, INSIDE_MAC)
+    as_list = request(bridge=None, interfaces=[dict(bridge="br0", mac=INSIDE_MAC)]).spec()
+    assert proxy_request.spec_digest(as_list) == proxy_request.spec_digest(spec)
+
+
+@pytest.mark.parametrize("interfaces", [
+    TWO_NICS[:1],
+    list(reversed(TWO_NICS)),
+    [TWO_NICS[0], dict(TWO_NICS[1], bridge="br0")],
+    [TWO_NICS[0], dict(TWO_NICS[1], mac=None)],
+    [TWO_NICS[0], dict(TWO_NICS[1], role="uplink")],
+    TWO_NICS + [dict(network="default")],
+])
+def test_a_changed_list_is_drift(interfaces):
+    changed = request(bridge=None, interfaces=interfaces).spec()
+    assert proxy_request.spec_digest(changed) != proxy_request.spec_digest(two_nics().spec())
+
+
+def test_a_changed_list_replaces_the_vm(run):
+    hv = ready_host()
+    run(hv, two_nics())
+    changed = request(bridge=None, interfaces=TWO_NICS + [dict(network="default")])
+    predicted = run(hv, changed, check_mode=True)
+    result = run(hv, changed)
+    assert result["drifted"] is True and result["actions"] == predicted["actions"]
+    assert "define domain" in result["actions"]
+    assert [nic.network for nic in domain_of(hv).nics] == [None, None, "default"]
+
+
+# --- every NIC checked before anything is touched -------------------------------------------------------
+
+
+def test_a_missing_bridge_of_any_nic_fails_naming_it_before_anything(run):
+    hv = ready_host()
+    req = request(bridge=None, interfaces=[dict(bridge="br0"), dict(bridge="uplink0"), dict(network="lan")])
+    with pytest.raises(errors.PermanentError) as raised:
+        run(hv, req)
+    message = str(raised.value)
+    assert "bridge 'uplink0' (option interfaces[1])" in message
+    assert "libvirt network 'lan' (option interfaces[2])" in message
+    assert "Nothing was changed" in message
+    assert not MUTATING.intersection(hv.calls)
+
+
+def test_the_single_option_keeps_its_name_in_the_message(run):
+    hv = ready_host()
+    with pytest.raises(errors.PermanentError, match=r"bridge 'uplink0' \(option bridge\)"):
+        run(hv, request(bridge="uplink0"))
+
+
+# --- addresses -----------------------------------------------------------------------------------------
+
+
+def test_each_source_is_asked_once_for_all_nics():
+    hv = ready_host()
+    hv.add_domain("guest", state=RUNNING)
+    dom = hv.domains["guest"]
+    dom.addresses[ADDRESS_SOURCE_ARP] = {"vnet0": {"hwaddr": INSIDE_MAC, "addrs": [{"type": 0, "addr": "198.18.11.5"}]}}
+    agent_reports(dom, (INSIDE_MAC, "198.18.11.5"), (OUTSIDE_MAC, "198.19.0.5"))
+    before = len(hv.calls)
+    lookups = nic_ipv4s(hv, dom, [INSIDE_MAC, OUTSIDE_MAC])
+    assert hv.calls[before:].count("domain_addresses") == 2
+    assert lookups[INSIDE_MAC].ip == "198.18.11.5" and dict(lookups[INSIDE_MAC].sources) == {"arp": "198.18.11.5"}
+    assert lookups[OUTSIDE_MAC].ip == "198.19.0.5"
+    assert dict(lookups[OUTSIDE_MAC].sources) == {"arp": "no routable IPv4 yet", "agent": "198.19.0.5"}
+
+
+def test_results_list_every_nic_and_the_egress_one(run):
+    hv = ready_host()
+    predicted = run(hv, two_nics(), check_mode=True)
+    assert [(nic["mac"], nic["role"], nic["egress"]) for nic in predicted["interfaces"]] == [
+        (INSIDE_MAC, "inside", False), (OUTSIDE_MAC, "outside", True)]
+    run(hv, two_nics())
+    agent_reports(hv.domains[NAME], (INSIDE_MAC, "198.18.11.5"), (OUTSIDE_MAC, "198.19.0.5"))
+    result = run(hv, two_nics())
+    assert result["changed"] is False
+    assert result["ip"] == "198.18.11.5" and result["mac"] == INSIDE_MAC  # the first NIC, as before
+    assert result["egress_ip"] == "198.19.0.5"
+    assert result["interfaces"] == [
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.5", "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.19.0.5", "egress": True},
+    ]
+
+
+def test_one_nic_is_its_own_egress(run):
+    result = run(ready_host(), request(mac=INSIDE_MAC))
+    assert [(nic["mac"], nic["role"], nic["egress"]) for nic in result["interfaces"]] == [(INSIDE_MAC, None, True)]
+
+
+def test_the_set_passes_every_proxys_interfaces_through(run):
+    hv = ready_host()
+    req = set_request([{"name": "proxy-a", "interfaces": TWO_NICS}, {"name": "proxy-b", "bridge": "br0"}], bridge=None)
+    result = run(hv, req)
+    assert [p["actions"] for p in result["proxies"]] == [CREATE, CREATE]
+    assert [nic.mac for nic in domain_of(hv, "proxy-a").nics] == [INSIDE_MAC, OUTSIDE_MAC]
+    assert [nic.bridge for nic in domain_of(hv, "proxy-b").nics] == ["br0"]
