@@ -90,6 +90,14 @@ HV_MGMT_IFACE = "mgmt0"
 HV_LAN_PORT = "lan0-port"  # the LAN's veth end on the hypervisor, enslaved to HV_BRIDGE
 LAN_IFACE = "lan0"  # the other end, in the LAN namespace
 LAN_PREFIX_LEN = 24
+# The outside segment, for two-NIC proxies: a second VM bridge and, on it, a namespace standing for the
+# uplink (static addresses only, no DHCP), where the origin server sees the proxies' egress address.
+HV_OUTSIDE_BRIDGE = "br1"
+HV_OUTSIDE_PORT = "out0-port"  # the outside namespace's veth end on the hypervisor, on HV_OUTSIDE_BRIDGE
+OUTSIDE_IFACE = "out0"
+OUTSIDE_PREFIX_LEN = 24
+# The origin server (tests/lab/origin.py) on each LAN and outside segment: it reports the peer it saw.
+ORIGIN_PORT = 8080
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +141,28 @@ class HypervisorSpec:
     def lan_address(self):
         """The LAN namespace's address: clients of the proxies, and the DHCP server."""
         return self.lan_prefix + ".1"
+
+    @property
+    def outside_netns(self):
+        return "eplab-hv%d-out" % self.index
+
+    @property
+    def outside_prefix(self):
+        """The outside segment's /24: 198.18.(20+N), clear of the LANs (11-19) and the bare host (30)."""
+        return "198.18.%d" % (20 + self.index)
+
+    @property
+    def outside_cidr(self):
+        return "%s.0/%d" % (self.outside_prefix, OUTSIDE_PREFIX_LEN)
+
+    @property
+    def outside_address(self):
+        """The outside namespace's address: the uplink's router and the origin server behind the proxies."""
+        return self.outside_prefix + ".1"
+
+    def origin_url(self, address):
+        """The origin server on one of this hypervisor's segments (lan_address or outside_address)."""
+        return "http://%s:%d/" % (address, ORIGIN_PORT)
 
     @property
     def dhcp_range(self):

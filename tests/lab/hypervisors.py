@@ -11,6 +11,9 @@ Each hypervisor (config.HypervisorSpec) is a host of its own:
 - the image mirror on its own 127.0.0.1:8642 (the cache dir's mirror/, as in the root namespace);
 - bridge `br0` for its VMs, and a client namespace `eplab-hvN-lan` (its "LAN") on that bridge,
   198.18.(10+N).1/24, where dnsmasq hands out 198.18.(10+N).100-200;
+- bridge `br1`, the outside segment, and on it a namespace `eplab-hvN-out` standing for the uplink,
+  198.18.(20+N).1/24 (no DHCP: outside addresses are static);
+- the origin server (tests/lab/origin.py) on port 8080 of the LAN's and the outside namespace's address;
 - dir storage pool `egress` in its own state directory.
 
 VMs of two hypervisors never share a segment: each br0 lives in its own namespace.
@@ -24,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from tests.lab import config, lab_ssh, libvirt_host, namespaces, network
+from tests.lab import config, lab_ssh, libvirt_host, namespaces, network, origin
 from tests.lab.shell import LabError, read_pidfile, report, run, succeeds
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -123,6 +126,7 @@ def _up_one(spec):
                                         config.HV_POOL_NAME, spec.pool_dir, announce=False)
     actions += start_sshd(spec)
     actions += _ensure_mirror(spec)
+    actions += _ensure_origins(spec)
     return ["%s: %s" % (spec.name, action) for action in actions]
 
 
@@ -156,6 +160,25 @@ def _ensure_network(spec):
     argv = network.dnsmasq_options(config.LAN_IFACE, spec.dhcp_range, dnsmasq_leasefile(spec),
                                    spec.run_file("dnsmasq.pid"), spec.run_file("dnsmasq.log"))
     actions += network.ensure_dnsmasq(spec.lan_netns, argv, spec.run_file("dnsmasq.pid"))
+    actions += network.ensure_netns(spec.outside_netns)
+    actions += network.ensure_bridge(config.HV_OUTSIDE_BRIDGE, spec.netns)
+    actions += network.ensure_veth(config.HV_OUTSIDE_PORT, spec.netns, config.OUTSIDE_IFACE, spec.outside_netns,
+                                   bridge=config.HV_OUTSIDE_BRIDGE)
+    actions += network.ensure_address(config.OUTSIDE_IFACE, "%s/%d" % (spec.outside_address, config.OUTSIDE_PREFIX_LEN),
+                                      spec.outside_netns)
+    return actions
+
+
+def _origins(spec):
+    """(netns, address, pid file) of each origin server: on the LAN and on the outside segment."""
+    return ((spec.lan_netns, spec.lan_address, spec.run_file("origin-lan.pid")),
+            (spec.outside_netns, spec.outside_address, spec.run_file("origin-outside.pid")))
+
+
+def _ensure_origins(spec):
+    actions = []
+    for netns, address, pidfile in _origins(spec):
+        actions += origin.ensure_origin(netns, address, config.ORIGIN_PORT, pidfile, spec.run_file("origin.log"), REPO_ROOT)
     return actions
 
 
@@ -314,12 +337,12 @@ def _down_one(spec):
     actions = []
     # Everything the hypervisor runs lives in its network namespaces: the holder, the daemons, sshd
     # and its sessions, the mirror, the VMs' qemu processes, dnsmasq and whatever a test served on the LAN.
-    for netns in (spec.netns, spec.lan_netns):
+    for netns in (spec.netns, spec.lan_netns, spec.outside_netns):
         pids = namespaces.netns_pids(netns)
         if pids:
             namespaces.terminate(pids)
             actions.append("stopped %d process(es) in netns %s" % (len(pids), netns))
-    for netns in (spec.netns, spec.lan_netns):
+    for netns in (spec.netns, spec.lan_netns, spec.outside_netns):
         if namespaces.netns_exists(netns):
             run(["ip", "netns", "del", netns])
             actions.append("deleted netns %s" % netns)
@@ -375,6 +398,11 @@ def _status_one(spec):
         "present" if namespaces.netns_exists(spec.lan_netns) else "absent")
     state["DHCP %s-%s" % spec.dhcp_range] = "running" if network.dnsmasq_pid(spec.run_file("dnsmasq.pid")) else "not running"
     state["mirror http://%s:%d/" % (MIRROR_HOST, config.MIRROR_PORT)] = "running" if mirror_pid(spec) else "not running"
+    state["outside netns %s (%s) on %s" % (spec.outside_netns, spec.outside_address, config.HV_OUTSIDE_BRIDGE)] = (
+        "present" if namespaces.netns_exists(spec.outside_netns)
+        and network.link_exists(config.HV_OUTSIDE_BRIDGE, spec.netns) else "absent")
+    for _netns, address, pidfile in _origins(spec):
+        state["origin %s" % spec.origin_url(address)] = "running" if origin.origin_pid(pidfile) else "not running"
     state[libvirt_host.KVM_DEVICE] = libvirt_host.kvm_device_status("/proc/%d/root" % pid) if pid else "unknown"
     if answering:
         state["domains"] = ", ".join(virsh(spec, "list", "--all", "--name").stdout.split()) or "none"
