@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, to_string
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, is_value_text, to_string
 
 METADATA_URI = "https://github.com/egress-proxies/kvm/metadata/1"
 METADATA_PREFIX = "egressproxy"
@@ -39,8 +39,6 @@ _RFC3339 = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
     r"(?P<offset>[Zz]|[+-]\d{2}:\d{2})")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-# XML 1.0 cannot carry control characters, surrogates or U+FFFE/U+FFFF.
-_NOT_XML_TEXT = re.compile("[\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 _MAX_UID_LENGTH = 256
 
 
@@ -90,7 +88,7 @@ def parse_rfc3339(text):
 
 
 def _validate_uid(uid):
-    if not isinstance(uid, str) or not uid or len(uid) > _MAX_UID_LENGTH or uid != uid.strip() or _NOT_XML_TEXT.search(uid):
+    if not is_value_text(uid) or len(uid) > _MAX_UID_LENGTH:
         raise ValidationError(
             "owner uid %r is not valid: use 1-%d characters without control characters "
             "or leading/trailing whitespace" % (uid, _MAX_UID_LENGTH))
@@ -120,6 +118,9 @@ def build_instance_element(uid, created_at, spec_digest=None, spec_json=None):
     if digest is not None:
         texts.append(("specDigest", digest))
     if spec_json is not None:
+        if not is_value_text(spec_json):
+            raise ValidationError("the spec to record must be non-empty XML-compatible text without surrounding "
+                                  "whitespace, got %r" % (spec_json[:80] if isinstance(spec_json, str) else spec_json,))
         texts.append(("spec", spec_json))
     root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
     for tag, text in texts:

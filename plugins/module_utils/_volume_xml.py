@@ -16,6 +16,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import v
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import (
     child_text,
     etree,
+    is_value_text,
     parse_xml,
     scaled_bytes,
     to_string,
@@ -57,8 +58,9 @@ def validate_volume_spec(spec):
         return
     if spec.disk_format != "qcow2":
         raise ValidationError("volume %r is %s; only qcow2 volumes can have a backing store" % (spec.name, spec.disk_format))
-    if not isinstance(spec.backing_path, str) or not spec.backing_path.startswith("/") or "\x00" in spec.backing_path:
-        raise ValidationError("backing path %r of volume %r must be an absolute path" % (spec.backing_path, spec.name))
+    if not is_value_text(spec.backing_path) or not spec.backing_path.startswith("/"):
+        raise ValidationError("backing path %r of volume %r must be an absolute path without control characters or "
+                              "surrounding whitespace" % (spec.backing_path, spec.name))
     # Without an explicit backing format QEMU would probe it, and a probed
     # raw image that looks like qcow2 can point the guest at any host file.
     if spec.backing_format is None:

@@ -34,6 +34,19 @@ _UNIT_FACTORS = {
 _DIGITS = re.compile(r"[0-9]+")
 
 
+# XML 1.0 cannot carry control characters, surrogates or U+FFFE/U+FFFF.
+_NOT_XML_TEXT = re.compile("[\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def is_value_text(text):
+    """True when ``text`` can be an element's text that child_text reads back exactly.
+
+    Non-empty, XML-compatible, and without surrounding whitespace (which
+    child_text strips, as pretty-printed XML from a hypervisor needs).
+    """
+    return isinstance(text, str) and bool(text) and text == text.strip() and not _NOT_XML_TEXT.search(text)
+
+
 def parse_xml(text, what):
     """Parse ``text`` (str or bytes) into an element; ``what`` names it in errors.
 
