@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The filters the egress_proxy role validates with: the module's own refusals, and squid's, on the controller."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+
+ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+                    "..", "roles", "egress_proxy")
+IMAGE = {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}
+VALID = {"uid": "egress-eu", "bridge": "br0", "image": IMAGE, "user_data": "#cloud-config\n{}\n",
+         "proxies": [{"name": "egress-eu-1"}, {"name": "egress-eu-2", "vcpus": 2}]}
+
+
+def with_proxy(**overrides):
+    return dict(VALID, proxies=[dict(VALID["proxies"][0], **overrides)])
+
+
+def test_arguments_the_module_accepts_give_no_errors():
+    assert kvm_proxy_set_errors(VALID) == []
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (with_proxy(memory_mib=64), "proxies[0] (egress-eu-1): memory_mib"),
+    (with_proxy(vcpus="many"), "vcpus"),
+    (with_proxy(state="running"), "running"),
+    (with_proxy(name="Egress_1"), "Egress_1"),
+    (with_proxy(mac="52:54:zz:00:00:01"), "MAC address"),
+    (with_proxy(disk_size_gb=0), "disk_size_gb"),
+    (with_proxy(colour="red"), "colour"),
+    (dict(VALID, proxies=[{"name": "egress-eu-1"}, {"name": "egress-eu-1"}]), "more than once"),
+    (dict(VALID, network="default"), "mutually exclusive"),
+    (dict(VALID, gc_grace_period=-1), "gc_grace_period"),
+    (dict(VALID, max_unavailable=0), "max_unavailable"),
+    (dict(VALID, shutdown_timeout=-5), "shutdown_timeout"),
+    (dict(VALID, uid=None), "gc needs uid"),
+    (dict(VALID, image=None), "needs image"),
+])
+def test_what_the_module_refuses_the_filter_reports_naming_the_option(arguments, words):
+    (error,) = kvm_proxy_set_errors({key: value for key, value in arguments.items() if value is not None})
+    assert words in error
+
+
+def test_removals_need_no_image_network_or_user_data():
+    assert kvm_proxy_set_errors({"uid": "egress-eu", "state": "absent", "gc": False,
+                                 "proxies": [{"name": "egress-eu-1"}]}) == []
+
+
+SAFE, CONNECT = ["80", "443", "1025-65535"], ["443"]
+
+
+def test_usable_squid_settings_give_no_problems():
+    proxy = {"port": 3128, "allowed_clients": ["198.18.0.0/24", "10.1.2.3", "2001:db8::/32", "::1"]}
+    assert squid_settings_errors(proxy, SAFE, CONNECT) == []
+
+
+@pytest.mark.parametrize("proxy, safe, connect, words", [
+    ({"port": 70000, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 70000 is not between 1 and 65535"),
+    ({"port": 0, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 0"),
+    ({"port": 3128, "allowed_clients": []}, SAFE, CONNECT, "allowed_clients is empty"),
+    ({"port": 3128, "allowed_clients": ["300.1.1.1/99"]}, SAFE, CONNECT, "'300.1.1.1/99'"),
+    ({"port": 3128, "allowed_clients": ["::::"]}, SAFE, CONNECT, "'::::'"),
+    ({"port": 3128, "allowed_clients": ["10.0.0.1/8"]}, SAFE, CONNECT, "no host bits"),
+    ({"port": 3128, "allowed_clients": ["198.18.0.0/24 all"]}, SAFE, CONNECT, "'198.18.0.0/24 all'"),
+    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["70000"], CONNECT, "egress_proxy_safe_ports '70000'"),
+    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["0-99999"], CONNECT, "'0-99999'"),
+    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["2000-1000"], CONNECT, "'2000-1000'"),
+    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, SAFE, [], "egress_proxy_connect_ports is empty"),
+])
+def test_what_squid_would_refuse_is_a_problem(proxy, safe, connect, words):
+    (problem,) = squid_settings_errors(proxy, safe, connect)
+    assert words in problem
+
+
+def test_the_role_passes_the_validated_arguments_to_the_module():
+    """The converge and the removal get exactly the dictionaries validate.yml and destroy.yml check."""
+    tasks = {}
+    for entry in ("main", "destroy"):
+        with open(os.path.join(ROLE, "tasks", entry + ".yml")) as handle:
+            blocks = [task for task in yaml.safe_load(handle) if "block" in task]
+        (task,) = [task for block in blocks for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
+        tasks[entry] = task
+    assert tasks["main"]["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": "{{ egress_proxy__set_args }}"}
+    assert tasks["destroy"]["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": "{{ egress_proxy__destroy_args }}"}
+    assert all(task["egress_proxies.kvm.kvm_proxy_set"] == {} for task in tasks.values())
+    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
+        assert "egress_proxy__set_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
+    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
+        assert "egress_proxy__destroy_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
