@@ -12,26 +12,21 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_DIR = os.path.join(REPO_ROOT, "build")
-# ansible, and the tests' own imports of ansible_collections.egress_proxies.kvm, find the
-# collection through a symlink here. scripts/sanity owns build/ansible_collections (a real copy,
-# which ansible-test needs); this tree is separate. scripts/test makes the same link.
-COLLECTIONS_DIR = os.path.join(BUILD_DIR, "collections")
+# pytest puts this directory, not the repository root, on sys.path; tests.* live at the root.
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
 
+from tests.integration import collection_artifact  # noqa: E402 - needs the sys.path entry above
 
-def _link_collection():
-    link = os.path.join(COLLECTIONS_DIR, "ansible_collections", "egress_proxies", "kvm")
-    if os.path.realpath(link) != REPO_ROOT:
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        if os.path.lexists(link):
-            os.unlink(link)
-        os.symlink(REPO_ROOT, link)
-
-
-_link_collection()
-# pytest puts this directory, not the repository root, on sys.path; tests.lab lives at the root.
-for path in (REPO_ROOT, COLLECTIONS_DIR):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+# ansible, and the tests' own imports of ansible_collections.egress_proxies.kvm, use the collection
+# as built and installed from its tarball (tests/integration/collection_artifact.py), not the
+# checkout: build/collections (the unit tests' symlink to the checkout) leaves sys.path so nothing
+# is imported from it.
+ARTIFACT = collection_artifact.install()
+COLLECTIONS_DIR = collection_artifact.COLLECTIONS_DIR
+_CHECKOUT_LINK = os.path.realpath(os.path.join(BUILD_DIR, "collections"))
+sys.path[:] = [path for path in sys.path if os.path.realpath(path) != _CHECKOUT_LINK]
+sys.path.insert(0, COLLECTIONS_DIR)
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402 - as above
 from tests.integration import lab_objects  # noqa: E402 - as above
