@@ -105,6 +105,29 @@ options:
           - A name for what the NIC is for, for example V(inside) (the clients' side) or V(outside) (towards the
             destinations). Lowercase letters, digits, V(-) and V(_); each role at most once.
         type: str
+      address:
+        description:
+          - A static IPv4 address with its prefix length, for example V(198.18.11.50/24). Without it the NIC uses
+            DHCP.
+          - With a static address on any NIC, the seed carries a cloud-init network-config (version 2) listing every
+            NIC by its MAC; a static NIC without O(interfaces[].mac) gets a MAC derived from the VM's name and the
+            NIC's place in the list, so the configuration and the spec stay the same on every run.
+          - Mutually exclusive with O(network_config). Two NICs of a VM cannot share an address.
+        type: str
+      gateway:
+        description:
+          - The default gateway of a static NIC; it must lie inside the prefix of O(interfaces[].address).
+        type: str
+      nameservers:
+        description:
+          - DNS servers of a static NIC.
+        type: list
+        elements: str
+      search:
+        description:
+          - DNS search domains of a static NIC.
+        type: list
+        elements: str
   image:
     description:
       - The cloud image to boot, cached in O(pool) on first use exactly as M(egress_proxies.kvm.kvm_base_image) caches

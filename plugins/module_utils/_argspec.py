@@ -14,7 +14,7 @@ __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import CPU_MODES, VIRT_TYPES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import INTERFACE_OPTIONS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import INTERFACE_OPTIONS, LIST_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import DISK_FORMATS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import (
     DEFAULT_DISK_SIZE_GB,
@@ -50,8 +50,9 @@ def image_options():
 
 
 def interface_options():
-    """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC and role."""
-    return {option: dict(type="str") for option in INTERFACE_OPTIONS}
+    """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC, role and static address."""
+    return {option: dict(type="list", elements="str") if option in LIST_OPTIONS else dict(type="str")
+            for option in INTERFACE_OPTIONS}
 
 
 def cloud_init_options(user_data_default=None):

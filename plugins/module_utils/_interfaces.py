@@ -7,15 +7,19 @@
 The first interface is the VM's boot and default NIC. A role is a name the
 user gives (``inside`` for the clients' side, ``outside`` towards the
 destinations); the egress interface, whose address destinations see, is the
-one named ``outside``, or the first when none is.
+one named ``outside``, or the first when none is. A NIC with ``address`` is
+configured statically (_network_config renders it for cloud-init); the
+others use DHCP.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
+import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import normalize_mac
@@ -26,9 +30,14 @@ ROLE_INSIDE = "inside"
 ROLE_OUTSIDE = "outside"
 EGRESS_ROLE = ROLE_OUTSIDE
 SINGLE_NIC_OPTIONS = ("bridge", "network", "mac")
-INTERFACE_OPTIONS = ("bridge", "network", "mac", "role")
+STATIC_OPTIONS = ("address", "gateway", "nameservers", "search")
+INTERFACE_OPTIONS = ("bridge", "network", "mac", "role") + STATIC_OPTIONS
+LIST_OPTIONS = ("nameservers", "search")
 
 _ROLE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_DOMAIN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+# QEMU's prefix: a MAC derived here is locally administered and never a real vendor's.
+_DERIVED_MAC_PREFIX = "52:54:00"
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,15 @@ class Interface:
     network: Optional[str] = None
     mac: Optional[str] = None
     role: Optional[str] = None
+    address: Optional[str] = None  # IPv4 with prefix, 198.18.11.50/24; None: DHCP
+    gateway: Optional[str] = None
+    nameservers: tuple = ()
+    search: tuple = ()
+
+    @property
+    def ip(self):
+        """The static IPv4 without its prefix, or None."""
+        return None if self.address is None else self.address.partition("/")[0]
 
     @property
     def source(self):
@@ -46,13 +64,18 @@ class Interface:
         return "bridge %s" % self.bridge if self.bridge is not None else "network %s" % self.network
 
     def as_spec(self):
-        return {"bridge": self.bridge, "network": self.network, "mac": self.mac, "role": self.role}
+        spec = {"bridge": self.bridge, "network": self.network, "mac": self.mac, "role": self.role}
+        if self.address is not None:
+            spec.update(address=self.address, gateway=self.gateway, nameservers=list(self.nameservers),
+                        search=list(self.search))
+        return spec
 
 
 def interfaces_from_params(params):
     """The NICs a task asks for, as a tuple of Interface: its ``interfaces`` list, or one from bridge/network/mac.
 
-    ``params`` holds the options as given (None: not given). An empty tuple
+    ``params`` holds the options as given (None: not given), the VM's name
+    among them (static NICs without a MAC get one derived from it). An empty tuple
     means no NIC was given at all (fine for state=absent). Raises
     ValidationError naming the option or the list entry at fault.
     """
@@ -65,12 +88,14 @@ def interfaces_from_params(params):
         if params.get("bridge") is None and params.get("network") is None:
             return ()
         return (_interface("bridge/network/mac", {option: params.get(option) for option in SINGLE_NIC_OPTIONS}),)
+
     if single:
         raise ValidationError(
             "interfaces and %s are mutually exclusive: give the first NIC as interfaces[0] instead" % ", ".join(single))
     if not isinstance(entries, (list, tuple)) or not entries:
         raise ValidationError("interfaces must be a non-empty list of NICs (each with bridge or network)")
-    interfaces = tuple(_interface("interfaces[%d]" % index, entry) for index, entry in enumerate(entries))
+    interfaces = with_derived_macs(params.get("name"), [_interface("interfaces[%d]" % index, entry)
+                                                         for index, entry in enumerate(entries)])
     _require_distinct(interfaces)
     return interfaces
 
@@ -96,13 +121,57 @@ def _interface(label, entry):
         if "role" in given and (not isinstance(given["role"], str) or not _ROLE.fullmatch(given["role"])):
             raise ValidationError("role %r is not a valid role name, e.g. %s or %s" % (
                 given["role"], ROLE_INSIDE, ROLE_OUTSIDE))
+        _validate_static(given)
     except ValidationError as error:
         raise ValidationError("%s: %s" % (label, error.message)) from error
     return Interface(**given)
 
 
+def _validate_static(given):
+    """Check and normalise address, gateway, nameservers and search in ``given`` (an interface's options)."""
+    for option in LIST_OPTIONS:
+        if option in given:
+            if not isinstance(given[option], (list, tuple)) or not all(isinstance(item, str) for item in given[option]):
+                raise ValidationError("%s must be a list of strings, got %r" % (option, given[option]))
+            given[option] = tuple(given[option])
+    static = [option for option in STATIC_OPTIONS[1:] if given.get(option)]
+    if "address" not in given:
+        if static:
+            raise ValidationError("%s needs address: without one the NIC uses DHCP, which gives them" % ", ".join(static))
+        return
+    try:
+        interface = ipaddress.IPv4Interface(given["address"]) if "/" in str(given["address"]) else None
+    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError):
+        interface = None
+    if interface is None:
+        raise ValidationError("address %r is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (
+            given["address"],))
+    network = interface.network
+    if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
+        raise ValidationError("address %s is the %s address of %s; give a host address" % (
+            interface, "network" if interface.ip == network.network_address else "broadcast", network))
+    given["address"] = str(interface)
+    if "gateway" in given:
+        try:
+            gateway = ipaddress.IPv4Address(given["gateway"])
+        except (ipaddress.AddressValueError, ValueError):
+            raise ValidationError("gateway %r is not an IPv4 address" % (given["gateway"],)) from None
+        if gateway not in network or gateway == interface.ip:
+            raise ValidationError("gateway %s is %s; it must be another address inside %s" % (
+                gateway, "the NIC's own address" if gateway == interface.ip else "outside the prefix", network))
+        given["gateway"] = str(gateway)
+    for server in given.get("nameservers", ()):
+        try:
+            ipaddress.ip_address(server)
+        except ValueError:
+            raise ValidationError("nameservers: %r is not an IP address" % (server,)) from None
+    for domain in given.get("search", ()):
+        if not _DOMAIN.fullmatch(domain):
+            raise ValidationError("search: %r is not a domain name" % (domain,))
+
+
 def _require_distinct(interfaces):
-    for what in ("mac", "role"):
+    for what in ("mac", "role", "ip"):
         seen = {}
         for index, interface in enumerate(interfaces):
             value = getattr(interface, what)
@@ -112,6 +181,23 @@ def _require_distinct(interfaces):
                 raise ValidationError("interfaces[%d] and interfaces[%d] have the same %s %r: each NIC needs its "
                                       "own" % (seen[value], index, what, value))
             seen[value] = index
+
+
+def with_derived_macs(name, interfaces):
+    """``interfaces`` with a MAC for every static NIC that has none, derived from the VM's name and the NIC's index.
+
+    cloud-init matches a static configuration by MAC, and the seed is written
+    before libvirt would pick one; derived from the name, the MAC (and with it
+    the spec) stays the same on every run.
+    """
+    derived = []
+    for index, interface in enumerate(interfaces):
+        if interface.address is not None and interface.mac is None:
+            digest = hashlib.sha256(("%s/%d" % (name, index)).encode("utf-8")).hexdigest()
+            mac = "%s:%s:%s:%s" % (_DERIVED_MAC_PREFIX, digest[0:2], digest[2:4], digest[4:6])
+            interface = replace(interface, mac=mac)
+        derived.append(interface)
+    return tuple(derived)
 
 
 def egress_index(roles):
@@ -126,7 +212,7 @@ def interfaces_spec(interfaces):
     None keeps the spec, and so the digest, of a single-NIC VM exactly what
     it was before the list existed: upgrading never counts such a VM as drifted.
     """
-    if len(interfaces) == 1 and interfaces[0].role is None:
+    if len(interfaces) == 1 and interfaces[0].role is None and interfaces[0].address is None:
         return None
     return [interface.as_spec() for interface in interfaces]
 

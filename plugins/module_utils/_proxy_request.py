@@ -41,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_vm_name,
     validate_volume_name,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._network_config import static_network_config
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
     META_DATA,
     NETWORK_CONFIG,
@@ -210,6 +211,9 @@ class ProxyRequest:
                                   "name of a base volume already in the pool")
         if self.base_volume is not None:
             validate_volume_name(self.base_volume)
+        if self.network_config is not None and any(nic.address is not None for nic in self.interfaces):
+            raise ValidationError("network_config and static interface addresses are mutually exclusive: give the "
+                                  "addresses in interfaces, or the whole configuration in network_config")
         if self.state == STATE_ABSENT:
             return
         # Rendering the seed's files refuses meta_data or network_config that cannot be written.
@@ -240,8 +244,14 @@ class ProxyRequest:
         )
 
     def seed_files(self):
-        """The seed's files ({file name: bytes}); the spec digest covers exactly these bytes."""
-        return seed_files(self.name, self.user_data, self.meta_data, self.vendor_data, self.network_config)
+        """The seed's files ({file name: bytes}); the spec digest covers exactly these bytes.
+
+        Without network_config, NICs with static addresses bring their own (_network_config).
+        """
+        network_config = self.network_config
+        if network_config is None:
+            network_config = static_network_config(self.interfaces)
+        return seed_files(self.name, self.user_data, self.meta_data, self.vendor_data, network_config)
 
     @property
     def disk_bytes(self):

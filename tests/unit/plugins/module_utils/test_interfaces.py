@@ -8,6 +8,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 import pytest
 from lxml import etree
 
@@ -211,3 +213,61 @@ def test_the_set_passes_every_proxys_interfaces_through(run):
     assert [p["actions"] for p in result["proxies"]] == [CREATE, CREATE]
     assert [nic.mac for nic in domain_of(hv, "proxy-a").nics] == [INSIDE_MAC, OUTSIDE_MAC]
     assert [nic.bridge for nic in domain_of(hv, "proxy-b").nics] == ["br0"]
+
+
+# --- static addresses ----------------------------------------------------------------------------------
+
+STATIC_INSIDE = dict(bridge="br0", role="inside", address="198.18.11.50/24", nameservers=["198.18.11.1"], search=["lab"])
+STATIC_OUTSIDE = dict(bridge="br1", role="outside", address="198.18.21.50/24", gateway="198.18.21.1")
+
+
+def static(*interfaces, **changes):
+    return request(bridge=None, interfaces=list(interfaces), **changes)
+
+
+def test_static_nics_bring_a_network_config_matched_by_mac():
+    req = static(STATIC_INSIDE, dict(bridge="br1", mac=OUTSIDE_MAC))
+    inside_mac = req.interfaces[0].mac
+    assert inside_mac.startswith("52:54:00:") and inside_mac == static(STATIC_INSIDE).interfaces[0].mac
+    assert inside_mac != request(name="proxy-other", bridge=None, interfaces=[STATIC_INSIDE]).interfaces[0].mac
+    assert json.loads(req.seed_files()["network-config"]) == {"version": 2, "ethernets": {
+        "nic0": {"match": {"macaddress": inside_mac}, "addresses": ["198.18.11.50/24"],
+                 "nameservers": {"addresses": ["198.18.11.1"], "search": ["lab"]}},
+        "nic1": {"match": {"macaddress": OUTSIDE_MAC}, "dhcp4": True},
+    }}
+    outside = static(STATIC_INSIDE, STATIC_OUTSIDE).seed_files()["network-config"]
+    assert json.loads(outside)["ethernets"]["nic1"]["gateway4"] == "198.18.21.1"
+
+
+def test_dhcp_nics_leave_the_network_config_out():
+    assert "network-config" not in two_nics().seed_files()
+
+
+def test_a_changed_static_address_is_drift():
+    moved = static(dict(STATIC_INSIDE, address="198.18.11.51/24"))
+    assert proxy_request.spec_digest(moved.spec()) != proxy_request.spec_digest(static(STATIC_INSIDE).spec())
+    assert static(STATIC_INSIDE).spec()["interfaces"][0]["address"] == "198.18.11.50/24"
+
+
+@pytest.mark.parametrize("interfaces, message", [
+    ([dict(bridge="br0", address="198.18.11.300/24")], r"interfaces\[0\]: address '198.18.11.300/24' is not an IPv4"),
+    ([dict(bridge="br0", address="198.18.11.50")], "with its prefix length"),
+    ([dict(bridge="br0", address="198.18.11.0/24")], "network address of 198.18.11.0/24"),
+    ([dict(bridge="br0", address="198.18.11.255/24")], "broadcast address"),
+    ([dict(bridge="br0", address="198.18.11.50/24", gateway="198.18.12.1")], "gateway 198.18.12.1 is outside the prefix"),
+    ([dict(bridge="br0", address="198.18.11.50/24", gateway="198.18.11.50")], "the NIC's own address"),
+    ([dict(bridge="br0", address="198.18.11.50/24", gateway="router")], "gateway 'router' is not an IPv4"),
+    ([dict(bridge="br0", gateway="198.18.11.1")], "gateway needs address"),
+    ([dict(bridge="br0", address="198.18.11.50/24", nameservers=["dns"])], "nameservers: 'dns'"),
+    ([dict(bridge="br0", address="198.18.11.50/24", search=["bad domain"])], "search: 'bad domain'"),
+    ([dict(bridge="br0", address="198.18.11.50/24"), dict(bridge="br1", address="198.18.11.50/16")],
+     r"interfaces\[0\] and interfaces\[1\] have the same ip '198.18.11.50'"),
+])
+def test_bad_static_settings_are_refused_naming_the_entry_and_field(interfaces, message):
+    with pytest.raises(errors.ValidationError, match=message):
+        static(*interfaces)
+
+
+def test_static_addresses_and_network_config_are_exclusive():
+    with pytest.raises(errors.ValidationError, match="network_config and static interface addresses"):
+        static(STATIC_INSIDE, network_config={"version": 2})

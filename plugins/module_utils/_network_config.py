@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""cloud-init network-config (version 2) for NICs with static addresses, each matched by its MAC.
+
+Matching by MAC keeps the configuration independent of the names the guest
+gives its NICs. Once a network-config exists cloud-init configures only what
+it lists, so every NIC is listed: the static ones with their address,
+gateway and DNS, the others with DHCP.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def static_network_config(interfaces):
+    """The network-config dictionary for ``interfaces`` (_interfaces.Interface), or None when none is static."""
+    if all(interface.address is None for interface in interfaces):
+        return None
+    ethernets = {}
+    for index, interface in enumerate(interfaces):
+        ethernet = {"match": {"macaddress": interface.mac}}
+        if interface.address is None:
+            ethernet["dhcp4"] = True
+        else:
+            ethernet["addresses"] = [interface.address]
+            if interface.gateway is not None:
+                ethernet["gateway4"] = interface.gateway
+            if interface.nameservers or interface.search:
+                ethernet["nameservers"] = {"addresses": list(interface.nameservers), "search": list(interface.search)}
+        ethernets["nic%d" % index] = ethernet
+    return {"version": 2, "ethernets": ethernets}
