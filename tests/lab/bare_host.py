@@ -143,6 +143,7 @@ def up():
     with _exclusive():
         actions = ensure_root_cache()
         actions += lab_ssh.ensure_client_files(hypervisors.present_specs() + [SPEC])
+        actions += _write_known_hosts()
         actions += network.ensure_bridge(config.MGMT_BRIDGE)
         actions += network.ensure_address(config.MGMT_BRIDGE, "%s/%d" % (config.MGMT_ADDRESS, config.MGMT_PREFIX_LEN))
         actions += hypervisors._ensure_network(SPEC)
@@ -156,6 +157,26 @@ def up():
     for action in actions:
         report(action)
     return actions
+
+
+def known_hosts():
+    """The bare host's own known_hosts file: `scripts/lab up` rewrites the lab's without the bare host."""
+    return SPEC.run_file("known_hosts")
+
+
+def _write_known_hosts():
+    with open(lab_ssh.host_key(SPEC) + ".pub") as handle:
+        kind, key = handle.read().split()[:2]
+    line = "%s,%s %s %s\n" % (SPEC.name, SPEC.address, kind, key)
+    try:
+        with open(known_hosts()) as handle:
+            if handle.read() == line:
+                return []
+    except FileNotFoundError:
+        pass
+    with open(known_hosts(), "w") as handle:
+        handle.write(line)
+    return ["wrote %s" % known_hosts()]
 
 
 def _fresh_root():
