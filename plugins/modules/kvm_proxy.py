@@ -211,17 +211,17 @@ created_at:
   type: str
   sample: "2026-09-08T10:00:00Z"
 spec_digest:
-  description: The spec digest recorded in the VM's metadata (with O(on_drift=ignore), the drifted VM's own).
+  description: The spec digest recorded in the VM's metadata (with O(on_drift=ignore), the drifted VM's own); null when the VM does not exist.
   returned: always
   type: str
   sample: 0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0
 mac:
-  description: MAC address of the VM's NIC.
+  description: MAC address of the VM's NIC; null when the VM does not exist.
   returned: always
   type: str
   sample: "52:54:00:e9:00:02"
 autostart:
-  description: Whether libvirt starts the VM when the hypervisor boots.
+  description: Whether libvirt starts the VM when the hypervisor boots; null when the VM does not exist.
   returned: always
   type: bool
   sample: true

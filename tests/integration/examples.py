@@ -159,7 +159,8 @@ class LabRule:
         called = collection_module(task)
         if called is None:
             return task
-        args = task[task_module(task)[0]]
+        module_name = task_module(task)[0]
+        args = task[module_name] = task[module_name] or {}
         options = documented_options(called)
         if "pool" in options:
             args["pool"] = self.lab.pool
