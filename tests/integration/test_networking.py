@@ -118,3 +118,21 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     assert proxy["ip"] == host(moved) and proxy["egress_ip"] == host(outside), proxy
     code, seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(moved), origin)
     assert code == 0 and seen["peer"] == host(outside), seen
+
+
+@pytest.mark.parametrize("instances, message", [
+    ([{"name": PROXY, "address": "198.18.11.80/24", "gateway": "198.18.12.1"}],
+     "proxies[0] (%s): interfaces[0]: gateway 198.18.12.1 is outside the prefix" % PROXY),
+    ([{"name": PROXY, "address": "198.18.11.300/24"}], "interfaces[0]: address '198.18.11.300/24' is not an IPv4"),
+    ([{"name": PROXY, "address": "198.18.11.80/24"}, {"name": PREFIX + "2", "address": "198.18.11.80/24"}],
+     "have one static address: %s address 198.18.11.80, %s2 address 198.18.11.80" % (PROXY, PREFIX)),
+    ([{"name": PROXY, "outside": {"bridge": config.HV_OUTSIDE_BRIDGE, "address": "198.18.21.80/24"}}],
+     "address: the inside NIC needs a static address"),
+])
+def test_bad_addresses_fail_before_anything_naming_proxy_and_field(net_fleet, instances, message):
+    inventory = net_fleet.inventory(net_fleet.role_vars(egress_proxy_uid="eptest-net", egress_proxy_instances=instances))
+    run = net_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1})
+    assert run.rc != 0 and message in json.dumps(run.failures(HV1)), run
+    assert not run.ran(CONVERGE_TASK)
+    assert not [name for name in hypervisors.virsh(net_fleet.hv1, "list", "--all", "--name").stdout.split()
+                if name.startswith(PREFIX)]
