@@ -94,8 +94,8 @@ def interfaces_from_params(params):
             "interfaces and %s are mutually exclusive: give the first NIC as interfaces[0] instead" % ", ".join(single))
     if not isinstance(entries, (list, tuple)) or not entries:
         raise ValidationError("interfaces must be a non-empty list of NICs (each with bridge or network)")
-    interfaces = with_derived_macs(params.get("name"), [_interface("interfaces[%d]" % index, entry)
-                                                         for index, entry in enumerate(entries)])
+    given = [_interface("interfaces[%d]" % index, entry) for index, entry in enumerate(entries)]
+    interfaces = with_derived_macs(params.get("name"), given)
     _require_distinct(interfaces)
     return interfaces
 
