@@ -6,6 +6,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import RENAMED_OPTIONS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
+
 DOCUMENTATION = r"""
 name: kvm_proxy_set_errors
 short_description: What kvm_proxy_set would refuse in a set of arguments, checked on the controller
@@ -41,16 +51,6 @@ _value:
   type: list
   elements: str
 """
-
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import validate_download_options
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import common_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import RENAMED_OPTIONS
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
 
 
 def kvm_proxy_set_errors(arguments):

@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
+
 DOCUMENTATION = r"""
 name: squid_settings_errors
 short_description: What is wrong with one egress proxy's squid settings
@@ -50,8 +52,6 @@ _value:
   type: list
   elements: str
 """
-
-import ipaddress
 
 MAX_PORT = 65535
 

@@ -25,6 +25,8 @@ CALLBACKS = os.path.join(REPO_ROOT, "tests", "integration", "callback_plugins")
 LAB_HOSTS = os.path.join(REPO_ROOT, "inventories", "lab", "hosts.yml")
 PLAYBOOKS = os.path.join(REPO_ROOT, "playbooks")
 FORKS = 5
+# The web server on each hypervisor's LAN that booted proxies fetch from.
+ORIGIN_PORT = 18090
 
 # Every domain and volume of these tests starts with the prefix, every base image with the image name.
 PREFIX = "eptest-fleet-"
@@ -48,9 +50,9 @@ class FleetRun:
                 if task["task"]["name"].endswith(task_suffix) and host in task["hosts"]]
 
     def items(self, task_suffix, host):
-        """{instance name: item result} of the one looped role task whose name ends with task_suffix."""
+        """{proxy name: its entry} of the one kvm_proxy_set task whose name ends with task_suffix."""
         (task,) = self.results(task_suffix, host)
-        return {item["egress_proxy_instance"]["name"]: item for item in task.get("results", [])}
+        return {entry["name"]: entry for entry in task.get("proxies", [])}
 
     def ran(self, task_suffix):
         """The hosts on which a task whose name ends with task_suffix ran (not skipped)."""
@@ -227,6 +229,15 @@ def _states(virsh_list):
     return states
 
 
+def fetch(spec, proxy, url):
+    """(HTTP status, X-Egress-Proxy) of a request from the hypervisor's LAN namespace through proxy."""
+    completed = subprocess.run(
+        ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20", "-o", "/dev/null",
+         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url], capture_output=True, text=True, check=False)
+    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
+    return int(status or 0), header
+
+
 @pytest.fixture(scope="session")
 def fleet_lab():
     """The lab brought up (if needed) with at least two hypervisors; their specs."""
@@ -249,3 +260,21 @@ def hv_fleet(fleet_lab, tmp_path):
         yield hypervisor_fleet
     finally:
         hypervisor_fleet.clean()
+
+
+@pytest.fixture
+def lan_origins(hv_fleet, tmp_path):
+    """A web server on each hypervisor's LAN, in its LAN namespace: {host: URL}."""
+    root = tmp_path / "origin"
+    root.mkdir()
+    (root / "index.html").write_text("egress fleet origin\n")
+    servers, urls = [], {}
+    for spec in hv_fleet.specs:
+        servers.append(subprocess.Popen(
+            ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
+             "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        urls[spec.name] = "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
+    yield urls
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)

@@ -18,13 +18,13 @@ import yaml
 # pytest's assertion messages before either import.
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
-from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, overlap  # noqa: E402
+from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, fetch, overlap  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration
 
-CONVERGE_TASK = "Create, replace, stop or remove the proxies"
+CONVERGE_TASK = "Converge the proxies of this hypervisor"
 PROBE_TASK = "Check that libvirt answers on the hypervisor"
 TOUCHING_TASKS = (PROBE_TASK, "Cache the base image in the pool", CONVERGE_TASK)
 HV1, HV2 = "lab-hv1", "lab-hv2"
@@ -238,36 +238,6 @@ def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys
     assert "could not read hypervisor" in refused.stderr and "Host key verification failed" in refused.stderr, refused.stderr
 
 
-ORIGIN_PORT = 18090
-
-
-@pytest.fixture
-def lan_origins(hv_fleet, tmp_path):
-    """A web server on each hypervisor's LAN, in its LAN namespace: {host: URL}."""
-    root = tmp_path / "origin"
-    root.mkdir()
-    (root / "index.html").write_text("egress fleet origin\n")
-    servers, urls = [], {}
-    for host, spec in ((HV1, hv_fleet.hv1), (HV2, hv_fleet.hv2)):
-        servers.append(subprocess.Popen(
-            ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
-             "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        urls[host] = "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
-    yield urls
-    for server in servers:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def fetch(spec, proxy, url):
-    """(HTTP status, X-Egress-Proxy) of a request from the hypervisor's LAN namespace through proxy."""
-    completed = subprocess.run(
-        ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20", "-o", "/dev/null",
-         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url], capture_output=True, text=True, check=False)
-    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
-    return int(status or 0), header
-
-
 @pytest.mark.boot
 def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_own_lan(hv_fleet, lan_origins):
     image = "http://127.0.0.1:8642/"
@@ -282,7 +252,7 @@ def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_ow
     inventory = hv_fleet.inventory(booted, host_vars)
     run = hv_fleet.playbook("deploy.yml", inventory, timeout=1500)
     assert run.rc == 0, run
-    waits = run.spans("Poll the hypervisor until every running proxy has an IPv4 address")
+    waits = run.spans(CONVERGE_TASK)
     assert overlap(waits[HV1], waits[HV2]) > 0, waits
 
     verified = hv_fleet.playbook("verify.yml", inventory, timeout=900)

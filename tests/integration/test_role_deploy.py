@@ -32,7 +32,7 @@ OUTSIDER = "198.18.0.2"
 # Its own cache name: no other test's clean-up removes the base these VMs back onto.
 IMAGE_NAME = "tiny-role"
 
-CONVERGE_TASK = "Create, replace, stop or remove the proxies"
+CONVERGE_TASK = "Converge the proxies of this hypervisor"
 REMOVE_TASK = "Remove the proxies and their disks"
 
 
@@ -67,9 +67,9 @@ def results(run, task_suffix, host="localhost"):
 
 
 def item_results(run, task_suffix):
-    """{instance name: result} of the one looped task whose name ends with task_suffix."""
+    """{proxy name: its entry} of the one kvm_proxy_set task whose name ends with task_suffix."""
     (task,) = results(run, task_suffix)
-    return {item["egress_proxy_instance"]["name"]: item for item in task["results"]}
+    return {entry["name"]: entry for entry in task["proxies"]}
 
 
 def changed(run):
@@ -225,9 +225,17 @@ def test_owner_is_stable_another_owner_is_reported_and_adoption_is_explicit(lab,
     ({"egress_proxy_allowed_clients": ["198.18.0.0/24 all"]}, "allowed_clients"),
     ({"egress_proxy_port": 70000}, "port 70000"),
     ({"egress_proxy_uid": ""}, "empty owner"),
+    # What only the modules checked before (issue 12 point 5, issue 17): now refused before libvirt too.
+    ({"egress_proxy_allowed_clients": ["300.1.1.1/99", "::::"]}, "'300.1.1.1/99', '::::' are not IPv4 or IPv6"),
+    ({"egress_proxy_safe_ports": ["70000", "0-99999"]}, "egress_proxy_safe_ports '70000', '0-99999' are not ports"),
+    ({"egress_proxy_memory_mib": 64}, "memory_mib"),
+    ({"egress_proxy_shutdown_timeout": -1}, "shutdown_timeout"),
+    ({"egress_proxy_max_unavailable": 0}, "max_unavailable"),
+    ({"egress_proxy_gc_grace_period": -5}, "gc_grace_period"),
+    ({"egress_proxy_instances": [{"name": RUNNING, "mac": "52:54:zz:00:00:01"}]}, "MAC address"),
 ])
 def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides, words):
-    run = run_playbook(DEPLOY, role_vars(lab, **overrides))
+    run = run_playbook(DEPLOY, role_vars(lab, **overrides), check=True)
     assert run.rc != 0, run
     failures = [result for play in run.result["plays"] for task in play["tasks"]
                 for result in task["hosts"].values() if result.get("failed")]
@@ -237,22 +245,24 @@ def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides
         message += " ".join(item.get("msg", "") for item in failures[0]["results"] if item.get("failed"))
     assert words in message, message
     touched = [task["task"]["name"] for play in run.result["plays"] for task in play["tasks"]
-               if task["task"]["name"].endswith(("Cache the base image in the pool", CONVERGE_TASK))]
+               if task["task"]["name"].endswith(("libvirt answers on the hypervisor", "Cache the base image in the pool",
+                                                 CONVERGE_TASK))]
     assert touched == [], "a module ran before the input was refused: %s" % touched
     assert domain_state(RUNNING) is None
 
 
-def test_waiting_for_an_address_fails_saying_what_each_source_answered(lab, run_playbook, clean):
-    # The small image never boots, so no address ever comes.
+def test_waiting_for_an_address_fails_naming_the_proxy_and_the_limit(lab, run_playbook, clean):
+    # The small image never boots, so no address ever comes: one limit for the set, no retries to show.
     variables = role_vars(lab, egress_proxy_instances=[{"name": RUNNING}], egress_proxy_wait_for_ip=True,
                           egress_proxy_wait_timeout=6)
     run = run_playbook(DEPLOY, variables)
     assert run.rc != 0, run
-    (checked,) = results(run, "Check that every running proxy has an address")
-    assert checked["failed"]
-    assert "have no IPv4 address (waited up to 6 seconds): %s (libvirt state running, arp: " % RUNNING in checked["msg"]
-    assert "agent: guest agent not responding" in checked["msg"]
-    # The report still runs on the next deploy; the proxy itself was created.
+    (converged,) = results(run, CONVERGE_TASK)
+    assert converged["failed"]
+    assert "%s got no routable IPv4 within wait_timeout (6 s)" % RUNNING in converged["msg"]
+    assert "attempts" not in converged
+    # The proxy itself was created, and the failure says so.
+    assert "%s: define domain" % RUNNING in converged["actions"]
     assert domain_state(RUNNING) == "running"
 
 

@@ -1,0 +1,196 @@
+"""kvm_proxy_set through the role on the lab's two hypervisors over SSH (issue 14): GC and rolling replacement.
+
+Garbage collection runs on the small non-booting image: a set converged on both hypervisors, a
+no-op run, a proxy dropped from the list kept within the grace period and removed after it on its
+own hypervisor only, an unmanaged domain and another owner's proxy left alone, an unreachable
+hypervisor failing alone and losing nothing. The rolling cases boot the Debian guest: two proxies
+on one hypervisor replaced one at a time, sampled every second from its LAN namespace, then a
+replacement onto an image that cannot boot stopping the roll with the other proxy still serving.
+"""
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
+
+from tests.integration.fleet_fixtures import PREFIX, fetch  # noqa: E402
+from tests.lab import config, hypervisors  # noqa: E402
+
+pytest_plugins = ["tests.integration.fleet_fixtures"]
+pytestmark = pytest.mark.integration
+
+CONVERGE_TASK = "Converge the proxies of this hypervisor"
+HV1, HV2 = "lab-hv1", "lab-hv2"
+OTHER_OWNER = "eptest-fleet-other"
+UNMANAGED = PREFIX + "gc-unmanaged"
+
+
+def name(suffix):
+    return PREFIX + "gc-" + suffix
+
+
+def placed(hv_fleet, entries, **overrides):
+    """An inventory whose fleet-wide list is ``entries`` ({name suffix: hypervisor})."""
+    return hv_fleet.inventory(hv_fleet.role_vars(
+        egress_proxy_fleet=[{"name": name(suffix), "hypervisor": host} for suffix, host in entries.items()], **overrides))
+
+
+def define_unmanaged(spec):
+    """A domain this collection did not create (no metadata), defined on the hypervisor's own libvirtd."""
+    xml = ("<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>"
+           "<os><type arch='x86_64'>hvm</type></os></domain>" % UNMANAGED)
+    subprocess.run(hypervisors.virsh_argv(spec, "define", "/dev/stdin"), input=xml, text=True, check=True,
+                   capture_output=True)
+
+
+def test_gc_removes_only_this_owners_unlisted_proxies_after_the_grace_period_on_their_own_hypervisor(hv_fleet):
+    # Another owner's proxy and an unmanaged domain share lab-hv1 with the set.
+    other = hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_uid=OTHER_OWNER, egress_proxy_gc=False),
+                               {HV1: {"egress_proxy_instances": [{"name": name("other")}]}})
+    assert hv_fleet.playbook("deploy.yml", other, {"egress_proxy_hosts": HV1}).rc == 0
+    define_unmanaged(hv_fleet.hv1)
+
+    full = {"a": HV1, "b": HV1, "c": HV2}
+    run = hv_fleet.playbook("deploy.yml", placed(hv_fleet, full))
+    assert run.rc == 0, run
+    assert sorted(run.items(CONVERGE_TASK, HV1)) == [name("a"), name("b")]
+    assert [entry["outcome"] for entry in run.items(CONVERGE_TASK, HV2).values()] == ["created"]
+    noop = hv_fleet.playbook("deploy.yml", placed(hv_fleet, full))
+    assert noop.rc == 0, noop
+    assert [noop.stats(host)["changed"] for host in (HV1, HV2)] == [0, 0], noop
+    (converged,) = noop.results(CONVERGE_TASK, HV1)
+    assert {entry["name"] for entry in converged["foreign"]} >= {name("other"), UNMANAGED}
+
+    # b dropped from the list: within the grace period (the default hour) it stays, and says why.
+    without_b = {"a": HV1, "c": HV2}
+    kept = hv_fleet.playbook("deploy.yml", placed(hv_fleet, without_b))
+    assert kept.rc == 0, kept
+    (converged,) = kept.results(CONVERGE_TASK, HV1)
+    assert converged["removed"] == [] and [entry["name"] for entry in converged["skipped"]] == [name("b")]
+    assert "gc_grace_period" in converged["skipped"][0]["reason"]
+    assert name("b") in hv_fleet.domains_local(hv_fleet.hv1)
+
+    # Past a grace period of one second: removed with its disks, on lab-hv1 only, nothing else touched.
+    time.sleep(2)
+    swept = hv_fleet.playbook("deploy.yml", placed(hv_fleet, without_b, egress_proxy_gc_grace_period=1))
+    assert swept.rc == 0, swept
+    (converged,) = swept.results(CONVERGE_TASK, HV1)
+    assert [entry["name"] for entry in converged["removed"]] == [name("b")] and converged["changed"]
+    assert swept.stats(HV2)["changed"] == 0
+    assert sorted(hv_fleet.domains_local(hv_fleet.hv1)) == [name("a"), UNMANAGED, name("other")]
+    assert not [volume for volume in hv_fleet.volumes_local(hv_fleet.hv1) if volume.startswith(name("b"))]
+    assert sorted(hv_fleet.domains_local(hv_fleet.hv2)) == [name("c")]
+
+    # lab-hv2 unreachable while c is dropped too: that host fails alone, and nothing is deleted there.
+    hypervisors.stop_sshd(hv_fleet.hv2)
+    try:
+        cut = hv_fleet.playbook("deploy.yml", placed(hv_fleet, {"a": HV1}, egress_proxy_gc_grace_period=1))
+        assert cut.rc != 0, cut
+        assert cut.stats(HV2)["unreachable"] == 1 and cut.stats(HV1)["failures"] == 0, cut.result["stats"]
+        assert sorted(hv_fleet.domains_local(hv_fleet.hv2)) == [name("c")]
+    finally:
+        hypervisors.start_sshd(hv_fleet.hv2)
+    assert sorted(hv_fleet.domains_local(hv_fleet.hv1)) == [name("a"), UNMANAGED, name("other")]
+
+
+def leases(spec):
+    """{MAC: [IPv4, ...]} of the DHCP leases on the hypervisor's LAN."""
+    found = {}
+    with open(hypervisors.dnsmasq_leasefile(spec)) as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) >= 3:
+                found.setdefault(fields[1].lower(), []).append(fields[2])
+    return found
+
+
+def macs(spec, proxy):
+    """The MACs of the proxy's domain now (none while it is being replaced)."""
+    listed = hypervisors.virsh(spec, "domiflist", proxy, check=False).stdout.split()
+    return [field.lower() for field in listed if field.count(":") == 5]
+
+
+def addressed(spec, proxies):
+    """The proxies that have an address now: a lease of their NIC answers a ping from the hypervisor's LAN namespace."""
+    leased, have = leases(spec), set()
+    for proxy in proxies:
+        for address in [address for mac in macs(spec, proxy) for address in leased.get(mac, [])]:
+            if subprocess.run(["ip", "netns", "exec", spec.lan_netns, "ping", "-c", "1", "-W", "1", address],
+                              capture_output=True, check=False).returncode == 0:
+                have.add(proxy)
+                break
+    return have
+
+
+class Sampler:
+    """Every second, from the LAN namespace, which of ``proxies`` have an address, until stopped."""
+
+    def __init__(self, spec, proxies):
+        self.spec, self.proxies, self.samples = spec, set(proxies), []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.samples.append(addressed(self.spec, self.proxies))
+            self._stop.wait(1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.mark.boot
+def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_stops_the_roll(hv_fleet, lan_origins):
+    spec, origin = hv_fleet.hv1, lan_origins[HV1]
+    mirror = "http://127.0.0.1:8642/"
+    proxies = [name("roll-1"), name("roll-2")]
+    booted = dict(
+        egress_proxy_image={"name": "debian-12-egress", "url": mirror + config.GUEST_IMAGE,
+                            "checksum": "sha256:" + mirror + config.SHA256SUMS},
+        egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
+        egress_proxy_allowed_clients=[spec.lan_cidr], egress_proxy_verify_netns=spec.lan_netns,
+        egress_proxy_verify_url=origin, egress_proxy_wait_timeout=300)
+
+    def inventory(**overrides):
+        return hv_fleet.inventory(hv_fleet.role_vars(**dict(booted, **overrides)),
+                                  {HV1: {"egress_proxy_instances": [{"name": proxy} for proxy in proxies]}})
+
+    extra = {"egress_proxy_hosts": HV1}
+    deployed = hv_fleet.playbook("deploy.yml", inventory(), extra, timeout=1200)
+    assert deployed.rc == 0, deployed
+    assert hv_fleet.playbook("verify.yml", inventory(), extra, timeout=600).rc == 0
+
+    # A new squid configuration (one more client network) drifts both: replaced one at a time.
+    changed = inventory(egress_proxy_allowed_clients=[spec.lan_cidr, "198.51.100.0/24"])
+    with Sampler(spec, proxies) as sampler:
+        rolled = hv_fleet.playbook("deploy.yml", changed, extra, timeout=1200)
+    assert rolled.rc == 0, rolled
+    assert [entry["outcome"] for entry in rolled.items(CONVERGE_TASK, HV1).values()] == ["replaced", "replaced"]
+    assert sampler.samples and all(sample for sample in sampler.samples), sampler.samples
+    verified = hv_fleet.playbook("verify.yml", changed, extra, timeout=600)
+    assert verified.rc == 0, verified
+    (recorded,) = rolled.results("Record the proxies of this hypervisor in egress_proxy_proxies", HV1)
+    for proxy in proxies:
+        (entry,) = [listed for listed in recorded["ansible_facts"]["egress_proxy_proxies"] if listed["name"] == proxy]
+        assert fetch(spec, "http://%s:3128" % entry["ip"], origin) == (200, proxy)
+
+    # The replacement's image cannot boot: the first replacement never gets an address, the roll stops,
+    # the second proxy keeps running its old VM and still forwards.
+    unbootable = inventory(egress_proxy_image={"name": "tiny-fleet", "url": mirror + config.TINY_QCOW2,
+                                               "checksum": "sha256:" + mirror + config.SHA256SUMS},
+                           egress_proxy_wait_timeout=30)
+    stopped = hv_fleet.playbook("deploy.yml", unbootable, extra, timeout=600)
+    assert stopped.rc != 0, stopped
+    (converged,) = stopped.results(CONVERGE_TASK, HV1)
+    assert "%s got no routable IPv4 within wait_timeout (30 s)" % proxies[0] in converged["msg"], converged["msg"]
+    assert "the roll stopped: %s still runs their old VM" % proxies[1] in converged["msg"], converged["msg"]
+    (entry,) = [listed for listed in recorded["ansible_facts"]["egress_proxy_proxies"] if listed["name"] == proxies[1]]
+    assert fetch(spec, "http://%s:3128" % entry["ip"], origin) == (200, proxies[1])
