@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from tests.lab import hypervisors
+from tests.lab import hypervisors, namespaces
 
 
 @contextlib.contextmanager
@@ -38,3 +38,23 @@ def restore_libvirtd(spec):
     """The hypervisor's daemons running and answering again, its pool active (`scripts/lab up` for it alone)."""
     hypervisors.thaw(spec)
     return hypervisors.up([spec])
+
+
+def module_pids(spec):
+    """The pids of the modules Ansible runs on the hypervisor now (its /usr/bin/python3 processes)."""
+    return [pid for pid in namespaces.netns_pids(spec.netns)
+            if namespaces.cmdline_text(pid).startswith("/usr/bin/python3")]
+
+
+def kill_module_when_it_runs(spec, delay, timeout=120):
+    """Wait for a module on the hypervisor, let it run ``delay`` seconds, SIGKILL it; its pid, or None if it ended first."""
+    deadline = time.monotonic() + timeout
+    while not module_pids(spec):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    time.sleep(delay)
+    for pid in module_pids(spec):
+        os.kill(pid, signal.SIGKILL)
+        return pid
+    return None

@@ -1,0 +1,215 @@
+"""A seeded random walk over desired sets on lab-hv1 and lab-hv2, converged with kvm_proxy_set.
+
+Each step changes the desired set (add, remove, change spec, move between hypervisors, stop, start),
+converges both hypervisors in one ansible-playbook run, then checks with virsh on each hypervisor:
+exactly the desired proxies exist in the desired state, each with its own overlay and seed; no
+overlay or seed without its proxy; the unmanaged domain and the other owner's proxy planted at the
+start are untouched; every base image an overlay backs onto is there. At one random step a fault is
+injected during the converge (the module SIGKILLed, or libvirtd killed and restarted); that run may
+fail, and the next converge of the same set must restore every invariant.
+
+Bounded by EGRESS_SOAK_STEPS (default 6) and EGRESS_SOAK_SECONDS (default 150); the seed is printed,
+and EGRESS_SOAK_SEED replays a walk.
+"""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+import yaml
+from lxml import etree
+
+from tests.integration.faults import kill_libvirtd, kill_module_when_it_runs, restore_libvirtd
+from tests.lab import config, hypervisors
+
+pytest_plugins = ["tests.integration.fleet_fixtures"]
+
+PREFIX = "eptest-soak-"
+NAMES = tuple(PREFIX + letter for letter in "abcde")
+UNMANAGED = PREFIX + "unmanaged"
+FOREIGN = PREFIX + "foreign"
+OWNER = "eptest-soak"
+IMAGE = "eptest-soak-tiny"
+STEPS = int(os.environ.get("EGRESS_SOAK_STEPS", "6"))
+SECONDS = float(os.environ.get("EGRESS_SOAK_SECONDS", "150"))
+MIRROR = "http://127.0.0.1:8642/"  # each hypervisor's own
+
+PLAYBOOK = [{
+    "name": "Converge the soak's sets",
+    "hosts": "hypervisors",
+    "gather_facts": False,
+    "tasks": [{
+        "name": "Converge this hypervisor's set",
+        "egress_proxies.kvm.kvm_proxy_set": "{{ soak_options | combine({'proxies': soak_sets[inventory_hostname],"
+                                            " 'uid': soak_owner | default('%s')}) }}" % OWNER,
+    }],
+}]
+
+UNMANAGED_XML = """<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
+<os><type arch='x86_64'>hvm</type></os></domain>""" % UNMANAGED
+
+
+def _options():
+    return {
+        "uri": config.LIBVIRT_URI, "pool": config.HV_POOL_NAME, "bridge": config.HV_BRIDGE,
+        "image": {"name": IMAGE, "url": MIRROR + config.TINY_QCOW2, "checksum": "sha256:" + MIRROR + config.SHA256SUMS},
+        "virt_type": config.VIRT_TYPE, "cpu_mode": config.CPU_MODE, "memory_mib": 128, "disk_size_gb": 1,
+        "vendor_data": "", "wait_for_ip": False, "gc": True, "gc_grace_period": 0,
+    }
+
+
+def _step(rng, desired, hosts):
+    """One random change of ``desired`` ({name: {host, vcpus, state}}); what it was, in words."""
+    absent = [name for name in NAMES if name not in desired]
+    present = sorted(desired)
+    moves = ["add"] * bool(absent) + ["remove", "change spec", "move", "stop", "start"] * bool(present)
+    move = rng.choice(moves)
+    if move == "add":
+        name = rng.choice(absent)
+        desired[name] = {"host": rng.choice(hosts), "vcpus": 1, "state": "present"}
+        return "add %s on %s" % (name, desired[name]["host"])
+    name = rng.choice(present)
+    entry = desired[name]
+    if move == "remove":
+        del desired[name]
+    elif move == "change spec":
+        entry["vcpus"] = 3 - entry["vcpus"]
+    elif move == "move":
+        entry["host"] = [host for host in hosts if host != entry["host"]][0]
+    else:
+        entry["state"] = "stopped" if move == "stop" else "present"
+    return "%s %s" % (move, name)
+
+
+def _sets(desired, hosts):
+    return {host: [{"name": name, "vcpus": entry["vcpus"], "state": entry["state"]}
+                   for name, entry in sorted(desired.items()) if entry["host"] == host] for host in hosts}
+
+
+def _volumes(spec):
+    """{volume name: path} of the pool, refreshed."""
+    hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
+    lines = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.splitlines()
+    return dict(line.split(None, 1) for line in lines if line.strip())
+
+
+def _domains(spec):
+    """{name: state} of this test's domains."""
+    states = {}
+    for line in hypervisors.virsh(spec, "list", "--all").stdout.splitlines():
+        fields = line.split(None, 2)
+        if len(fields) == 3 and fields[1].startswith(PREFIX):
+            states[fields[1]] = fields[2].strip()
+    return states
+
+
+def _check(fleet, desired, planted, context):
+    for spec in fleet.specs[:2]:
+        wanted = {name: entry for name, entry in desired.items() if entry["host"] == spec.name}
+        domains = _domains(spec)
+        expected = {name: ("running" if entry["state"] == "present" else "shut off") for name, entry in wanted.items()}
+        expected.update({name: state for name, (host, state, _xml) in planted.items() if host == spec.name})
+        assert domains == expected, "%s: %s holds %s, wanted %s" % (context, spec.name, domains, expected)
+        for name, (host, _state, xml) in planted.items():
+            if host == spec.name:
+                assert hypervisors.virsh(spec, "dumpxml", "--inactive", name).stdout == xml, "%s: %s was changed" % (context, name)
+        volumes = _volumes(spec)
+        ours = {volume for volume in volumes if volume.startswith(PREFIX)}
+        own = {name + suffix for name in wanted for suffix in (".qcow2", "-seed.iso")}
+        foreign = {FOREIGN + suffix for suffix in (".qcow2", "-seed.iso")} if planted[FOREIGN][0] == spec.name else set()
+        assert ours == own | foreign, "%s: %s has volumes %s, wanted %s" % (context, spec.name, ours, own | foreign)
+        paths = set(volumes.values())
+        for overlay in sorted(own | foreign):
+            if overlay.endswith(".qcow2"):
+                xml = hypervisors.virsh(spec, "vol-dumpxml", overlay, "--pool", config.HV_POOL_NAME).stdout
+                path = etree.fromstring(xml.encode()).findtext("backingStore/path")
+                assert path in paths, "%s: the base %s of %s on %s is gone" % (context, path, overlay, spec.name)
+
+
+def _clean(specs):
+    for spec in specs:
+        hypervisors.thaw(spec)
+        for name in _domains(spec):
+            hypervisors.virsh(spec, "destroy", name, check=False)
+            hypervisors.virsh(spec, "undefine", name, "--managed-save", "--snapshots-metadata", "--nvram")
+        for volume in _volumes(spec):
+            if volume.startswith((PREFIX, "base-" + IMAGE)):
+                hypervisors.virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
+
+
+@pytest.fixture
+def soak_fleet(hv_fleet):
+    _clean(hv_fleet.specs[:2])
+    try:
+        yield hv_fleet
+    finally:
+        for spec in hv_fleet.specs[:2]:
+            restore_libvirtd(spec)
+        _clean(hv_fleet.specs[:2])
+
+
+def _plant(fleet, inventory, playbook):
+    """An unmanaged domain on hv1 and another owner's proxy on hv2: {name: (host, state, xml)}."""
+    hv1, hv2 = fleet.hv1, fleet.hv2
+    xml_file = fleet.tmp_path / "unmanaged.xml"
+    xml_file.write_text(UNMANAGED_XML)
+    hypervisors.virsh(hv1, "define", str(xml_file))
+    run = fleet.playbook(playbook, inventory, {
+        "soak_options": dict(_options(), gc=False), "soak_owner": "eptest-soak-other",
+        "soak_sets": {hv1.name: [], hv2.name: [{"name": FOREIGN}]}})
+    assert run.rc == 0, run
+    return {UNMANAGED: (hv1.name, "shut off", hypervisors.virsh(hv1, "dumpxml", "--inactive", UNMANAGED).stdout),
+            FOREIGN: (hv2.name, "running", hypervisors.virsh(hv2, "dumpxml", "--inactive", FOREIGN).stdout)}
+
+
+def _run_into(outcome, fleet, playbook, inventory, extra):
+    outcome["run"] = fleet.playbook(playbook, inventory, extra)
+
+
+def test_random_walk_over_desired_sets_keeps_the_invariants(soak_fleet):
+    fleet = soak_fleet
+    seed = int(os.environ.get("EGRESS_SOAK_SEED") or random.SystemRandom().randrange(1 << 32))
+    print("soak seed %d (replay with EGRESS_SOAK_SEED=%d)" % (seed, seed))
+    rng = random.Random(seed)
+    hosts = [fleet.hv1.name, fleet.hv2.name]
+    specs = {spec.name: spec for spec in fleet.specs[:2]}
+    inventory = fleet.inventory(group_vars={"soak": True})
+    playbook = str(fleet.tmp_path / "soak.yml")
+    with open(playbook, "w") as handle:
+        yaml.safe_dump(PLAYBOOK, handle)
+    planted = _plant(fleet, inventory, playbook)
+
+    desired = {}
+    fault_step = rng.randrange(1, STEPS) if STEPS > 1 else 0
+    fault = rng.choice(["kill the module", "restart libvirtd"])
+    fault_host = rng.choice(hosts)
+    fault_delay = rng.uniform(0.0, 1.5)
+    started = time.monotonic()
+    for step in range(STEPS):
+        if time.monotonic() - started > SECONDS:
+            print("soak: time bound reached after %d steps" % step)
+            break
+        what = _step(rng, desired, hosts)
+        extra = {"soak_options": _options(), "soak_sets": _sets(desired, hosts)}
+        context = "seed %d step %d (%s)" % (seed, step, what)
+        if step == fault_step:
+            context += ", after %s on %s" % (fault, fault_host)
+            outcome = {}
+            runner = threading.Thread(target=_run_into, args=(outcome, fleet, playbook, inventory, extra))
+            runner.start()
+            if fault == "kill the module":
+                print("%s: killed pid %s" % (context, kill_module_when_it_runs(specs[fault_host], fault_delay)))
+            else:
+                time.sleep(1.0 + fault_delay)
+                kill_libvirtd(specs[fault_host])
+                restore_libvirtd(specs[fault_host])
+            runner.join()
+            faulted = outcome["run"]
+            assert "Traceback" not in faulted.stdout + faulted.stderr, faulted
+            print("%s: the faulted run ended rc=%d: %s" % (context, faulted.rc, faulted.failures()))
+        run = fleet.playbook(playbook, inventory, extra)
+        assert run.rc == 0, "%s: %r" % (context, run)
+        _check(fleet, desired, planted, context)
+        print("%s: converged in %.1f s" % (context, run.seconds))
