@@ -1,0 +1,118 @@
+"""Bad input through ansible-playbook: each value fails naming its option, and nothing on the lab changes.
+
+One playbook per module runs every case of its table (a loop with ignore_errors, registered), so the
+suite costs one ansible-playbook run per module. Before and after, the domains and every volume of
+every pool are listed through the seam; the two listings must be equal (the image cache included):
+a bad value is stopped before anything on the hypervisor is touched.
+"""
+
+import subprocess
+
+import pytest
+import yaml
+
+from tests.lab import config
+
+pytestmark = pytest.mark.integration
+
+PREFIX = config.TEST_DOMAIN_PREFIX + "badinput-"
+VM = PREFIX + "vm"
+IMAGE = PREFIX + "tiny"
+
+# (case id, options merged over the valid ones, text the failure must contain: the option's name)
+PROXY_SET_CASES = [
+    ("name with upper case", {"proxies": [{"name": "Bad_Name"}]}, "Bad_Name"),
+    ("name too long", {"proxies": [{"name": "a" * 70}]}, "a" * 70),
+    ("name with a shell command", {"proxies": [{"name": "x;rm -rf /"}]}, "x;rm -rf /"),
+    ("name with markup", {"proxies": [{"name": "<name>x</name>"}]}, "<name>x</name>"),
+    ("empty name", {"proxies": [{"name": ""}]}, "name"),
+    ("same name twice", {"proxies": [{"name": VM}, {"name": VM}]}, VM),
+    ("pool with a slash", {"pool": "bad/pool"}, "bad/pool"),
+    ("bridge with a space", {"bridge": "br 0"}, "br 0"),
+    ("bridge too long", {"bridge": "b" * 16}, "b" * 16),
+    ("network with markup", {"bridge": None, "network": "net<x>"}, "net<x>"),
+    ("image name with a space", {"image": {"name": "Bad Name", "url": "http://127.0.0.1:8642/tiny.qcow2"}}, "Bad Name"),
+    ("image url not http", {"image": {"name": IMAGE, "url": "ftp://127.0.0.1/tiny.qcow2"}}, "url"),
+    ("image url not a url", {"image": {"name": IMAGE, "url": "not a url"}}, "url"),
+    ("checksum not hex", {"image": {"name": IMAGE, "url": "http://127.0.0.1:8642/tiny.qcow2",
+                                    "checksum": "sha256:xyz"}}, "checksum"),
+    ("checksum of another algorithm", {"image": {"name": IMAGE, "url": "http://127.0.0.1:8642/tiny.qcow2",
+                                                 "checksum": "md5:" + "0" * 32}}, "checksum"),
+    ("memory too small", {"memory_mib": 64}, "memory_mib"),
+    ("memory negative", {"memory_mib": -1}, "memory_mib"),
+    ("no vcpus", {"vcpus": 0}, "vcpus"),
+    ("too many vcpus", {"vcpus": 100000}, "vcpus"),
+    ("disk of 0 GB", {"disk_size_gb": 0}, "disk_size_gb"),
+    ("disk too large", {"disk_size_gb": 10 ** 9}, "disk_size_gb"),
+    ("disk size not a number", {"disk_size_gb": "ten"}, "disk_size_gb"),
+    ("MAC not hex", {"proxies": [{"name": VM, "mac": "zz:zz:zz:zz:zz:zz"}]}, "zz:zz:zz:zz:zz:zz"),
+    ("MAC multicast", {"proxies": [{"name": VM, "mac": "01:00:5e:00:00:01"}]}, "01:00:5e:00:00:01"),
+    ("MAC all zeros", {"proxies": [{"name": VM, "mac": "00:00:00:00:00:00"}]}, "00:00:00:00:00:00"),
+    ("uid empty", {"uid": ""}, "uid"),
+    ("uid with a line break", {"uid": "a\nb"}, "uid"),
+    ("uid with surrounding space", {"uid": " owner "}, "uid"),
+    ("machine with a shell command", {"machine": "q35; reboot"}, "machine"),
+    ("base volume with a path", {"image": None, "base_volume": "../../etc/passwd"}, "../../etc/passwd"),
+    ("shutdown timeout negative", {"shutdown_timeout": -5}, "shutdown_timeout"),
+    ("wait timeout negative", {"wait_timeout": -1}, "wait_timeout"),
+    ("gc grace period negative", {"gc_grace_period": -1}, "gc_grace_period"),
+    ("max_unavailable 0", {"max_unavailable": 0}, "max_unavailable"),
+    ("port out of range", {"wait_for_port": 70000}, "wait_for_port"),
+    ("meta_data not a dictionary", {"meta_data": "instance-id: x"}, "meta_data"),
+    ("user_data neither text nor a dictionary", {"user_data": [1, 2]}, "user_data"),
+    ("vendor_data neither text nor a dictionary", {"vendor_data": 5}, "vendor_data"),
+    ("virt_type unknown", {"virt_type": "xen"}, "virt_type"),
+    ("timeout not a number", {"timeout": "soon"}, "timeout"),
+    ("retries negative", {"retries": -1}, "retries"),
+    ("ca_path missing", {"ca_path": "/nonexistent/ca.pem"}, "ca_path"),
+]
+
+
+def _virsh(uri, *args):
+    return subprocess.run(["virsh", "-q", "-c", uri] + list(args), capture_output=True, text=True, check=True).stdout
+
+
+def _listing(uri):
+    """Every domain (with its definition) and every volume of every pool (with its size), from virsh."""
+    domains = {name: _virsh(uri, "dumpxml", "--inactive", name) for name in _virsh(uri, "list", "--all", "--name").split()}
+    volumes = {}
+    for pool in _virsh(uri, "pool-list", "--all", "--name").split():
+        _virsh(uri, "pool-refresh", pool)
+        volumes[pool] = _virsh(uri, "vol-list", pool, "--details")
+    return domains, volumes
+
+
+def _valid(lab):
+    tiny = lab.images[config.TINY_QCOW2]
+    return {
+        "uri": lab.uri, "pool": lab.pool, "bridge": lab.bridge, "uid": PREFIX + "owner",
+        "image": {"name": IMAGE, "url": tiny["url"], "checksum": "sha256:" + tiny["sha256"]},
+        "virt_type": lab.virt_type, "cpu_mode": lab.cpu_mode, "memory_mib": 128, "disk_size_gb": 1,
+        "wait_for_ip": False, "gc": True, "vendor_data": "", "proxies": [{"name": VM}],
+    }
+
+
+def test_every_bad_kvm_proxy_set_value_fails_naming_it_and_changes_nothing(lab, run_playbook, tmp_path):
+    valid = _valid(lab)
+    cases = []
+    for case_id, changes, _expected in PROXY_SET_CASES:
+        options = dict(valid, **changes)
+        cases.append({"id": case_id, "options": {key: value for key, value in options.items() if value is not None}})
+    playbook = tmp_path / "bad_input.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Every bad value of kvm_proxy_set", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "Try one bad value", "egress_proxies.kvm.kvm_proxy_set": "{{ item.options }}",
+                   "loop": "{{ cases }}", "loop_control": {"label": "{{ item.id }}"},
+                   "ignore_errors": True, "register": "tried"}]}]))
+    before = _listing(lab.uri)
+    run = run_playbook(str(playbook), {"cases": cases})
+    after = _listing(lab.uri)
+    (task,) = run.task_results("Try one bad value")
+    outcomes = {result["item"]["id"]: result for result in task["results"]}
+    wrong = []
+    for case_id, _changes, expected in PROXY_SET_CASES:
+        result = outcomes[case_id]
+        if not result.get("failed") or expected not in result.get("msg", ""):
+            wrong.append("%s: failed=%s msg=%r" % (case_id, result.get("failed"), result.get("msg")))
+    assert not wrong, "\n".join(wrong)
+    assert after == before
