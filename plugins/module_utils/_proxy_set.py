@@ -9,8 +9,8 @@ them before anything changes, so check mode predicts the whole set. Then:
 
 - proxies that are created, started, stopped or removed go first, side by
   side; their addresses are awaited together, under one deadline;
-- replacements of running proxies roll, at most ``max_unavailable`` at a time:
-  the next starts only when the previous ones have an address (and answer on
+- with ``wait_for_ip``, replacements of running proxies roll, at most
+  ``max_unavailable`` at a time: the next starts only when the previous ones have an address (and answer on
   ``wait_for_port`` when given). One that does not come up in time stops the
   roll and the task fails naming the proxies still on their old VM, which keep
   running;
@@ -206,7 +206,7 @@ class SetManager:
                 for member in batch:
                     self._run(member, done)
                 try:
-                    self._await(batch, always=True)
+                    self._await(batch)
                 except KvmError as error:
                     raise error.after("%s; the roll stopped: %s still run%s their old VM" % (
                         error.message, ", ".join(m.manager.request.name for m in rolling) or "no other proxy",
@@ -225,9 +225,12 @@ class SetManager:
                                       for action in error.completed_actions or []]) from error
         done.extend("%s: %s" % (member.manager.request.name, action) for action in member.plan.actions)
 
-    def _await(self, members, always=False):
-        """Wait, under one deadline, until every started proxy of ``members`` has an IPv4 (and answers on the port)."""
-        if not (self.request.wait_for_ip or always):
+    def _await(self, members):
+        """Wait, under one deadline, until every started proxy of ``members`` has an IPv4 (and answers on the port).
+
+        Without wait_for_ip nothing is awaited, so replacements do not roll: nothing tells when one is up.
+        """
+        if not self.request.wait_for_ip:
             return
         timing = members[0].manager.timing if members else None
         pending = {m.manager.request.name: m for m in members

@@ -18,10 +18,11 @@ description:
     differs. All proxies are looked at and planned before anything changes, so check mode predicts the whole set.
   - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
     awaited together under one O(wait_timeout).
-  - Replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at a time. The next
-    replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port), answer on that
-    port from where the module runs). A replacement that does not come up in time stops the roll; the proxies not yet
-    replaced keep running on their old VM, and the task fails naming them.
+  - With O(wait_for_ip), replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at
+    a time. The next replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port),
+    answer on that port from where the module runs). A replacement that does not come up in time stops the roll; the
+    proxies not yet replaced keep running on their old VM, and the task fails naming them. Without O(wait_for_ip)
+    nothing tells when a replacement is up, so all of them are replaced at once.
   - With O(gc), a managed domain recorded with this set's owner O(uid) that is not in O(proxies) and was created more
     than O(gc_grace_period) seconds ago is removed with its overlay and seed. Unmanaged domains and other owners'
     proxies are never touched; they are returned in RV(foreign). A hypervisor that cannot be listed fails the task
@@ -139,7 +140,7 @@ options:
     type: int
     default: 3600
   max_unavailable:
-    description: How many running proxies may be down at once while they are replaced.
+    description: How many running proxies may be down at once while they are replaced (with O(wait_for_ip)).
     type: int
     default: 1
   wait_for_port:

@@ -182,17 +182,26 @@ def test_replacements_roll_one_at_a_time_each_waiting_for_its_address(run, fake_
         original_start(dom)
         lease_all(hv)
     hv.start_domain = start
-    result = run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n"))
+    result = run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_for_ip=True))
     assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
     # When proxy-b's replacement starts, proxy-a's is already running again: never both down.
     assert order == [("start", "proxy-a", ["proxy-b"]), ("start", "proxy-b", ["proxy-a"])]
+
+
+def test_without_wait_for_ip_replacements_are_not_awaited(run, fake_time):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b"]))
+    # No address ever comes: with nothing to wait for, both are replaced and the task returns.
+    result = run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_timeout=10))
+    assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
+    assert all(hv.domains[name].state == RUNNING for name in ("proxy-a", "proxy-b"))
 
 
 def test_a_replacement_that_gets_no_address_stops_the_roll(run, fake_time):
     hv = ready_host()
     run(hv, set_request(["proxy-a", "proxy-b"]))
     with pytest.raises(errors.TransientError) as raised:
-        run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_timeout=10))
+        run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_for_ip=True, wait_timeout=10))
     assert "proxy-a got no routable IPv4 within wait_timeout (10 s)" in raised.value.message
     assert "the roll stopped: proxy-b still runs their old VM" in raised.value.message
     assert raised.value.completed_actions[:len(REMOVE_RUNNING)] == ["proxy-a: " + a for a in REMOVE_RUNNING]
