@@ -5,9 +5,11 @@
 """cloud-init network-config (version 2) for NICs with static addresses, each matched by its MAC.
 
 Matching by MAC keeps the configuration independent of the names the guest
-gives its NICs. Once a network-config exists cloud-init configures only what
-it lists, so every NIC is listed: the static ones with their address,
-gateway and DNS, the others with DHCP.
+gives its NICs; ``set-name`` then names each one (nic0, nic1... in device
+order), so renderers that configure by name (ifupdown's, on Debian) find it.
+Once a network-config exists cloud-init configures only what it lists, so
+every NIC is listed: the static ones with their address, gateway and DNS,
+the others with DHCP.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +23,8 @@ def static_network_config(interfaces):
         return None
     ethernets = {}
     for index, interface in enumerate(interfaces):
-        ethernet = {"match": {"macaddress": interface.mac}}
+        name = "nic%d" % index
+        ethernet = {"match": {"macaddress": interface.mac}, "set-name": name}
         if interface.address is None:
             ethernet["dhcp4"] = True
         else:
@@ -30,5 +33,5 @@ def static_network_config(interfaces):
                 ethernet["gateway4"] = interface.gateway
             if interface.nameservers or interface.search:
                 ethernet["nameservers"] = {"addresses": list(interface.nameservers), "search": list(interface.search)}
-        ethernets["nic%d" % index] = ethernet
+        ethernets[name] = ethernet
     return {"version": 2, "ethernets": ethernets}

@@ -231,9 +231,9 @@ def test_static_nics_bring_a_network_config_matched_by_mac():
     assert inside_mac.startswith("52:54:00:") and inside_mac == static(STATIC_INSIDE).interfaces[0].mac
     assert inside_mac != request(name="proxy-other", bridge=None, interfaces=[STATIC_INSIDE]).interfaces[0].mac
     assert json.loads(req.seed_files()["network-config"]) == {"version": 2, "ethernets": {
-        "nic0": {"match": {"macaddress": inside_mac}, "addresses": ["198.18.11.50/24"],
+        "nic0": {"match": {"macaddress": inside_mac}, "set-name": "nic0", "addresses": ["198.18.11.50/24"],
                  "nameservers": {"addresses": ["198.18.11.1"], "search": ["lab"]}},
-        "nic1": {"match": {"macaddress": OUTSIDE_MAC}, "dhcp4": True},
+        "nic1": {"match": {"macaddress": OUTSIDE_MAC}, "set-name": "nic1", "dhcp4": True},
     }}
     outside = static(STATIC_INSIDE, STATIC_OUTSIDE).seed_files()["network-config"]
     assert json.loads(outside)["ethernets"]["nic1"]["gateway4"] == "198.18.21.1"
