@@ -32,11 +32,12 @@ RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_bare_ro
 RECIPE_STAMP = config.BARE_ROOT_CACHE + ".recipe-sha256"
 APT_PROXY_CONF = "etc/apt/apt.conf.d/00egress-lab-proxy"
 
-# Run in the holder's namespaces (still seeing this machine's root) with $1 = the copy of the root
-# and $2 = the run directory, which stays at the same path inside so that sshd's files are found.
+# Run in the holder's namespaces (still seeing this machine's root) with $1 = the copy of the root,
+# $2 = the run directory, which stays at the same path inside so that sshd's files are found, and
+# $3 = the lab's .deb cache, apt's archive inside: a second run downloads no package again.
 PIVOT_SCRIPT = r"""
 set -eu
-root=$1 run=$2
+root=$1 run=$2 debs=$3
 mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sysfs "$root/sys"
@@ -56,6 +57,7 @@ mknod -m 666 "$root/dev/net/tun" c 10 200
 mount -t tmpfs -o mode=0755,nosuid run "$root/run"
 mkdir -p "$root/run/sshd" "$root$run" "$root/.host"
 mount --bind "$run" "$root$run"
+mount --bind "$debs" "$root/var/cache/apt/archives"
 cd "$root"
 pivot_root . .host
 umount -l /.host
@@ -191,7 +193,7 @@ def _fresh_root():
 
 def _start_holder():
     pid = namespaces.start_holder(SPEC.run_file("holder.pid"), SPEC.netns, SPEC.name)
-    run(namespaces.nsenter(pid, ["sh", "-c", PIVOT_SCRIPT, "sh", SPEC.root_dir, SPEC.run_dir]))
+    run(namespaces.nsenter(pid, ["sh", "-c", PIVOT_SCRIPT, "sh", SPEC.root_dir, SPEC.run_dir, DEB_CACHE]))
     return ["created namespaces on root %s (holder pid %d)" % (SPEC.root_dir, pid)]
 
 

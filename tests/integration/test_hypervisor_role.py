@@ -1,0 +1,141 @@
+"""playbooks/prepare.yml (the hypervisor role) on a host that starts with nothing of QEMU or libvirt.
+
+The lab's bare host (tests/lab/bare_host.py, docs/dev/lab.md "The bare host") is a Debian 12 minbase root
+with openssh-server, python3 and iproute2 only, run as a lab hypervisor of its own: own network, mount and
+UTS namespaces, own sshd, bridge br0 and LAN. Over SSH, prepare.yml installs and starts everything; a second
+run and a check-mode run change nothing; then the egress_proxy role deploys a proxy onto it, which boots
+and forwards a request from the bare host's LAN.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
+
+from tests.integration.fleet_fixtures import PLAYBOOKS, REPO_ROOT, VENV_BIN, Fleet, FleetRun  # noqa: E402
+from tests.lab import bare_host, config  # noqa: E402
+from tests.lab import lab as lab_control  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+HOST = config.BARE_HOST_NAME
+BARE_HOSTS = os.path.join(REPO_ROOT, "inventories", "bare", "hosts.yml")
+PROXY = "eptest-bare-proxy"
+ORIGIN_PORT = 18091
+KVM_WARNING = "Warn that KVM is not usable"
+
+
+class BareHost(Fleet):
+    """Fleet's runs and role variables, on an inventory of the bare host alone."""
+
+    def __init__(self, tmp_path):
+        super().__init__([bare_host.SPEC, bare_host.SPEC], tmp_path)
+
+    def inventory(self, group_vars=None, host_vars=None):
+        path = super().inventory(group_vars, host_vars)
+        shutil.copyfile(BARE_HOSTS, os.path.join(path, "hosts.yml"))
+        return path
+
+    def check(self, playbook, inventory, timeout=600):
+        """ansible-playbook --check PLAYBOOK -> FleetRun (Fleet.playbook runs for real only)."""
+        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "--check", "-i", inventory, os.path.join(PLAYBOOKS, playbook)]
+        env = dict(self._env(str(self.tmp_path / "timeline-check.jsonl")), ANSIBLE_STDOUT_CALLBACK="json_results")
+        started = time.monotonic()
+        completed = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env, cwd=REPO_ROOT)
+        return FleetRun(completed, [], time.monotonic() - started)
+
+
+@pytest.fixture
+def bare(tmp_path):
+    """The bare host up on a fresh copy of its root (after the lab), removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the bare host needs network namespaces and mounts; run as root")
+    lab_control.up()
+    bare_host.down()
+    bare_host.up()
+    try:
+        yield BareHost(tmp_path)
+    finally:
+        bare_host.down()
+
+
+@pytest.fixture
+def lan_origin(bare, tmp_path):
+    """A web server on the bare host's LAN; its URL."""
+    root = tmp_path / "origin"
+    root.mkdir()
+    (root / "index.html").write_text("egress bare origin\n")
+    spec = bare_host.SPEC
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
+         "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def changed_tasks(run):
+    return sorted({task["task"]["name"] for play in run.result["plays"] for task in play["tasks"]
+                   if task["hosts"].get(HOST, {}).get("changed")})
+
+
+def fetch(proxy, url):
+    """(HTTP status, X-Egress-Proxy) of a request from the bare host's LAN through proxy."""
+    completed = subprocess.run(
+        ["ip", "netns", "exec", bare_host.SPEC.lan_netns, "curl", "-sS", "--max-time", "20", "-o", "/dev/null",
+         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url], capture_output=True, text=True, check=False)
+    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
+    return int(status or 0), header
+
+
+@pytest.mark.boot
+def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_from_its_lan(bare, lan_origin):
+    inventory = bare.inventory({})
+    assert bare.ssh(bare_host.SPEC, "command -v virsh qemu-system-x86_64 libvirtd").stdout == ""
+
+    prepared = bare.playbook("prepare.yml", inventory)
+    assert prepared.rc == 0, prepared
+    changed = changed_tasks(prepared)
+    for step in ("Install QEMU, libvirt and the modules' Python libraries (apt)",
+                 "Start the libvirt daemons that do not run (pid files)", "Define the storage pool",
+                 "Build the storage pool (its directory)", "Start the storage pool", "Autostart the storage pool"):
+        assert any(name.endswith(step) for name in changed), (step, changed)
+    # The bare host has no /dev/kvm: a warning naming the reason, not a failure.
+    (warning,) = prepared.results(KVM_WARNING, HOST)
+    assert "/dev/kvm is missing" in warning["msg"] and "egress_proxy_virt_type to qemu" in warning["msg"], warning
+    (listed,) = prepared.results("List the proxies on the host with kvm_proxy_info", HOST)
+    assert listed["proxies"] == [], listed
+
+    again = bare.playbook("prepare.yml", inventory)
+    assert again.rc == 0 and again.stats(HOST)["changed"] == 0, (changed_tasks(again), again)
+    checked = bare.check("prepare.yml", inventory)
+    assert checked.rc == 0 and checked.stats(HOST)["changed"] == 0, (changed_tasks(checked), checked)
+    (planned,) = checked.results("Report what a real run would change", HOST)
+    assert planned["msg"] == [], planned
+
+    image = "http://127.0.0.1:8642/"  # the bare host's own mirror of the lab's images
+    deploy_vars = bare.role_vars(
+        egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
+                            "checksum": "sha256:" + image + config.SHA256SUMS},
+        egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
+        egress_proxy_uid="eptest-bare", egress_proxy_allowed_clients=[bare_host.SPEC.lan_cidr],
+        egress_proxy_instances=[{"name": PROXY}])
+    deployed = bare.playbook("deploy.yml", bare.inventory(deploy_vars), timeout=1500)
+    assert deployed.rc == 0, deployed
+    (recorded,) = deployed.results("Record the proxies of this hypervisor in egress_proxy_proxies", HOST)
+    (proxy,) = recorded["ansible_facts"]["egress_proxy_proxies"]
+    assert proxy["state"] == "Running" and proxy["ip"].startswith(bare_host.SPEC.lan_prefix + "."), proxy
+
+    # squid answers once cloud-init has configured it, a while after the address.
+    address, deadline = "http://%s:3128" % proxy["ip"], time.monotonic() + 600
+    answer = fetch(address, lan_origin)
+    while answer != (200, PROXY) and time.monotonic() < deadline:
+        time.sleep(5)
+        answer = fetch(address, lan_origin)
+    assert answer == (200, PROXY)
+    print("prepared in %.0f s (again %.0f s, check %.0f s), deployed in %.0f s" % (
+        prepared.seconds, again.seconds, checked.seconds, deployed.seconds))
