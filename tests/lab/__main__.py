@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from tests.lab import lab
+from tests.lab import bare_host, lab
 from tests.lab.shell import LabError
 
 HYPERVISOR_ACTIONS = ("sshd-stop", "sshd-start", "freeze", "thaw")
@@ -16,6 +16,8 @@ def main(argv=None):
     commands.add_parser("down", help="remove the lab and every lab hypervisor")
     commands.add_parser("status", help="each part and its state; exit 0 when all are up, 3 otherwise")
     commands.add_parser("down-hypervisors", help="remove the lab hypervisors only")
+    commands.add_parser("bare-up", help="bring the bare host lab-bare up (docs/dev/lab.md); `up` never does")
+    commands.add_parser("bare-down", help="remove the bare host")
     for action, text in zip(HYPERVISOR_ACTIONS, (
             "stop a hypervisor's sshd and drop its sessions", "start a hypervisor's sshd again",
             "SIGSTOP a hypervisor's libvirtd", "SIGCONT a hypervisor's libvirtd")):
@@ -32,7 +34,8 @@ def main(argv=None):
             actions = lab.hypervisor_action(args.command, args.hypervisor)
             print("\n".join("lab: %s" % action for action in actions) or "lab: nothing to do")
             return 0
-        actions = {"up": lab.up, "down": lab.down, "down-hypervisors": lab.hypervisors_down}[args.command]()
+        actions = {"up": lab.up, "down": lab.down, "down-hypervisors": lab.hypervisors_down,
+                   "bare-up": bare_host.up, "bare-down": bare_host.down}[args.command]()
     except LabError as error:
         print("lab: %s" % error, file=sys.stderr)
         return 1
