@@ -3,7 +3,7 @@
 Each example task of the collection's modules runs three times in a row: in check mode (``check: <name>``),
 for real (``<name>``) and again (``again: <name>``), all with diff mode on. The check run must predict the real
 run's ``changed``, the real run must return every RETURN key documented for its arguments with its documented type,
-and the run again must change nothing. A few examples' names make a claim the result is checked against (CLAIMS).
+and the run again must change nothing. An example that is itself in check mode (a preview) runs once. A few examples' names make a claim the result is checked against (CLAIMS).
 
 The one rule that adapts an example to the lab (examples.LabRule); nothing else in an example changes:
 
