@@ -11,9 +11,10 @@ import subprocess
 import pytest
 import yaml
 
-from tests.lab import config
+from tests.lab import config, hypervisors
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["tests.integration.fleet_fixtures"]
 
 PREFIX = config.TEST_DOMAIN_PREFIX + "badinput-"
 VM = PREFIX + "vm"
@@ -115,4 +116,37 @@ def test_every_bad_kvm_proxy_set_value_fails_naming_it_and_changes_nothing(lab, 
         if not result.get("failed") or expected not in result.get("msg", ""):
             wrong.append("%s: failed=%s msg=%r" % (case_id, result.get("failed"), result.get("msg")))
     assert not wrong, "\n".join(wrong)
+    assert after == before
+
+
+# The role (playbooks/deploy.yml on lab-hv1 and lab-hv2): (case id, role variables, text the failure must name).
+ROLE_CASES = [
+    ("memory too small", {"egress_proxy_memory_mib": 64}, "memory_mib"),
+    ("name with upper case", {"egress_proxy_instances": [{"name": "Bad_Name"}]}, "Bad_Name"),
+    ("MAC multicast", {"egress_proxy_instances": [{"name": PREFIX + "role", "mac": "01:00:5e:00:00:01"}]},
+     "01:00:5e:00:00:01"),
+    ("uid with a line break", {"egress_proxy_uid": "a\nb"}, "uid"),
+]
+
+
+def _role_listing(spec):
+    """Every domain (with its definition) and every volume of every pool on a lab hypervisor."""
+    domains = {name: hypervisors.virsh(spec, "dumpxml", "--inactive", name).stdout
+               for name in hypervisors.virsh(spec, "list", "--all", "--name").stdout.split()}
+    volumes = {}
+    for pool in hypervisors.virsh(spec, "pool-list", "--all", "--name").stdout.split():
+        hypervisors.virsh(spec, "pool-refresh", pool)
+        volumes[pool] = hypervisors.virsh(spec, "vol-list", pool, "--details").stdout
+    return domains, volumes
+
+
+@pytest.mark.parametrize("case_id, variables, expected", ROLE_CASES, ids=[case[0] for case in ROLE_CASES])
+def test_a_bad_role_variable_fails_before_any_hypervisor_is_touched(hv_fleet, case_id, variables, expected):
+    role_vars = hv_fleet.role_vars(**dict({"egress_proxy_instances": [{"name": PREFIX + "role"}]}, **variables))
+    before = [_role_listing(spec) for spec in (hv_fleet.hv1, hv_fleet.hv2)]
+    run = hv_fleet.playbook("deploy.yml", hv_fleet.inventory(group_vars=role_vars))
+    after = [_role_listing(spec) for spec in (hv_fleet.hv1, hv_fleet.hv2)]
+    assert run.rc != 0, run
+    messages = " ".join(str(message) for _host, _task, message in run.failures())
+    assert expected in messages, run
     assert after == before

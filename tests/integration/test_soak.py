@@ -8,7 +8,7 @@ start are untouched; every base image an overlay backs onto is there. At one ran
 injected during the converge (the module SIGKILLed, or libvirtd killed and restarted); that run may
 fail, and the next converge of the same set must restore every invariant.
 
-Bounded by EGRESS_SOAK_STEPS (default 6) and EGRESS_SOAK_SECONDS (default 150); the seed is printed,
+Bounded by EGRESS_SOAK_STEPS (default 12) and EGRESS_SOAK_SECONDS (default 150); the seed is printed,
 and EGRESS_SOAK_SEED replays a walk.
 """
 
@@ -32,7 +32,7 @@ UNMANAGED = PREFIX + "unmanaged"
 FOREIGN = PREFIX + "foreign"
 OWNER = "eptest-soak"
 IMAGE = "eptest-soak-tiny"
-STEPS = int(os.environ.get("EGRESS_SOAK_STEPS", "6"))
+STEPS = int(os.environ.get("EGRESS_SOAK_STEPS", "12"))
 SECONDS = float(os.environ.get("EGRESS_SOAK_SECONDS", "150"))
 MIRROR = "http://127.0.0.1:8642/"  # each hypervisor's own
 
@@ -63,14 +63,18 @@ def _options():
 def _step(rng, desired, hosts):
     """One random change of ``desired`` ({name: {host, vcpus, state}}); what it was, in words."""
     absent = [name for name in NAMES if name not in desired]
-    present = sorted(desired)
-    moves = ["add"] * bool(absent) + ["remove", "change spec", "move", "stop", "start"] * bool(present)
+    running = sorted(name for name, entry in desired.items() if entry["state"] == "present")
+    stopped = sorted(name for name, entry in desired.items() if entry["state"] == "stopped")
+    candidates = {"add": absent, "remove": sorted(desired), "change spec": sorted(desired), "move": sorted(desired),
+                  "stop": running, "start": stopped}
+    # Adding weighs more while the set is small, so the walk reaches sets of several proxies.
+    weights = {"add": 3 if len(desired) < 3 else 1}
+    moves = [move for move, names in sorted(candidates.items()) for _copy in range(weights.get(move, 1)) if names]
     move = rng.choice(moves)
+    name = rng.choice(candidates[move])
     if move == "add":
-        name = rng.choice(absent)
         desired[name] = {"host": rng.choice(hosts), "vcpus": 1, "state": "present"}
         return "add %s on %s" % (name, desired[name]["host"])
-    name = rng.choice(present)
     entry = desired[name]
     if move == "remove":
         del desired[name]
