@@ -57,7 +57,8 @@ def test_removals_need_no_image_network_or_user_data():
                                  "proxies": [{"name": "egress-eu-1"}]}) == []
 
 
-SAFE, CONNECT = ["80", "443", "1025-65535"], ["443"]
+SAFE = ["80", "443", "1025-65535"]
+CONNECT = ["443"]
 
 
 def test_usable_squid_settings_give_no_problems():
