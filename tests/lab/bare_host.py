@@ -15,9 +15,7 @@ Nothing starts libvirt here: playbooks/prepare.yml installs and starts it. Its a
 deb.debian.org through tests/lab/apt_proxy.py on the controller's management address.
 """
 
-import contextlib
 import dataclasses
-import fcntl
 import os
 import shutil
 import subprocess
@@ -26,6 +24,7 @@ import time
 
 from tests.lab import config, hypervisors, lab_ssh, namespaces, network
 from tests.lab.images import BUILD_DIR, DEB_CACHE, sha256_file
+from tests.lab.lab import _exclusive
 from tests.lab.shell import LabError, read_pidfile, report, run
 
 RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_bare_root.sh")
@@ -104,14 +103,6 @@ class BareHostSpec(config.HypervisorSpec):
 SPEC = BareHostSpec()
 
 
-@contextlib.contextmanager
-def _exclusive():
-    os.makedirs(config.RUN_DIR, exist_ok=True)
-    with open(os.path.join(config.RUN_DIR, "bare-host.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def root_current():
     try:
         with open(RECIPE_STAMP) as handle:
@@ -142,6 +133,7 @@ def holder():
 
 def up():
     """The bare host up, on a fresh copy of the cached root when it was not running; the actions taken."""
+    # Under the lab's lock: `up` builds into the same cache dir and rewrites the same known_hosts.
     with _exclusive():
         actions = ensure_root_cache()
         actions += lab_ssh.ensure_client_files(hypervisors.present_specs() + [SPEC])
