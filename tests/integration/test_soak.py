@@ -18,10 +18,9 @@ import threading
 import time
 
 import pytest
-import yaml
 from lxml import etree
 
-from tests.integration.faults import kill_libvirtd, kill_module_when_it_runs, restore_libvirtd
+from tests.integration.faults import ProxySets, kill_libvirtd, kill_module_when_it_runs, restore_libvirtd
 from tests.lab import config, hypervisors
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -30,34 +29,13 @@ PREFIX = "eptest-soak-"
 NAMES = tuple(PREFIX + letter for letter in "abcde")
 UNMANAGED = PREFIX + "unmanaged"
 FOREIGN = PREFIX + "foreign"
-OWNER = "eptest-soak"
+OTHER_OWNER = "eptest-soak-other"
 IMAGE = "eptest-soak-tiny"
 STEPS = int(os.environ.get("EGRESS_SOAK_STEPS", "12"))
 SECONDS = float(os.environ.get("EGRESS_SOAK_SECONDS", "150"))
-MIRROR = "http://127.0.0.1:8642/"  # each hypervisor's own
-
-PLAYBOOK = [{
-    "name": "Converge the soak's sets",
-    "hosts": "hypervisors",
-    "gather_facts": False,
-    "tasks": [{
-        "name": "Converge this hypervisor's set",
-        "egress_proxies.kvm.kvm_proxy_set": "{{ soak_options | combine({'proxies': soak_sets[inventory_hostname],"
-                                            " 'uid': soak_owner | default('%s')}) }}" % OWNER,
-    }],
-}]
 
 UNMANAGED_XML = """<domain type='qemu'><name>%s</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>
 <os><type arch='x86_64'>hvm</type></os></domain>""" % UNMANAGED
-
-
-def _options():
-    return {
-        "uri": config.LIBVIRT_URI, "pool": config.HV_POOL_NAME, "bridge": config.HV_BRIDGE,
-        "image": {"name": IMAGE, "url": MIRROR + config.TINY_QCOW2, "checksum": "sha256:" + MIRROR + config.SHA256SUMS},
-        "virt_type": config.VIRT_TYPE, "cpu_mode": config.CPU_MODE, "memory_mib": 128, "disk_size_gb": 1,
-        "vendor_data": "", "wait_for_ip": False, "gc": True, "gc_grace_period": 0,
-    }
 
 
 def _step(rng, desired, hosts):
@@ -92,34 +70,17 @@ def _sets(desired, hosts):
                    for name, entry in sorted(desired.items()) if entry["host"] == host] for host in hosts}
 
 
-def _volumes(spec):
-    """{volume name: path} of the pool, refreshed."""
-    hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
-    lines = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.splitlines()
-    return dict(line.split(None, 1) for line in lines if line.strip())
-
-
-def _domains(spec):
-    """{name: state} of this test's domains."""
-    states = {}
-    for line in hypervisors.virsh(spec, "list", "--all").stdout.splitlines():
-        fields = line.split(None, 2)
-        if len(fields) == 3 and fields[1].startswith(PREFIX):
-            states[fields[1]] = fields[2].strip()
-    return states
-
-
-def _check(fleet, desired, planted, context):
-    for spec in fleet.specs[:2]:
+def _check(soak, desired, planted, context):
+    for spec in soak.specs.values():
         wanted = {name: entry for name, entry in desired.items() if entry["host"] == spec.name}
-        domains = _domains(spec)
+        domains = soak.domains(spec)
         expected = {name: ("running" if entry["state"] == "present" else "shut off") for name, entry in wanted.items()}
         expected.update({name: state for name, (host, state, _xml) in planted.items() if host == spec.name})
         assert domains == expected, "%s: %s holds %s, wanted %s" % (context, spec.name, domains, expected)
         for name, (host, _state, xml) in planted.items():
             if host == spec.name:
                 assert hypervisors.virsh(spec, "dumpxml", "--inactive", name).stdout == xml, "%s: %s was changed" % (context, name)
-        volumes = _volumes(spec)
+        volumes = soak.volumes(spec)
         ours = {volume for volume in volumes if volume.startswith(PREFIX)}
         own = {name + suffix for name in wanted for suffix in (".qcow2", "-seed.iso")}
         foreign = {FOREIGN + suffix for suffix in (".qcow2", "-seed.iso")} if planted[FOREIGN][0] == spec.name else set()
@@ -132,58 +93,34 @@ def _check(fleet, desired, planted, context):
                 assert path in paths, "%s: the base %s of %s on %s is gone" % (context, path, overlay, spec.name)
 
 
-def _clean(specs):
-    for spec in specs:
-        hypervisors.thaw(spec)
-        for name in _domains(spec):
-            hypervisors.virsh(spec, "destroy", name, check=False)
-            hypervisors.virsh(spec, "undefine", name, "--managed-save", "--snapshots-metadata", "--nvram")
-        for volume in _volumes(spec):
-            if volume.startswith((PREFIX, "base-" + IMAGE)):
-                hypervisors.virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
-
-
 @pytest.fixture
-def soak_fleet(hv_fleet):
-    _clean(hv_fleet.specs[:2])
+def soak(hv_fleet):
+    sets = ProxySets(hv_fleet, PREFIX, IMAGE)
+    sets.clean()
     try:
-        yield hv_fleet
+        yield sets
     finally:
-        for spec in hv_fleet.specs[:2]:
-            restore_libvirtd(spec)
-        _clean(hv_fleet.specs[:2])
+        sets.clean()
 
 
-def _plant(fleet, inventory, playbook):
+def _plant(soak):
     """An unmanaged domain on hv1 and another owner's proxy on hv2: {name: (host, state, xml)}."""
-    hv1, hv2 = fleet.hv1, fleet.hv2
-    xml_file = fleet.tmp_path / "unmanaged.xml"
+    hv1, hv2 = soak.fleet.hv1, soak.fleet.hv2
+    xml_file = soak.fleet.tmp_path / "unmanaged.xml"
     xml_file.write_text(UNMANAGED_XML)
     hypervisors.virsh(hv1, "define", str(xml_file))
-    run = fleet.playbook(playbook, inventory, {
-        "soak_options": dict(_options(), gc=False), "soak_owner": "eptest-soak-other",
-        "soak_sets": {hv1.name: [], hv2.name: [{"name": FOREIGN}]}})
+    run = soak.converge({hv2.name: [{"name": FOREIGN}]}, gc=False, uid=OTHER_OWNER)
     assert run.rc == 0, run
     return {UNMANAGED: (hv1.name, "shut off", hypervisors.virsh(hv1, "dumpxml", "--inactive", UNMANAGED).stdout),
             FOREIGN: (hv2.name, "running", hypervisors.virsh(hv2, "dumpxml", "--inactive", FOREIGN).stdout)}
 
 
-def _run_into(outcome, fleet, playbook, inventory, extra):
-    outcome["run"] = fleet.playbook(playbook, inventory, extra)
-
-
-def test_random_walk_over_desired_sets_keeps_the_invariants(soak_fleet):
-    fleet = soak_fleet
+def test_random_walk_over_desired_sets_keeps_the_invariants(soak):
     seed = int(os.environ.get("EGRESS_SOAK_SEED") or random.SystemRandom().randrange(1 << 32))
     print("soak seed %d (replay with EGRESS_SOAK_SEED=%d)" % (seed, seed))
     rng = random.Random(seed)
-    hosts = [fleet.hv1.name, fleet.hv2.name]
-    specs = {spec.name: spec for spec in fleet.specs[:2]}
-    inventory = fleet.inventory(group_vars={"soak": True})
-    playbook = str(fleet.tmp_path / "soak.yml")
-    with open(playbook, "w") as handle:
-        yaml.safe_dump(PLAYBOOK, handle)
-    planted = _plant(fleet, inventory, playbook)
+    hosts = sorted(soak.specs)
+    planted = _plant(soak)
 
     desired = {}
     fault_step = rng.randrange(1, STEPS) if STEPS > 1 else 0
@@ -196,24 +133,24 @@ def test_random_walk_over_desired_sets_keeps_the_invariants(soak_fleet):
             print("soak: time bound reached after %d steps" % step)
             break
         what = _step(rng, desired, hosts)
-        extra = {"soak_options": _options(), "soak_sets": _sets(desired, hosts)}
+        sets = _sets(desired, hosts)
         context = "seed %d step %d (%s)" % (seed, step, what)
         if step == fault_step:
             context += ", after %s on %s" % (fault, fault_host)
             outcome = {}
-            runner = threading.Thread(target=_run_into, args=(outcome, fleet, playbook, inventory, extra))
+            runner = threading.Thread(target=soak.converge_into, args=(outcome, sets))
             runner.start()
             if fault == "kill the module":
-                print("%s: killed pid %s" % (context, kill_module_when_it_runs(specs[fault_host], fault_delay)))
+                print("%s: killed pid %s" % (context, kill_module_when_it_runs(soak.specs[fault_host], fault_delay)))
             else:
                 time.sleep(1.0 + fault_delay)
-                kill_libvirtd(specs[fault_host])
-                restore_libvirtd(specs[fault_host])
+                kill_libvirtd(soak.specs[fault_host])
+                restore_libvirtd(soak.specs[fault_host])
             runner.join()
             faulted = outcome["run"]
             assert "Traceback" not in faulted.stdout + faulted.stderr, faulted
             print("%s: the faulted run ended rc=%d: %s" % (context, faulted.rc, faulted.failures()))
-        run = fleet.playbook(playbook, inventory, extra)
+        run = soak.converge(sets)
         assert run.rc == 0, "%s: %r" % (context, run)
-        _check(fleet, desired, planted, context)
+        _check(soak, desired, planted, context)
         print("%s: converged in %.1f s" % (context, run.seconds))

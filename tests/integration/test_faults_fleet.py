@@ -1,0 +1,107 @@
+"""Faults of a fleet converge over SSH (kvm_proxy_set on lab-hv1 and lab-hv2, non-booting proxies).
+
+- Two ansible-playbook runs of the same sets at once.
+- ansible-playbook SIGKILLed (with its SSH sessions) while the modules run on the hypervisors.
+- A hypervisor whose libvirtd stops answering in the middle of a run with garbage collection on.
+Each time the next converge gives exactly the desired sets, and nothing the sets do not own is lost.
+test_fleet.py covers a hypervisor with sshd stopped and one frozen before the run.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.integration.faults import ProxySets, frozen_libvirtd, module_pids
+from tests.lab import hypervisors, namespaces
+
+pytest_plugins = ["tests.integration.fleet_fixtures"]
+
+PREFIX = "eptest-ffleet-"
+IMAGE = "eptest-ffleet-tiny"
+
+
+@pytest.fixture
+def proxy_sets(hv_fleet):
+    sets = ProxySets(hv_fleet, PREFIX, IMAGE)
+    sets.clean()
+    try:
+        yield sets
+    finally:
+        sets.clean()
+
+
+def _sets(proxy_sets, per_host):
+    return {host: [{"name": "%s%s-%d" % (PREFIX, host[-3:], index)} for index in range(per_host)]
+            for host in proxy_sets.specs}
+
+
+def _assert_exactly(proxy_sets, sets, state="running"):
+    for host, spec in proxy_sets.specs.items():
+        names = sorted(entry["name"] for entry in sets[host])
+        assert proxy_sets.domains(spec) == dict.fromkeys(names, state), host
+        assert proxy_sets.own_volumes(spec) == sorted(name + suffix for name in names for suffix in ("-seed.iso", ".qcow2"))
+
+
+def test_two_runs_of_the_same_sets_at_once_end_converged(proxy_sets):
+    sets = _sets(proxy_sets, 2)
+    outcomes = [{}, {}]
+    runners = [threading.Thread(target=proxy_sets.converge_into, args=(outcome, sets)) for outcome in outcomes]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    for outcome in outcomes:
+        run = outcome["run"]
+        assert "Traceback" not in run.stdout + run.stderr, run
+        print("concurrent run rc=%d: %s" % (run.rc, run.failures()))
+    assert any(outcome["run"].rc == 0 for outcome in outcomes), outcomes
+    run = proxy_sets.converge(sets)
+    assert run.rc == 0, run
+    _assert_exactly(proxy_sets, sets)
+
+
+def test_the_controller_killed_mid_converge_leaves_a_fleet_the_next_run_converges(proxy_sets):
+    sets = _sets(proxy_sets, 2)
+    outcome = {}
+    runner = threading.Thread(target=proxy_sets.converge_into, args=(outcome, sets))
+    runner.start()
+    spec = proxy_sets.specs[sorted(proxy_sets.specs)[0]]
+    while not module_pids(spec):
+        assert runner.is_alive(), "the run ended before its module started"
+        time.sleep(0.05)
+    # The controller: every ansible-playbook process of this run (forks included), found by its playbook path.
+    listed = [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+              and proxy_sets.playbook in namespaces.cmdline_text(int(pid))]
+    for pid in listed:
+        os.kill(pid, signal.SIGKILL)
+    runner.join()
+    print("killed controller pids %s; the run's rc=%d" % (listed, outcome["run"].rc))
+    run = proxy_sets.converge(sets)
+    assert run.rc == 0, run
+    _assert_exactly(proxy_sets, sets)
+
+
+def test_a_hypervisor_frozen_mid_run_with_gc_on_loses_nothing_and_converges_after(proxy_sets):
+    first = _sets(proxy_sets, 2)
+    run = proxy_sets.converge(first)
+    assert run.rc == 0, run
+    frozen_host = sorted(proxy_sets.specs)[1]
+    frozen = proxy_sets.specs[frozen_host]
+    # The next set drops one proxy on each hypervisor: GC would remove it.
+    smaller = {host: entries[:1] for host, entries in first.items()}
+    with frozen_libvirtd(frozen):
+        run = proxy_sets.converge(smaller)
+    assert run.rc != 0, run
+    failures = run.failures(frozen_host)
+    assert failures and all("qemu:///system" in str(message) or frozen_host in str(message)
+                            for _host, _task, message in failures), failures
+    assert not run.failures(sorted(proxy_sets.specs)[0]), run
+    # Nothing was removed on the frozen hypervisor; the other one converged.
+    assert sorted(proxy_sets.domains(frozen)) == sorted(entry["name"] for entry in first[frozen_host])
+    assert hypervisors.virsh(frozen, "version").returncode == 0
+    run = proxy_sets.converge(smaller)
+    assert run.rc == 0, run
+    _assert_exactly(proxy_sets, smaller)
