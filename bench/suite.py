@@ -1,0 +1,116 @@
+"""bench/run: every benchmark of issue 19 on the lab, one JSON file of results, docs/performance.md and plots.
+
+Usage (as root, lab up, under the integration lock):
+
+    flock /tmp/egress-integration.lock bench/run [--only B1,B6] [--runs 3] [--baseline COMMIT]
+    bench/run --report-only bench/results/<run>.json      # regenerate the doc and plots from a run
+
+--baseline runs B1 and B6 a second time with the collection of that commit
+(unpacked from git), for the before/after of a change. B2 is bench/bench_converge.py
+(its own script, writing bench/results/converge.json); it is run when present and its
+JSON is folded into this run's.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import b1_image
+import b3_listing
+import b6_inventory
+import report
+from _common import BUILD_COLLECTIONS, CACHE, HYPERVISOR_PYTHON, PEER_ANSIBLE, REPO_ROOT, VENV, adhoc, ansible_env, collections_of, config, read_text, timed
+
+RESULTS = os.path.join(REPO_ROOT, "bench", "results")
+CONVERGE = os.path.join(REPO_ROOT, "bench", "bench_converge.py")
+CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
+ALL = ("B1", "B2", "B3", "B6")
+
+
+def command_output(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def machine():
+    cpu = [line.split(":", 1)[1].strip() for line in read_text("/proc/cpuinfo").splitlines() if line.startswith("model name")]
+    mem_kib = [int(line.split()[1]) for line in read_text("/proc/meminfo").splitlines() if line.startswith("MemTotal")][0]
+    return {
+        "hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+        "cpu_model": cpu[0] if cpu else None, "memory_gib": round(mem_kib / (1 << 20), 1),
+        "libvirt": (command_output(["virsh", "-c", config.LIBVIRT_URI, "version", "--daemon"]) or "?").splitlines()[-1],
+        "qemu": command_output(["qemu-system-x86_64", "--version"]),
+        "hypervisor_python": command_output([HYPERVISOR_PYTHON, "-c", "import sys; print(sys.version.split()[0])"]),
+        "ansible_core": command_output([os.path.join(VENV, "bin", "ansible"), "--version"]).splitlines()[0],
+        "collection_commit": command_output(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"]),
+        "load_average": read_text("/proc/loadavg").split()[:3],
+        "collection_dirty": bool(command_output(["git", "-C", REPO_ROOT, "status", "--porcelain", "--",
+                                                 "plugins"])),
+    }
+
+
+def run_converge(results):
+    if not os.path.exists(CONVERGE):
+        results["B2"] = {"skipped": "bench/bench_converge.py is not in this checkout yet"}
+        return
+    subprocess.run([sys.executable, CONVERGE], check=True, cwd=REPO_ROOT)
+    with open(CONVERGE_JSON) as handle:
+        results["B2"] = json.load(handle)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--only", default=",".join(ALL), help="comma-separated benchmark ids (default: all)")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of each timed step (4 GiB: once)")
+    parser.add_argument("--sizes", default="256,1024,4096", help="B1's image sizes in MiB")
+    parser.add_argument("--entries", default="1,5,20", help="B6's hypervisor entry counts")
+    parser.add_argument("--domains", default="100", help="B3's domain counts")
+    parser.add_argument("--baseline", help="a commit whose collection B1 and B6 also run, for before/after")
+    parser.add_argument("--report-only", metavar="JSON", help="only regenerate docs/performance.md and the plots")
+    args = parser.parse_args()
+    if args.report_only:
+        report.write(args.report_only)
+        return
+    only = set(args.only.upper().split(","))
+    started = time.monotonic()
+    results = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": machine(), "runs": args.runs, "peer": PEER_ANSIBLE}
+    os.makedirs(CACHE, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-run-", dir=CACHE) as workdir:
+        # Ansible's first run on a machine compiles and caches; no benchmark should pay for it.
+        timed(adhoc("ansible.builtin.ping", ""), env=ansible_env(BUILD_COLLECTIONS))
+        labels = {"now": BUILD_COLLECTIONS}
+        if args.baseline:
+            labels["baseline"] = collections_of(args.baseline, workdir)
+            results["baseline"] = args.baseline
+        if "B1" in only:
+            sizes = [int(size) for size in args.sizes.split(",")]
+            results["B1"] = {label: b1_image.run(path, sizes, args.runs) for label, path in labels.items()}
+            print("B1 done", flush=True)
+        if "B2" in only:
+            run_converge(results)
+        if "B3" in only:
+            results["B3"] = b3_listing.run([int(n) for n in args.domains.split(",")], args.runs)
+            print("B3 done", flush=True)
+        if "B6" in only:
+            results["B6"] = b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs)
+            print("B6 done", flush=True)
+    results["seconds"] = round(time.monotonic() - started, 1)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
+    with open(path, "w") as handle:
+        json.dump(results, handle, indent=1, sort_keys=True)
+    print("results: %s (%.0f s)" % (os.path.relpath(path, REPO_ROOT), results["seconds"]))
+    report.write(path)
+
+
+if __name__ == "__main__":
+    main()
