@@ -113,13 +113,26 @@ def macs(spec, proxy):
     return [field.lower() for field in listed if field.count(":") == 5]
 
 
+# Exits 0 when the address answers a TCP connection to squid's port at all (accepted or refused): a
+# host is there. A timeout or "no route" means no one holds the address.
+ANSWERS = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 3128), timeout=1).close()
+except ConnectionRefusedError:
+    pass
+except OSError:
+    sys.exit(1)
+"""
+
+
 def addressed(spec, proxies):
-    """The proxies that have an address now: a lease of their NIC answers a ping from the hypervisor's LAN namespace."""
+    """The proxies that have an address now: a lease of their NIC answers from the hypervisor's LAN namespace."""
     leased, have = leases(spec), set()
     for proxy in proxies:
         for address in [address for mac in macs(spec, proxy) for address in leased.get(mac, [])]:
-            if subprocess.run(["ip", "netns", "exec", spec.lan_netns, "ping", "-c", "1", "-W", "1", address],
-                              capture_output=True, check=False).returncode == 0:
+            probe = ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-c", ANSWERS, address]
+            if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
                 have.add(proxy)
                 break
     return have
