@@ -3,7 +3,8 @@
 Each example task of the collection's modules runs three times in a row: in check mode (``check: <name>``),
 for real (``<name>``) and again (``again: <name>``), all with diff mode on. The check run must predict the real
 run's ``changed``, the real run must return every RETURN key documented for its arguments with its documented type,
-and the run again must change nothing. An example that is itself in check mode (a preview) runs once. A few examples' names make a claim the result is checked against (CLAIMS).
+and the run again must change nothing. An example that is itself in check mode (a preview) runs once. A few
+examples' names make a claim the result is checked against (CLAIMS).
 
 The one rule that adapts an example to the lab (examples.LabRule); nothing else in an example changes:
 
@@ -41,6 +42,12 @@ NOT_ON_LAB = {
     ("kvm_proxy", "Same VM on a remote hypervisor with a fixed MAC, driven from the controller"): "a remote hypervisor",
     ("kvm_proxy_info", "Look at one proxy from the controller, over SSH"): "a remote hypervisor",
     ("kvm_proxy_info", "Fail unless it is up"): "reads the remote hypervisor's answer",
+    # Measured: three guests booting at once under TCG on the lab's two CPUs had no address within 300 s.
+    ("kvm_proxy_set", "Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time"):
+        "boots three guests at once: too slow under the lab's TCG",
+    ("kvm_proxy_set", "Show what happened to each proxy"): "reads the converge's result",
+    ("kvm_proxy_set", "Stop every proxy of the set but keep their VMs (the same spec, so nothing is replaced), "
+                      "without garbage collection"): "needs the converged set",
 }
 USER_VARS = {
     "proxy_user_data": "#cloud-config\npackages: [squid]\n",
@@ -153,22 +160,20 @@ CLAIMS = {
         lambda result: result["state"] == "Stopped" and result["actions"] == ["shutdown domain"],
     ("kvm_proxy", "Delete the proxy with its disk and seed (the cached image stays)"):
         lambda result: result["state"] is None and "undefine domain" in result["actions"],
-    ("kvm_proxy_set", "Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time"):
-        lambda result: [proxy["outcome"] for proxy in result["proxies"]] == ["created"] * 3
-        and all(proxy["state"] == "Running" for proxy in result["proxies"]),
-    ("kvm_proxy_set", "Stop every proxy of the set but keep their VMs (the same spec, so nothing is replaced), "
-                      "without garbage collection"):
-        lambda result: [proxy["outcome"] for proxy in result["proxies"]] == ["updated"] * 3,
 }
 
 
-def test_claims_name_example_tasks():
+def runs_on_lab(module):
+    return any((module, task["name"]) not in NOT_ON_LAB for task in examples.examples(module))
+
+
+def test_claims_name_example_tasks_that_run():
     names = {(module, task["name"]) for module in examples.MODULES for task in examples.examples(module)}
-    assert set(CLAIMS) <= names
     assert set(NOT_ON_LAB) <= names
+    assert set(CLAIMS) <= names - set(NOT_ON_LAB)
 
 
-@pytest.mark.parametrize("module", examples.MODULES)
+@pytest.mark.parametrize("module", [module for module in examples.MODULES if runs_on_lab(module)])
 @pytest.mark.usefixtures("clean_examples", "user_home")
 def test_examples(lab, tmp_path, run_playbook, module):
     rule = lab_rule(lab)
