@@ -17,7 +17,9 @@ than its Content-Length. Everything else (a 4xx, no Content-Length, a TLS
 failure, a redirect to another scheme) is a PermanentError at once. The
 body of an image is read in chunks that are hashed and counted on the way,
 and its first chunks, enough for the header (_image_header), are read
-before anything else is done with it.
+before anything else is done with it. The rest is received and hashed in a
+thread of its own, a few chunks ahead of the caller sending them into
+libvirt's stream (read_ahead), so the three overlap instead of taking turns.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,8 +28,11 @@ __metaclass__ = type
 
 import hashlib
 import os
+import queue
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
@@ -53,6 +58,9 @@ DEFAULT_BACKOFF = 2.0
 MAX_BACKOFF = 60.0
 
 CHUNK_SIZE = 1024 * 1024
+# Chunks received ahead of libvirt's stream (read_ahead): receiving and hashing
+# overlap the send, and at most this many chunks wait in memory.
+AHEAD_CHUNKS = 4
 # A SHA256SUMS file lists a few dozen images; anything much larger is not one.
 MAX_CHECKSUM_FILE_BYTES = 4 * 1024 * 1024
 # Check mode's header read: small chunks, so only about what the header needs is read.
@@ -292,10 +300,11 @@ class ImageBody:
         return header
 
     def chunks(self):
+        """The whole body: the header's bytes, then the rest as it is received, hashed and counted ahead."""
         head, self._head = self._head, b""
         if head:
             yield head
-        yield from self._received_chunks
+        yield from read_ahead(self._received_chunks)
 
     def _receive(self, response):
         try:
@@ -313,6 +322,51 @@ class ImageBody:
         # closed early just ends the body, so count.
         if self.received != self.length:
             raise Retryable("%s ended after %d of its %d bytes" % (self.url, self.received, self.length))
+
+
+_END = object()
+
+
+def read_ahead(chunks, depth=AHEAD_CHUNKS):
+    """Yield what the iterator ``chunks`` yields, while a thread runs it up to ``depth`` items ahead.
+
+    What ``chunks`` raises is raised here, after the items it yielded before.
+    When the consumer stops early (it failed, or closed this generator), the
+    thread stops at its next item and is joined before this returns, so
+    nothing reads the response after the caller closes it.
+    """
+    ahead = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def hand_over(item):
+        """Queue ``item`` unless the consumer stopped; False once it has."""
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for chunk in chunks:
+                if not hand_over(chunk):
+                    return
+        finally:
+            hand_over(_END)
+
+    receiver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-receive")
+    try:
+        produced = receiver.submit(produce)
+        chunk = ahead.get()
+        while chunk is not _END:
+            yield chunk
+            chunk = ahead.get()
+        produced.result()  # what ``chunks`` raised, if anything
+    finally:
+        stop.set()
+        receiver.shutdown(wait=True)
 
 
 def read_header(chunks, length, url):
