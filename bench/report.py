@@ -42,6 +42,13 @@ def kept_section(heading):
     return text[start + 1:end if end >= 0 else len(text)].rstrip() + "\n"
 
 
+def add_plot(plots, lines, name, figure, caption):
+    """Queue ``figure`` to be saved as docs/images/``name`` and link it from the section's ``lines``."""
+    figure.tight_layout()
+    plots.append((name, figure))
+    lines += ["", "![%s](images/%s)" % (caption, name)]
+
+
 def runs_text(fig):
     return ", ".join("%.2f" % value for value in fig["runs"])
 
@@ -125,9 +132,7 @@ def b1_section(results, plots):
         axes.set_ylim(bottom=0)
         axes.set_title("B1: throughput against image size")
         axes.legend(fontsize="small")
-        figure.tight_layout()
-        plots.append(("perf-b1-throughput.png", figure))
-        lines += ["", "![B1 throughput against image size](images/perf-b1-throughput.png)"]
+        add_plot(plots, lines, "perf-b1-throughput.png", figure, "B1 throughput against image size")
     return "\n".join(lines) + "\n"
 
 
@@ -169,9 +174,7 @@ def b3_section(results, plots):
         axes.set_xscale("log")
         axes.set_xlabel("seconds (log scale)")
         axes.set_title("B3: listing %d domains" % counts[-1])
-        figure.tight_layout()
-        plots.append(("perf-b3-listing.png", figure))
-        lines += ["", "![B3 listing](images/perf-b3-listing.png)"]
+        add_plot(plots, lines, "perf-b3-listing.png", figure, "B3 listing")
     return "\n".join(lines) + "\n"
 
 
@@ -229,9 +232,7 @@ def b6_section(results, plots):
     axes.set_ylim(bottom=0)
     axes.set_title("B6: ansible-inventory with kvm_proxies")
     axes.legend(fontsize="small")
-    figure.tight_layout()
-    plots.append(("perf-b6-inventory.png", figure))
-    lines += ["", "![B6 inventory plugin](images/perf-b6-inventory.png)"]
+    add_plot(plots, lines, "perf-b6-inventory.png", figure, "B6 inventory plugin")
     return "\n".join(lines) + "\n"
 
 
