@@ -43,6 +43,8 @@ MARKUP = st.sampled_from(["<", ">", "&", '"', "'", "]]>", "<!--", "-->", "<?xml 
                           "</name>", "<!ENTITY x SYSTEM 'file:///etc/passwd'>", "&x;", "\n", "\x00", "\ud800"])
 ANY_TEXT = st.one_of(st.text(), st.lists(st.one_of(MARKUP, st.text(max_size=4)), max_size=8).map("".join))
 SHA = st.text("0123456789abcdef", min_size=64, max_size=64)
+# No deadline: a busy machine makes single examples slow, which says nothing about the property.
+PROPERTY = settings(deadline=None)
 SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -64,6 +66,7 @@ def _volume(backing_path):
 REFERENCE_VOLUME = _shape(build_volume_xml(_volume("/pool/base.qcow2")))
 
 
+@PROPERTY
 @given(ANY_TEXT)
 def test_a_backing_path_is_refused_or_read_back_exactly_and_never_markup(text):
     path = "/" + text
@@ -75,6 +78,7 @@ def test_a_backing_path_is_refused_or_read_back_exactly_and_never_markup(text):
     assert _shape(xml) == REFERENCE_VOLUME
 
 
+@PROPERTY
 @given(ANY_TEXT)
 def test_a_volume_name_is_refused_or_read_back_exactly(name):
     try:
@@ -98,6 +102,7 @@ REFERENCE_DOMAIN = _shape(build_domain_xml(_domain(
     metadata=build_instance_element("uid", CREATED, "ab" * 32, "{}"))))
 
 
+@PROPERTY
 @given(uid=ANY_TEXT, spec=st.dictionaries(ANY_TEXT, ANY_TEXT, max_size=4))
 def test_owner_and_spec_are_refused_or_read_back_exactly_and_never_markup(uid, spec):
     spec_json = json.dumps(spec, sort_keys=True, ensure_ascii=True)
@@ -112,6 +117,7 @@ def test_owner_and_spec_are_refused_or_read_back_exactly_and_never_markup(uid, s
     assert _shape(xml) == REFERENCE_DOMAIN
 
 
+@PROPERTY
 @given(ANY_TEXT)
 def test_any_spec_text_is_refused_or_read_back_exactly(spec_json):
     try:
@@ -121,6 +127,7 @@ def test_any_spec_text_is_refused_or_read_back_exactly(spec_json):
     assert parse_domain_xml(build_domain_xml(_domain(metadata=element))).metadata.spec_json == spec_json
 
 
+@PROPERTY
 @given(bridge=ANY_TEXT, pool=ANY_TEXT, network=ANY_TEXT)
 def test_bridge_pool_and_network_names_are_refused_or_read_back_exactly(bridge, pool, network):
     for changes, read in (
@@ -141,6 +148,7 @@ def test_bridge_pool_and_network_names_are_refused_or_read_back_exactly(bridge, 
 VALIDATORS = [getattr(_names, name) for name in sorted(vars(_names)) if name.startswith("validate_")]
 
 
+@PROPERTY
 @given(ANY_TEXT)
 def test_every_name_validator_refuses_markup_and_path_characters(text):
     for validate in VALIDATORS:
@@ -152,6 +160,7 @@ def test_every_name_validator_refuses_markup_and_path_characters(text):
         assert not set(accepted) & set("<>&\"'/\\ \t\n\x00"), (validate.__name__, accepted)
 
 
+@PROPERTY
 @given(image=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,40}", fullmatch=True), fmt=st.sampled_from(_names.DISK_FORMATS),
        sha=st.one_of(st.none(), SHA), marker=st.booleans())
 def test_a_base_volume_name_parses_back_to_what_made_it(image, fmt, sha, marker):
@@ -185,6 +194,7 @@ def test_any_seed_file_set_round_trips(files):
     assert read_iso(build_iso(files)) == files
 
 
+@PROPERTY
 @given(st.binary(max_size=4096))
 def test_any_bytes_read_as_a_seed_fail_only_typed(data):
     try:
@@ -196,6 +206,7 @@ def test_any_bytes_read_as_a_seed_fail_only_typed(data):
 # --- image headers --------------------------------------------------------------------------------------
 
 
+@PROPERTY
 @given(st.binary(max_size=2048), st.one_of(st.none(), st.integers(0, 1 << 40)))
 def test_any_qcow2_looking_bytes_give_a_header_a_need_or_a_typed_refusal(tail, length):
     for head in (QCOW2_MAGIC + tail, tail):
