@@ -8,6 +8,7 @@ LAN; meanwhile a second run and a check-mode run change nothing.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -27,6 +28,8 @@ BARE_HOSTS = os.path.join(REPO_ROOT, "inventories", "bare", "hosts.yml")
 PROXY = "eptest-bare-proxy"
 ORIGIN_PORT = 18091
 KVM_WARNING = "Warn that KVM is not usable"
+NETWORK_VARS = {"hypervisor_bridge": "", "hypervisor_network": "eptest-bare-net", "hypervisor_network_bridge": "virbr-eptest",
+                "hypervisor_network_forward": "isolated"}
 
 
 class BareHost(Fleet):
@@ -124,7 +127,7 @@ def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_fro
     assert proxy["state"] == "Running" and proxy["ip"].startswith(bare_host.SPEC.lan_prefix + "."), proxy
 
     # While cloud-init configures squid in the guest: a second run and a check run on the prepared host,
-    # now running a proxy, change nothing.
+    # now running a proxy, change nothing; then a run that asks for a libvirt network instead of the bridge.
     again = bare.playbook("prepare.yml", inventory)
     assert again.rc == 0 and again.stats(HOST)["changed"] == 0, (changed_tasks(again), again)
     checked = bare.check("prepare.yml", inventory)
@@ -133,6 +136,13 @@ def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_fro
     assert planned["msg"] == [], planned
     (relisted,) = checked.results("List the proxies on the host with kvm_proxy_info", HOST)
     assert [listed["name"] for listed in relisted["proxies"]] == [PROXY], relisted
+    # A libvirt network instead of the bridge: its DHCP server installed, the network defined, started, autostarted.
+    networked = bare.playbook("prepare.yml", bare.inventory(NETWORK_VARS))
+    assert networked.rc == 0, networked
+    for step in ("Define the libvirt network", "Start the libvirt network", "Autostart the libvirt network"):
+        assert any(name.endswith(step) for name in changed_tasks(networked)), (step, changed_tasks(networked))
+    info = bare.ssh(bare_host.SPEC, "virsh", "-c", config.LIBVIRT_URI, "net-info", NETWORK_VARS["hypervisor_network"]).stdout
+    assert re.search(r"(?m)^Active:\s+yes$", info) and re.search(r"(?m)^Autostart:\s+yes$", info), info
 
     # squid answers once cloud-init has configured it, a while after the address.
     address, deadline = "http://%s:3128" % proxy["ip"], time.monotonic() + 600

@@ -8,7 +8,7 @@ minbase root with openssh-server, python3 and iproute2 only (tests/lab/build_bar
 the recipe's SHA-256 in the cache dir), copied afresh on every `up`. The holder's mount namespace has
 that copy as its root (bind-mounted onto itself, then pivot_root): libvirt's per-domain mount
 namespaces need the root to be a mount point. It gets its own /proc, /sys (of its network namespace),
-/dev (a tmpfs with the few nodes a server has, /dev/net/tun among them, and no /dev/kvm: the host's
+/dev (a tmpfs with the few nodes and links a server has, /dev/net/tun and /dev/stdin among them, and no /dev/kvm: the host's
 node stays out of reach of package scripts that would re-own it) and /run.
 
 Nothing starts libvirt here: playbooks/prepare.yml installs and starts it. Its apt reaches
@@ -51,6 +51,10 @@ mknod -m 666 "$root/dev/tty" c 5 0
 mkdir "$root/dev/pts" "$root/dev/shm" "$root/dev/net"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$root/dev/pts"
 ln -s pts/ptmx "$root/dev/ptmx"
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
 mount -t tmpfs -o mode=1777,nosuid,nodev shm "$root/dev/shm"
 mknod -m 666 "$root/dev/net/tun" c 10 200
 mount -t tmpfs -o mode=0755,nosuid run "$root/run"
