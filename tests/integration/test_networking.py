@@ -83,6 +83,14 @@ def deploy(net_fleet, inside):
     return inventory, converged, proxy
 
 
+def verify(net_fleet, inventory, egress):
+    """verify.yml waits for squid to answer (cloud-init configures it after the addresses are up) and proves the egress address."""
+    verified = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=900)
+    assert verified.rc == 0, verified
+    (checked,) = verified.results(CHECK_ORIGIN_TASK, HV1)
+    assert "the origin saw %s (the egress address)" % egress in checked["results"][0]["msg"], checked
+
+
 @pytest.mark.boot
 def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet):
     spec = net_fleet.hv1
@@ -96,6 +104,8 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
         ("inside", config.HV_BRIDGE, host(inside), False), ("outside", config.HV_OUTSIDE_BRIDGE, host(outside), True)]
     assert proxy["ip"] == host(inside) and proxy["egress_ip"] == host(outside)
 
+    verify(net_fleet, inventory, host(outside))
+
     # From the inside client, through the inside address: the origin sees the outside address, nothing of the inside.
     code, seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(inside), origin)
     assert code == 0 and seen["peer"] == host(outside), seen
@@ -104,20 +114,14 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     code, _seen = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
     assert code == CURL_CONNECT_FAILED
 
-    verified = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=900)
-    assert verified.rc == 0, verified
-    (checked,) = verified.results(CHECK_ORIGIN_TASK, HV1)
-    assert "the origin saw %s (the egress address)" % host(outside) in checked["results"][0]["msg"], checked
-
     _inventory, again, proxy = deploy(net_fleet, inside)
     assert again["changed"] is False and [p["outcome"] for p in again["proxies"]] == ["unchanged"], again
 
     moved = spec.lan_prefix + ".71/24"
-    _inventory, replaced, proxy = deploy(net_fleet, moved)
+    inventory, replaced, proxy = deploy(net_fleet, moved)
     assert [p["outcome"] for p in replaced["proxies"]] == ["replaced"], replaced
     assert proxy["ip"] == host(moved) and proxy["egress_ip"] == host(outside), proxy
-    code, seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(moved), origin)
-    assert code == 0 and seen["peer"] == host(outside), seen
+    verify(net_fleet, inventory, host(outside))
 
 
 @pytest.mark.parametrize("instances, message", [
