@@ -99,6 +99,14 @@ class BareHostSpec(config.HypervisorSpec):
         return config.BARE_HOST_LAN_PREFIX
 
     @property
+    def outside_netns(self):
+        return config.BARE_HOST_OUTSIDE_NETNS
+
+    @property
+    def outside_prefix(self):
+        return config.BARE_HOST_OUTSIDE_PREFIX
+
+    @property
     def root_dir(self):
         """The copy of the cached root that the host runs on."""
         return os.path.join(self.state_dir, "root")

@@ -224,6 +224,9 @@ BARE_HOST_LAN_NETNS = "eplab-bare-lan"
 BARE_HOST_MGMT_VETH = "eplabbare"
 BARE_HOST_ADDRESS = "198.18.10.30"
 BARE_HOST_LAN_PREFIX = "198.18.30"
+# Its outside segment, as a lab hypervisor has one (HypervisorSpec.outside_netns).
+BARE_HOST_OUTSIDE_NETNS = "eplab-bare-out"
+BARE_HOST_OUTSIDE_PREFIX = "198.18.31"
 BARE_ROOT_CACHE = os.path.join(CACHE_DIR, "bare-root")
 # The bare host's apt reaches deb.debian.org through this proxy on the controller's management address.
 APT_PROXY_PORT = 3142
