@@ -32,7 +32,7 @@ PROJECT_PLAYBOOKS = {"deploy.yml": "egress_proxies.kvm.deploy", "status.yml": "e
                      "destroy.yml": "egress_proxies.kvm.destroy"}
 
 
-def _inventory():
+def hypervisor_inventory():
     """inventory/hosts as an AWX inventory of the lab's hypervisors: connection and role-wide settings."""
     mirror = "http://127.0.0.1:8642/"  # each hypervisor's own image mirror
     hosts = {spec.name: {"ansible_host": spec.address} for spec in _specs()[:2]}
@@ -128,7 +128,7 @@ class PrivateDataDir:
         (self.project / "collections" / "requirements.yml").write_text(yaml.safe_dump(
             {"collections": [{"name": collection_artifact.TARBALL, "type": "file"}]}))
         (self.root / "inventory").mkdir()
-        (self.root / "inventory" / "hosts.yml").write_text(yaml.safe_dump(_inventory()))
+        (self.root / "inventory" / "hosts.yml").write_text(yaml.safe_dump(hypervisor_inventory()))
         (self.root / "env").mkdir()
         (self.root / "env" / "extravars").write_text(yaml.safe_dump(EXTRAVARS))
         key = self.root / "env" / "ssh_key"
