@@ -26,7 +26,6 @@ pytestmark = pytest.mark.integration
 HOST = config.BARE_HOST_NAME
 BARE_HOSTS = os.path.join(REPO_ROOT, "inventories", "bare", "hosts.yml")
 PROXY = "eptest-bare-proxy"
-ORIGIN_PORT = 18091
 KVM_WARNING = "Warn that KVM is not usable"
 NETWORK_VARS = {"hypervisor_bridge": "", "hypervisor_network": "eptest-bare-net", "hypervisor_network_bridge": "virbr-eptest",
                 "hypervisor_network_forward": "isolated"}
@@ -66,21 +65,6 @@ def bare(tmp_path):
         bare_host.down()
 
 
-@pytest.fixture
-def lan_origin(bare, tmp_path):
-    """A web server on the bare host's LAN; its URL."""
-    root = tmp_path / "origin"
-    root.mkdir()
-    (root / "index.html").write_text("egress bare origin\n")
-    spec = bare_host.SPEC
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
-         "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    yield "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
-    server.terminate()
-    server.wait(timeout=10)
-
-
 def changed_tasks(run):
     return sorted({task["task"]["name"] for play in run.result["plays"] for task in play["tasks"]
                    if task["hosts"].get(HOST, {}).get("changed")})
@@ -96,7 +80,9 @@ def fetch(proxy, url):
 
 
 @pytest.mark.boot
-def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_from_its_lan(bare, lan_origin):
+def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_from_its_lan(bare):
+    # The lab's origin server on the bare host's LAN.
+    lan_origin = bare_host.SPEC.origin_url(bare_host.SPEC.lan_address)
     inventory = bare.inventory({})
     assert bare.ssh(bare_host.SPEC, "command -v virsh qemu-system-x86_64 libvirtd").stdout == ""
 

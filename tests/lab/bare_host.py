@@ -2,7 +2,8 @@
 
 It is a lab hypervisor (tests/lab/hypervisors.py) in everything the network sees: network namespace
 `eplab-bare` with `mgmt0` = 198.18.10.30/24 on the management bridge, bridge `br0`, a LAN namespace
-`eplab-bare-lan` (198.18.30.1/24, DHCP .100-.200), the image mirror on its own 127.0.0.1:8642, and
+`eplab-bare-lan` (198.18.30.1/24, DHCP .100-.200), the origin server on port 8080 of its LAN and outside
+segment, the image mirror on its own 127.0.0.1:8642, and
 its own sshd whose host key is in the lab's known_hosts. What differs is its filesystem: a Debian 12
 minbase root with openssh-server, python3 and iproute2 only (tests/lab/build_bare_root.sh, cached by
 the recipe's SHA-256 in the cache dir), copied afresh on every `up`. The holder's mount namespace has
@@ -158,6 +159,7 @@ def up():
             actions += _start_holder()
         actions += hypervisors.start_sshd(SPEC)
         actions += hypervisors._ensure_mirror(SPEC)
+        actions += hypervisors._ensure_origins(SPEC)
         actions += _ensure_apt_proxy()
     actions = ["%s: %s" % (SPEC.name, action) for action in actions]
     for action in actions:
