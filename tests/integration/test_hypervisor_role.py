@@ -2,9 +2,10 @@
 
 The lab's bare host (tests/lab/bare_host.py, docs/dev/lab.md "The bare host") is a Debian 12 minbase root
 with openssh-server, python3 and iproute2 only, run as a lab hypervisor of its own: own network, mount and
-UTS namespaces, own sshd, bridge br0 and LAN. Over SSH, prepare.yml installs and starts everything; a second
-then the egress_proxy role deploys a proxy onto it, which boots and forwards a request from the bare host's
-LAN; meanwhile a second run and a check-mode run change nothing.
+UTS namespaces, own sshd, bridge br0 and LAN. Over SSH, prepare.yml installs and starts everything; then the
+egress_proxy role deploys a proxy onto it, which boots and forwards a request from the bare host's LAN. While
+the guest configures squid, a second run and a check-mode run change nothing, and a run asking for a libvirt
+network instead of the bridge defines and starts it.
 """
 
 import os
