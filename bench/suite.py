@@ -93,7 +93,10 @@ def main():
             results["baseline"] = args.baseline
         if "B1" in only:
             sizes = [int(size) for size in args.sizes.split(",")]
-            results["B1"] = {label: b1_image.run(path, sizes, args.runs) for label, path in labels.items()}
+            # The baseline skips the 4 GiB image: a before/after at 1 GiB says as much, in a quarter of the time.
+            results["B1"] = {label: b1_image.run(path, sizes if label == "now" else [s for s in sizes if s < 4096],
+                                                 args.runs)
+                             for label, path in labels.items()}
             print("B1 done", flush=True)
         if "B2" in only:
             run_converge(results)
