@@ -78,7 +78,7 @@ def _volumes(lab, pool):
 
 def _good_url(big_image):
     """The image served whole: a file server of this test on 127.0.0.1."""
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0", "--directory",
+    server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0", "--directory",
                                os.path.dirname(big_image[0])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (...)"
     port = line.split(" port ")[1].split()[0]

@@ -55,18 +55,25 @@ def test_two_runs_of_the_same_sets_at_once_end_converged(proxy_sets):
         runner.join()
     for outcome in outcomes:
         run = outcome["run"]
+        # Each run succeeds, or fails with a message: never a traceback, never a failure without words.
         assert "Traceback" not in run.stdout + run.stderr, run
+        assert all(message for _host, _task, message in run.failures()), run
         print("concurrent run rc=%d: %s" % (run.rc, run.failures()))
-    assert any(outcome["run"].rc == 0 for outcome in outcomes), outcomes
     run = proxy_sets.converge(sets)
     assert run.rc == 0, run
     _assert_exactly(proxy_sets, sets)
 
 
+def _converge_ignoring_cut_output(proxy_sets, sets):
+    try:
+        proxy_sets.converge(sets)
+    except ValueError:
+        pass  # the killed run's JSON output ends mid-document
+
+
 def test_the_controller_killed_mid_converge_leaves_a_fleet_the_next_run_converges(proxy_sets):
     sets = _sets(proxy_sets, 2)
-    outcome = {}
-    runner = threading.Thread(target=proxy_sets.converge_into, args=(outcome, sets))
+    runner = threading.Thread(target=_converge_ignoring_cut_output, args=(proxy_sets, sets))
     runner.start()
     spec = proxy_sets.specs[sorted(proxy_sets.specs)[0]]
     while not module_pids(spec):
@@ -77,8 +84,13 @@ def test_the_controller_killed_mid_converge_leaves_a_fleet_the_next_run_converge
               and proxy_sets.playbook in namespaces.cmdline_text(int(pid))]
     for pid in listed:
         os.kill(pid, signal.SIGKILL)
-    runner.join()
-    print("killed controller pids %s; the run's rc=%d" % (listed, outcome["run"].rc))
+    runner.join()  # its output is cut off: the run is not read, only what it left
+    print("killed controller pids %s" % listed)
+    # A module whose controller died may still finish on the hypervisor; the next run starts after it.
+    deadline = time.monotonic() + 300
+    while any(module_pids(each) for each in proxy_sets.specs.values()):
+        assert time.monotonic() < deadline, "a module outlived its controller by 300 s"
+        time.sleep(0.2)
     run = proxy_sets.converge(sets)
     assert run.rc == 0, run
     _assert_exactly(proxy_sets, sets)

@@ -65,7 +65,8 @@ def test_a_seed_overwritten_with_garbage_is_rebuilt(lab, proxy, tmp_path):
     converge, _base, _sha = proxy
     good = _seed_files(lab)
     garbage = tmp_path / "garbage"
-    garbage.write_bytes(hashlib.sha256(b"garbage").digest() * 4096)
+    # 64 KiB: past the volume descriptors at 32 KiB, so the image cannot still read as the old seed.
+    garbage.write_bytes(hashlib.sha256(b"garbage").digest() * 2048)
     _virsh(lab.uri, "vol-upload", "--pool", lab.pool, VM + "-seed.iso", str(garbage))
     run, result = converge()
     assert run.rc == 0, run
@@ -89,7 +90,7 @@ def test_a_base_deleted_under_its_overlay_is_fetched_again(lab, proxy):
 def test_a_corrupt_marker_is_never_trusted(lab, proxy, tmp_path):
     converge, base, sha256 = proxy
     corrupt = tmp_path / "marker"
-    corrupt.write_bytes(b"0" * 64 + b"\n")
+    corrupt.write_bytes(b"0" * 64)
     _virsh(lab.uri, "vol-upload", "--pool", lab.pool, base + ".sha256", str(corrupt))
     run, result = converge()
     assert run.rc == 0, run
