@@ -125,9 +125,8 @@ class Bench:
                 self.run(way, "destroy", count)
             creates, destroys = [], []
             for _run in range(runs):
-                timing, _ = self.run(way, "deploy", BIG)
-                creates.append(timing)
-                timing, _ = self.run(way, "destroy", BIG)
+                creates.append(self.run(way, "deploy", BIG)[0])
+                timing = self.run(way, "destroy", BIG)[0]
                 destroys.append(timing)
                 pings.extend([creates[-1]["ping"], timing["ping"]])
             figures["create_%d" % BIG][way] = summary(creates)

@@ -71,6 +71,37 @@ options:
       mac:
         description: This proxy's O(mac).
         type: str
+      interfaces:
+        description: This proxy's O(interfaces).
+        type: list
+        elements: dict
+        suboptions:
+          bridge:
+            description: As O(interfaces[].bridge).
+            type: str
+          network:
+            description: As O(interfaces[].network).
+            type: str
+          mac:
+            description: As O(interfaces[].mac).
+            type: str
+          role:
+            description: As O(interfaces[].role).
+            type: str
+          address:
+            description: As O(interfaces[].address).
+            type: str
+          gateway:
+            description: As O(interfaces[].gateway).
+            type: str
+          nameservers:
+            description: As O(interfaces[].nameservers).
+            type: list
+            elements: str
+          search:
+            description: As O(interfaces[].search).
+            type: list
+            elements: str
       image:
         description: This proxy's O(image).
         type: dict
