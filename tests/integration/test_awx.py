@@ -245,14 +245,17 @@ def test_a_job_whose_hypervisor_key_is_unknown_fails(awx_lab, private_data_dir):
     assert all(_listing(spec)["domains"] == {} for spec in awx_lab)
 
 
-def test_inventory_source_job_lists_the_proxies_over_qemu_ssh(awx_lab, private_data_dir):
+def test_inventory_source_job_lists_the_proxies_over_libvirt_ssh(awx_lab, private_data_dir):
     deploy = private_data_dir.job("deploy.yml")
     assert (deploy.status, deploy.rc) == ("successful", 0), deploy
     source = private_data_dir.project / "inventory" / "hypervisors.kvm_proxies.yml"
     source.parent.mkdir()
-    # qemu+ssh through the lab's ssh wrapper: host keys checked against its known_hosts file.
+    # The URI docs/awx.md's credential type injects: libvirt's libssh transport with the key and a
+    # known_hosts file from the URI, host keys checked by libvirt itself.
+    uri = ("qemu+libssh://root@%s/system?keyfile=" + str(private_data_dir.root / "env" / "ssh_key")
+           + "&known_hosts=" + config.SSH_KNOWN_HOSTS + "&known_hosts_verify=normal&sshauth=privkey")
     source.write_text(yaml.safe_dump({"plugin": "egress_proxies.kvm.kvm_proxies", "uid": UID, "strict": True,
-                                      "hypervisors": [{"uri": spec.uri} for spec in awx_lab]}))
+                                      "hypervisors": [{"uri": uri % spec.address} for spec in awx_lab]}))
     completed = subprocess.run(
         [os.path.join(VENV_BIN, "ansible-inventory"), "-i", str(source), "--list", "--export"],
         capture_output=True, text=True, env=dict(_runner_env(private_data_dir.collections),
