@@ -111,12 +111,13 @@ def b1_section(results, plots):
                   "the module is bounded by the slowest stage plus the pool's write, so what is left is the "
                   "receive path in Python (requests' `iter_content` copies each chunk; `curl` alone reaches %.0f MiB/s "
                   "here) on a 2-vCPU machine where the receive, the hash and libvirt's client share two cores with "
-                  "libvirtd writing the volume. What would close it: reading the socket with `readinto` into reused "
-                  "buffers instead of `iter_content`, and hashing in the sender thread." % (
+                  "libvirtd writing the volume. What would close it: receiving with `readinto` into reused buffers "
+                  "instead of a new bytes object per chunk from `iter_content`, hashing in a third thread, and "
+                  "sending libvirt's stream its largest messages without the copy `upload_volume` makes per slice." % (
                       worst[0], worst[1]["ratio"], worst[1]["curl"])]
-    lines += ["", "Runs (s): " + "; ".join("%d MiB task %s, floor %s" % (size, runs_text(d["row"]["task"]),
-                                                                       runs_text(d["row"]["floor"]))
-                                         for size, d in now)]
+    runs = ["%d MiB task %s, floor %s" % (size, runs_text(d["row"]["task"]), runs_text(d["row"]["floor"]))
+            for size, d in now]
+    lines += ["", "Runs (s): " + "; ".join(runs)]
     if now:
         figure, axes = plt.subplots(figsize=(6, 3.6))
         sizes = [size for size, _d in now]
@@ -188,9 +189,8 @@ def b6_section(results, plots):
              "`bench/b6_inventory.py`). Ansible's start-up is in every figure. Medians of %s runs." % (
                  " and ".join(b6["hypervisors"]), results["runs"]), ""]
     labels = sorted(b6["by"], key=lambda label: label != "now")
-    header = "| entries | " + " | ".join("%s (s) | x one entry" % ("this collection" if label == "now" else
-                                                                     "baseline %s" % results["baseline"])
-                                          for label in labels) + " | target |"
+    names = ["this collection" if label == "now" else "baseline %s" % results["baseline"] for label in labels]
+    header = "| entries | " + " | ".join("%s (s) | x one entry" % name for name in names) + " | target |"
     lines += [header, "|---:|" + "---:|---:|" * len(labels) + "---|"]
     entries = sorted(int(n) for n in b6["by"][labels[0]])
     for count in entries:
