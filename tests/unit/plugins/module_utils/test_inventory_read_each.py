@@ -68,7 +68,7 @@ def test_at_most_max_parallel_reads_run_at_once():
             running.remove(item)
         return item
 
-    assert [result for result, _ in read_each(read, list(range(6)), max_parallel=2)] == list(range(6))
+    assert [result for result, _error in read_each(read, list(range(6)), max_parallel=2)] == list(range(6))
     assert max(peak) == 2
 
 
