@@ -57,10 +57,11 @@ def big_image(tmp_path_factory):
 
 def _task(tmp_path, lab, run_playbook, pool, name, url, sha256):
     playbook = tmp_path / ("%s.yml" % name)
-    playbook.write_text(yaml.safe_dump([{"name": "Cache", "hosts": "localhost", "gather_facts": False, "tasks": [{
-        "name": "Cache the image", "ignore_errors": True, "register": "cached",
-        "egress_proxies.kvm.kvm_base_image": {"uri": lab.uri, "pool": pool, "name": name, "url": url,
-                                               "checksum": "sha256:" + sha256, "format": "raw", "retries": 0}}]}]))
+    options = {"uri": lab.uri, "pool": pool, "name": name, "url": url, "checksum": "sha256:" + sha256,
+               "format": "raw", "retries": 0}
+    task = {"name": "Cache the image", "ignore_errors": True, "register": "cached",
+            "egress_proxies.kvm.kvm_base_image": options}
+    playbook.write_text(yaml.safe_dump([{"name": "Cache", "hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     (result,) = run_playbook(str(playbook)).task_results("Cache the image")
     return result
 
