@@ -142,7 +142,7 @@ class SetManager:
         self.options = options
         self.host = None
         self.foreign = []
-        self.skipped = []
+        self.spared = []
 
     def run(self):
         self.host = resolve_host(self.hv, next((p.host for p in self.request.proxies if p.host), None))
@@ -158,7 +158,7 @@ class SetManager:
             "proxies": results,
             "removed": removed,
             "foreign": self.foreign,
-            "skipped": self.skipped,
+            "spared": self.spared,
             "diff": {"before": {r["name"]: r["diff"]["before"] for r in results + removed},
                      "after": {r["name"]: r["diff"]["after"] for r in results + removed}},
         }
@@ -182,7 +182,7 @@ class SetManager:
             try:
                 metadata = parse_domain_xml(self.hv.domain_xml(dom)).metadata
             except KvmError as error:
-                self.skipped.append({"name": name, "reason": error.message})  # one bad domain never wedges the sweep
+                self.spared.append({"name": name, "reason": error.message})  # one bad domain never wedges the sweep
                 continue
             if metadata is None or not metadata.managed or metadata.uid != self.request.uid:
                 self.foreign.append({"name": name, "uid": metadata.uid if metadata is not None else None,
@@ -190,7 +190,7 @@ class SetManager:
             elif now - metadata.created_at >= grace:
                 removable.append(ProxyRequest(name=name, state=STATE_ABSENT, uid=self.request.uid, pool=self.request.pool))
             else:
-                self.skipped.append({"name": name, "reason": "created less than gc_grace_period (%d s) ago" % (
+                self.spared.append({"name": name, "reason": "created less than gc_grace_period (%d s) ago" % (
                     self.request.gc_grace_period)})
         return removable
 

@@ -26,7 +26,7 @@ description:
   - With O(gc), a managed domain recorded with this set's owner O(uid) that is not in O(proxies) and was created more
     than O(gc_grace_period) seconds ago is removed with its overlay and seed. Unmanaged domains and other owners'
     proxies are never touched; they are returned in RV(foreign). A hypervisor that cannot be listed fails the task
-    before anything is removed; a domain that cannot be read is skipped (RV(skipped)) and the sweep goes on.
+    before anything is removed; a domain that cannot be read is left (RV(spared)) and the sweep goes on.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
@@ -257,8 +257,10 @@ foreign:
   type: list
   elements: dict
   sample: [{"name": "windows-build", "managed": false, "uid": null}]
-skipped:
-  description: Domains the garbage collection did not remove although it could not rule them out, with the reason.
+spared:
+  description:
+    - Domains the garbage collection did not remove although it could not rule them out, with the reason.
+    - Not C(skipped), which Ansible keeps for a skipped task.
   returned: always
   type: list
   elements: dict

@@ -69,8 +69,8 @@ def test_gc_removes_only_this_owners_unlisted_proxies_after_the_grace_period_on_
     kept = hv_fleet.playbook("deploy.yml", placed(hv_fleet, without_b))
     assert kept.rc == 0, kept
     (converged,) = kept.results(CONVERGE_TASK, HV1)
-    assert converged["removed"] == [] and [entry["name"] for entry in converged["skipped"]] == [name("b")]
-    assert "gc_grace_period" in converged["skipped"][0]["reason"]
+    assert converged["removed"] == [] and [entry["name"] for entry in converged["spared"]] == [name("b")]
+    assert "gc_grace_period" in converged["spared"][0]["reason"]
     assert name("b") in hv_fleet.domains_local(hv_fleet.hv1)
 
     # Past a grace period of one second: removed with its disks, on lab-hv1 only, nothing else touched.

@@ -127,7 +127,7 @@ def test_gc_removes_this_owners_unlisted_proxies_past_the_grace_period_only(run,
         return NOW + DAY
 
     young = converge(hv, set_request(["proxy-a"], gc_grace_period=2 * 86400), clock=later)
-    assert young["removed"] == [] and {s["name"] for s in young["skipped"]} == {"proxy-b", "proxy-c"}
+    assert young["removed"] == [] and {s["name"] for s in young["spared"]} == {"proxy-b", "proxy-c"}
     result = converge(hv, set_request(["proxy-a"]), clock=later)
     assert [(r["name"], r["outcome"], r["actions"]) for r in result["removed"]] == [
         ("proxy-b", "removed", REMOVE_RUNNING), ("proxy-c", "removed", REMOVE_RUNNING)]
@@ -151,7 +151,7 @@ def test_gc_skips_a_domain_it_cannot_read_and_goes_on(run):
     hv.fail("domain_xml", errors.VIR_ERR_INTERNAL_ERROR, "cannot read", when=lambda dom: dom.name == "proxy-b")
     result = run(hv, set_request(["proxy-a"]), clock=lambda: NOW + DAY)
     assert [r["name"] for r in result["removed"]] == ["proxy-c"]
-    assert result["skipped"] == [{"name": "proxy-b", "reason": "fake domain_xml: cannot read"}]
+    assert result["spared"] == [{"name": "proxy-b", "reason": "fake domain_xml: cannot read"}]
 
 
 def test_a_hypervisor_that_cannot_be_listed_removes_nothing(run):
