@@ -2,9 +2,8 @@
 
 import hashlib
 import os
-import urllib.request
-
 import pytest
+import requests
 
 from tests.lab import config
 
@@ -16,10 +15,10 @@ PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks"
 @pytest.mark.parametrize("name", config.MIRROR_IMAGES)
 def test_mirror_serves_image_with_content_length_and_listed_checksum(lab, name):
     image = lab.images[name]
-    with urllib.request.urlopen(image["url"], timeout=30) as response:
+    with requests.get(image["url"], stream=True, timeout=30) as response:
         assert int(response.headers["Content-Length"]) == image["size"]
         digest = hashlib.sha256()
-        for chunk in iter(lambda: response.read(1 << 20), b""):
+        for chunk in response.iter_content(1 << 20):
             digest.update(chunk)
     assert digest.hexdigest() == image["sha256"]
 
