@@ -38,7 +38,7 @@ class BaseImageTask:
     def run(self, hypervisor, check_mode):
         params = self.params
         options = dict(timeout=params["timeout"], retries=params["retries"], validate_certs=params["validate_certs"],
-                       lock_timeout=params["lock_timeout"], check_mode=check_mode)
+                       ca_path=params["ca_path"], lock_timeout=params["lock_timeout"], check_mode=check_mode)
         if params["state"] == STATE_ABSENT:
             return remove_image(hypervisor, params["pool"], self.spec, **options)
         image = ensure_image(hypervisor, params["pool"], self.spec, **options)

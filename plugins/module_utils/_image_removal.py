@@ -167,7 +167,7 @@ def apply_removal(hypervisor, request, observation, plan, lock_timeout=DEFAULT_L
 
 def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
                  retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None):
+                 backoff=DEFAULT_BACKOFF, lock_dir=None, ca_path=None):
     """Remove cached copies of an image (a RemovalResult); fail without removing anything if one is in use.
 
     With a checksum only that content's base is removed (in ``spec.format``);
@@ -175,7 +175,7 @@ def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     or format.
     """
     validate_pool_name(pool_name)
-    with open_downloader(http, timeout, retries, validate_certs, backoff) as downloader:
+    with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
         sha256 = downloader.sha256_of(spec)
     only = base_volume_name(spec.name, spec.format, sha256) if sha256 is not None else None
     request = RemovalRequest(pool_name, spec.name, only=only, strict=True)

@@ -178,7 +178,8 @@ class ImageSource:
         request = self.request
         return ensure_image(
             self.hv, request.pool, request.image, check_mode=check_mode, http=self.http, timeout=request.download_timeout,
-            retries=request.download_retries, validate_certs=request.validate_certs, lock_timeout=self.lock_timeout,
+            retries=request.download_retries, validate_certs=request.validate_certs, ca_path=request.ca_path,
+            lock_timeout=self.lock_timeout,
             # Planning checks the disk size itself, naming disk_size_gb; the fetch
             # refuses an image that changed since to a larger one before writing it.
             lock_dir=self.lock_dir, max_virtual_size=None if check_mode else request.disk_bytes)

@@ -152,6 +152,7 @@ class ProxyRequest:
     on_drift: str = ON_DRIFT_REPLACE
     force: bool = False
     validate_certs: bool = True
+    ca_path: Optional[str] = None
     download_timeout: int = DEFAULT_TIMEOUT
     download_retries: int = DEFAULT_RETRIES
 
