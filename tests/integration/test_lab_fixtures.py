@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+
 import pytest
 import requests
 
