@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
-from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from tests.lab import config
+from tests.unit.image_server import ImageServer
 
 pytestmark = pytest.mark.integration
 

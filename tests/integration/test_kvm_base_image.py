@@ -22,10 +22,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml imp
     build_volume_xml,
     parse_volume_xml,
 )
-from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from tests.integration import lab_objects
 from tests.lab import config
 from tests.lab.images import sha256_file
+from tests.unit.image_server import ImageServer
 
 pytestmark = pytest.mark.integration
 
