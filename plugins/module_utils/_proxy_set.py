@@ -67,9 +67,10 @@ SET_WIDE_PROXY_OPTIONS = ("uid", "adopt_uids", "host", "force", "wait_for_ip", "
 _OUTCOMES = {CREATE: "created", REPLACE: "replaced", REMOVE: "removed", LEAVE: "left alone (another owner)"}
 
 
-def _whole_number(option, value, least):
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ValidationError("%s must be a whole number of at least %d, got %r" % (option, least, value))
+def _whole_number(option, value, least, most=None):
+    if not isinstance(value, int) or isinstance(value, bool) or value < least or (most is not None and value > most):
+        bounds = "of at least %d" % least if most is None else "from %d to %d" % (least, most)
+        raise ValidationError("%s must be a whole number %s, got %r" % (option, bounds, value))
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class SetRequest:
         _whole_number("gc_grace_period", params["gc_grace_period"], 0)
         _whole_number("max_unavailable", params["max_unavailable"], 1)
         if params["wait_for_port"] is not None:
-            _whole_number("wait_for_port", params["wait_for_port"], 1)
+            _whole_number("wait_for_port", params["wait_for_port"], 1, 65535)
         return cls(proxies=tuple(proxies), uid=params["uid"], pool=params["pool"], gc=params["gc"],
                    gc_grace_period=params["gc_grace_period"], max_unavailable=params["max_unavailable"],
                    wait_for_port=params["wait_for_port"], wait_for_ip=params["wait_for_ip"],

@@ -28,11 +28,10 @@ class ProxyTask:
 
     requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
     mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
+    # The NIC (bridge, network or interfaces) is checked by ProxyRequest, which names the options of a mix.
     required_if = [
         ("state", "present", ("image", "base_volume"), True),
-        ("state", "present", ("bridge", "network"), True),
         ("state", "stopped", ("image", "base_volume"), True),
-        ("state", "stopped", ("bridge", "network"), True),
     ]
 
     @classmethod

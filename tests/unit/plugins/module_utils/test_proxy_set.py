@@ -104,6 +104,7 @@ def test_a_set_is_created_then_left_alone(converge):
     (dict(gc_grace_period=-1), "gc_grace_period must be a whole number of at least 0"),
     (dict(max_unavailable=0), "max_unavailable must be a whole number of at least 1"),
     (dict(max_unavailable="two"), "max_unavailable must be"),
+    (dict(wait_for_port=70000), "wait_for_port must be a whole number from 1 to 65535, got 70000"),
 ])
 def test_bad_input_is_refused_naming_the_option_and_the_proxy(changes, message):
     with pytest.raises(errors.ValidationError, match=message):

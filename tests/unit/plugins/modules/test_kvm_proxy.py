@@ -104,8 +104,9 @@ def test_absent_removes_the_vm_and_keeps_the_image(run, hypervisor):
 
 @pytest.mark.parametrize("args, message", [
     (without("image"), "state is present but any of the following are missing: image, base_volume"),
-    (without("bridge"), "state is present but any of the following are missing: bridge, network"),
-    (without("bridge", state="stopped"), "state is stopped but any of the following are missing: bridge, network"),
+    (without("bridge"), "state=present needs bridge (a host bridge such as br0) or network (a libvirt network)"),
+    (without("bridge", state="stopped"), "state=stopped needs bridge (a host bridge such as br0) or network"),
+    (dict(ARGS, interfaces=[{"bridge": "br1"}]), "interfaces"),
     (dict(ARGS, network="default"), "parameters are mutually exclusive: bridge|network"),
     (dict(ARGS, base_volume=BASE), "parameters are mutually exclusive: image|base_volume"),
     (dict(ARGS, image=dict(name="debian-13")), "missing required arguments: url found in image"),
@@ -120,6 +121,12 @@ def test_bad_arguments_fail_before_connecting(run, args, message):
     assert result["failed"] is True
     assert message in result["msg"]
     assert opened == []
+
+
+def test_interfaces_alone_give_the_vm_its_nics(run, hypervisor):
+    result, _out, _opened = run(without("bridge", interfaces=[{"bridge": "br0", "role": "inside"}]))
+    assert result["changed"] is True, result
+    assert [nic["bridge"] for nic in result["interfaces"]] == ["br0"]
 
 
 def test_an_unreachable_hypervisor_fails_with_its_uri(run):
