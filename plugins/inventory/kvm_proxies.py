@@ -94,10 +94,9 @@ seealso:
 """
 
 EXAMPLES = r"""
-# proxies.kvm_proxies.yml: the proxies on the controller's own hypervisor
-plugin: egress_proxies.kvm.kvm_proxies
+# The smallest configuration, the proxies on the controller's own hypervisor, is one line in
+# proxies.kvm_proxies.yml:  plugin: egress_proxies.kvm.kvm_proxies
 
----
 # fleet.kvm_proxies.yml: two hypervisors over SSH, one owner, cached for ten minutes
 plugin: egress_proxies.kvm.kvm_proxies
 hypervisors:
