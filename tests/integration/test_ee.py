@@ -70,7 +70,9 @@ def test_create_makes_a_build_context_that_installs_the_collection(tmp_path):
     context = tmp_path / "context"
     _builder("create", "-f", SAMPLE, "--context", str(context), "--output-filename", "Containerfile")
     containerfile = (context / "Containerfile").read_text()
-    assert "FROM quay.io/centos/centos:stream9" in containerfile
+    # ansible-builder names the base image once, as a build argument, and builds FROM it.
+    assert 'ARG EE_BASE_IMAGE="quay.io/centos/centos:stream9"' in containerfile
+    assert "FROM $EE_BASE_IMAGE" in containerfile
     assert "ansible-galaxy collection install" in containerfile and "introspect" in containerfile
     requirements = yaml.safe_load((context / "_build" / "requirements.yml").read_text())
     assert requirements == {"collections": [{"name": "egress_proxies.kvm"}]}
