@@ -47,7 +47,7 @@ def docsite():
     antsibull = os.path.join(VENV_BIN, "antsibull-docs")
     _run([antsibull, "sphinx-init", "--use-current", "--squash-hierarchy", "--fail-on-error", "--dest-dir", site,
           "egress_proxies.kvm"], site)
-    os.makedirs(os.path.join(site, "rst"), mode=0o755)
+    os.makedirs(os.path.join(site, "rst"), mode=0o755, exist_ok=True)  # newer sphinx-init makes it
     _run([antsibull, "--config-file", "antsibull-docs.cfg", "collection", "--cleanup", "everything", "--fail-on-error",
           "--use-current", "--squash-hierarchy", "--dest-dir", "rst", "egress_proxies.kvm"], site)
     _run([os.path.join(VENV_BIN, "sphinx-build"), "-M", "html", "rst", "build", "-c", ".", "-q",
