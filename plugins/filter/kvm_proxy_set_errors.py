@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
@@ -15,6 +16,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import RENAMED_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT, etree
 
 DOCUMENTATION = r"""
 name: kvm_proxy_set_errors
@@ -27,6 +29,8 @@ description:
     task that talks to libvirt, with the module's own message, and the role cannot check less than the module.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+requirements:
+  - lxml on the controller (the module's validation builds the VM's XML to check names and text)
 positional: _input
 options:
   _input:
@@ -55,6 +59,10 @@ _value:
 
 def kvm_proxy_set_errors(arguments):
     """The messages kvm_proxy_set would fail with for ``arguments``, before connecting: [] when it accepts them."""
+    if etree is None:
+        library, hint, _traceback = LXML_REQUIREMENT
+        raise AnsibleFilterError("kvm_proxy_set_errors needs the Python library %s on the controller (%s), as the "
+                                 "modules need it on the hypervisor" % (library, hint))
     spec = common_argument_spec()
     spec.update(kvm_proxy_set_argument_spec())
     validator = ArgumentSpecValidator(spec, mutually_exclusive=ProxySetTask.mutually_exclusive,
