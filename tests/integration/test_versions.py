@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.integration import collection_artifact
-from tests.integration.test_awx import hypervisor_inventory
+from tests.integration.hypervisor_inventory import hypervisor_inventory
 from tests.lab import config, hypervisors
 
 pytestmark = pytest.mark.integration
