@@ -38,6 +38,19 @@ VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
 HYPERVISOR_PYTHON = "/usr/bin/python3"
 
 
+# scripts/test runs the integration tests in two lanes at once (pytest-xdist, --dist loadgroup): the
+# lab's own hypervisors (lab-hv1, lab-hv2, lab-bare: their own libvirtd, sshd and LANs) in one, the
+# machine's libvirtd (qemu:///system, the test sshd, the lab netns) in the other. Tests of one lane run
+# one after another, as each one cleans, freezes or lists its lane's hypervisors as a whole. A test is in
+# the hypervisors lane when it uses fleet_fixtures' lab or is marked `hypervisors`.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if not any(True for _mark in item.iter_markers("xdist_group")):
+            own_hypervisors = "fleet_lab" in item.fixturenames or item.get_closest_marker("hypervisors")
+            item.add_marker(pytest.mark.xdist_group("hypervisors" if own_hypervisors else "machine"))
+
+
 @pytest.fixture(scope="session")
 def lab():
     """The running lab (brought up if needed): uri, pool, bridge, netns, mirror_url, cache_dir, images."""

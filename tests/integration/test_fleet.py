@@ -2,8 +2,8 @@
 
 Every hypervisor here is a host of its own (own network, mount and UTS namespaces, sshd, libvirtd,
 pool, bridge and LAN); Ansible connects with ansible_connection ssh, host keys checked, forks 5.
-The proxies boot the small non-booting image, so a run takes seconds, except in the last test,
-which boots the Debian guest on two hypervisors at once.
+The proxies boot the small non-booting image, so a run takes seconds; test_converge.py's rolling
+test boots the Debian guest on two hypervisors at once.
 """
 
 import json
@@ -18,7 +18,7 @@ import yaml
 # pytest's assertion messages before either import.
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
-from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, fetch, overlap  # noqa: E402
+from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, overlap  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -236,36 +236,3 @@ def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys
     refused = _inventory_plugin(hv_fleet, "  - {uri: '%s'}\n" % hv_fleet.hv2.uri.replace(config.LAB_SSH, str(wrapper)), "--list")
     assert refused.returncode != 0
     assert "could not read hypervisor" in refused.stderr and "Host key verification failed" in refused.stderr, refused.stderr
-
-
-@pytest.mark.boot
-def test_two_guests_booted_on_two_hypervisors_at_once_each_forward_from_their_own_lan(hv_fleet, lan_origins):
-    image = "http://127.0.0.1:8642/"
-    booted = hv_fleet.role_vars(
-        egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
-                            "checksum": "sha256:" + image + config.SHA256SUMS},
-        egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
-        egress_proxy_fleet=[{"name": name("boot-1"), "hypervisor": HV1}, {"name": name("boot-2"), "hypervisor": HV2}])
-    host_vars = {host: {"egress_proxy_allowed_clients": [spec.lan_cidr], "egress_proxy_verify_netns": spec.lan_netns,
-                        "egress_proxy_verify_url": lan_origins[host]}
-                 for host, spec in ((HV1, hv_fleet.hv1), (HV2, hv_fleet.hv2))}
-    inventory = hv_fleet.inventory(booted, host_vars)
-    run = hv_fleet.playbook("deploy.yml", inventory, timeout=1500)
-    assert run.rc == 0, run
-    waits = run.spans(CONVERGE_TASK)
-    assert overlap(waits[HV1], waits[HV2]) > 0, waits
-
-    verified = hv_fleet.playbook("verify.yml", inventory, timeout=900)
-    assert verified.rc == 0, verified
-    addresses = {}
-    for host, spec, proxy in ((HV1, hv_fleet.hv1, name("boot-1")), (HV2, hv_fleet.hv2, name("boot-2"))):
-        (reported,) = verified.results("Report what each proxy answered", host)
-        assert "HTTP 200, X-Egress-Proxy %s" % proxy in reported["results"][0]["msg"], reported
-        (recorded,) = run.results("Record the proxies of this hypervisor in egress_proxy_proxies", host)
-        (listed,) = recorded["ansible_facts"]["egress_proxy_proxies"]
-        assert listed["state"] == "Running" and listed["ip"].startswith(spec.lan_prefix + "."), listed
-        addresses[host] = "http://%s:3128" % listed["ip"]
-        assert fetch(spec, addresses[host], lan_origins[host]) == (200, proxy)
-    # Each LAN reaches its own hypervisor's proxy only: the segments are separate.
-    assert fetch(hv_fleet.hv1, addresses[HV2], lan_origins[HV2])[0] == 0
-    print("booted both in %.0f s, verified in %.0f s" % (run.seconds, verified.seconds))

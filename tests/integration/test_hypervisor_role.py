@@ -22,7 +22,7 @@ from tests.integration.fleet_fixtures import PLAYBOOKS, REPO_ROOT, VENV_BIN, Fle
 from tests.lab import bare_host, config  # noqa: E402
 from tests.lab import lab as lab_control  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hypervisors]
 
 HOST = config.BARE_HOST_NAME
 BARE_HOSTS = os.path.join(REPO_ROOT, "inventories", "bare", "hosts.yml")

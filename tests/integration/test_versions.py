@@ -52,6 +52,7 @@ def _domains(spec):
     return sorted(name for name in hypervisors.virsh(spec, "list", "--all", "--name").stdout.split() if name.startswith(PREFIX))
 
 
+@pytest.mark.hypervisors
 @pytest.mark.parametrize("release", RELEASES)
 def test_role_deploy_and_destroy_on_one_hypervisor(release, lab, tmp_path):
     spec = [spec for spec in hypervisors.present_specs() if spec.name == "lab-hv1"][0]
