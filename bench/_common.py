@@ -12,7 +12,9 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import threading
 import time
+from xml.etree import ElementTree
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO_ROOT, ".venv")
@@ -27,7 +29,7 @@ PREFIX = "eptest-bench-"
 
 sys.path.insert(0, REPO_ROOT)
 
-from tests.lab import config  # noqa: E402 - needs the sys.path entry above
+from tests.lab import config, hypervisors  # noqa: E402 - needs the sys.path entry above
 
 
 def read_text(path):
@@ -128,8 +130,22 @@ def peer_version(venv):
     return None
 
 
-def virsh(*args, uri=config.LIBVIRT_URI, check=True):
-    return subprocess.run(["virsh", "-q", "-c", uri] + list(args), capture_output=True, text=True, check=check).stdout
+class Virsh:
+    """`virsh -q` on one libvirtd: the single lab's, or a lab hypervisor's entered with nsenter (no SSH session)."""
+
+    def __init__(self, spec=None):
+        self.spec = spec
+
+    def argv(self, *args):
+        if self.spec is None:
+            return ["virsh", "-q", "-c", config.LIBVIRT_URI] + list(args)
+        return hypervisors.virsh_argv(self.spec, *args)
+
+    def __call__(self, *args, check=True):
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, check=check).stdout
+
+
+virsh = Virsh()
 
 
 def delete_volumes(containing, pool=config.POOL_NAME):
@@ -139,3 +155,117 @@ def delete_volumes(containing, pool=config.POOL_NAME):
         name = line.split()[0] if line.strip() else ""
         if containing in name:
             virsh("vol-delete", name, "--pool", pool)
+
+
+def write_text(path, text):
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def hypervisor_python_code(script):
+    """``script`` prefixed with rss_kib(), for a measured /usr/bin/python3 process (``python3 -c``)."""
+    return RSS_READER + script
+
+
+# The measured processes read their own memory: VmRSS now, VmHWM the peak (KiB).
+RSS_READER = r"""
+def rss_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+"""
+
+
+def agent_ipv4(on, domain, prefix):
+    """The IPv4 under ``prefix`` that ``virsh domifaddr --source agent`` reports for ``domain`` (on a Virsh), or None."""
+    out = on("domifaddr", domain, "--source", "agent", check=False)
+    for line in out.splitlines():
+        for field in line.split():
+            if field.startswith(prefix):
+                return field.split("/")[0]
+    return None
+
+
+def domain_running(on, domain):
+    return on("domstate", domain, check=False).strip() == "running"
+
+
+class BootWatch:
+    """Polls a domain with virsh from a thread: when it first runs, when its agent first reports an address.
+
+    Times are seconds after start(); the thread stops at stop() or once the address is seen.
+    """
+
+    def __init__(self, on, domain, prefix, interval=1.0):
+        self.on, self.domain, self.prefix, self.interval = on, domain, prefix, interval
+        self.started = None
+        self.running_at = None
+        self.address_at = None
+        self.address = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def start(self):
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            if self.running_at is None and domain_running(self.on, self.domain):
+                self.running_at = time.monotonic() - self.started
+            if self.running_at is not None:
+                address = agent_ipv4(self.on, self.domain, self.prefix)
+                if address:
+                    self.address, self.address_at = address, time.monotonic() - self.started
+                    return
+            self._stop.wait(self.interval)
+
+    def wait(self, seconds):
+        """Wait up to ``seconds`` (from start()) for the address; the address or None."""
+        self._thread.join(max(0.0, self.started + seconds - time.monotonic()))
+        return self.address
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return {"running_at": rounded(self.running_at), "address_at": rounded(self.address_at), "address": self.address}
+
+
+def rounded(seconds):
+    return None if seconds is None else round(seconds, 2)
+
+
+def disk_source(on, domain):
+    """The file of the domain's first disk (device disk, not its seed's cdrom)."""
+    source = ElementTree.fromstring(on("dumpxml", domain)).find("./devices/disk[@device='disk']/source")
+    if source.get("file"):
+        return source.get("file")
+    return on("vol-path", "--pool", source.get("pool"), source.get("volume")).strip()
+
+
+def fresh_first_boot(on, domain):
+    """Stop ``domain`` and give it a new, empty overlay on the same backing file: its next start is a first boot.
+
+    The overlay's path is the same in the lab hypervisors' mount namespaces as here, so qemu-img runs here.
+    """
+    if domain_running(on, domain):
+        on("destroy", domain)
+    path = disk_source(on, domain)
+    info = json.loads(subprocess.run(["qemu-img", "info", "-U", "--output=json", path], capture_output=True,
+                                     text=True, check=True).stdout)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", info["backing-filename-format"], "-b",
+                    info["backing-filename"], path, str(info["virtual-size"])], check=True)
+
+
+def virsh_boot_to_address(on, domain, prefix, timeout, interval=1.0):
+    """Seconds from `virsh start` to the agent's address, polled with `virsh domifaddr --source agent`; None at timeout."""
+    started = time.monotonic()
+    on("start", domain)
+    while time.monotonic() - started < timeout:
+        if agent_ipv4(on, domain, prefix):
+            return round(time.monotonic() - started, 2)
+        time.sleep(interval)
+    return None

@@ -3,7 +3,7 @@
 Usage (as root, lab up, under the integration lock):
 
     flock /tmp/egress-integration.lock bench/run [--only B1,B6] [--runs 3] [--baseline COMMIT]
-    bench/run --report-only bench/results/<run>.json      # regenerate the doc and plots from a run
+    bench/run --report-only bench/results/<run>.json ...  # regenerate the doc and plots from runs
 
 --baseline runs B1 and B6 a second time with the collection of that commit
 (unpacked from git), for the before/after of a change. B2 is bench/bench_converge.py
@@ -23,14 +23,17 @@ import time
 
 import b1_image
 import b3_listing
+import b4_address
+import b5_fanout
 import b6_inventory
+import b7_egress
 import report
 from _common import BUILD_COLLECTIONS, CACHE, HYPERVISOR_PYTHON, PEER_ANSIBLE, REPO_ROOT, VENV, adhoc, ansible_env, collections_of, config, read_text, timed
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE = os.path.join(REPO_ROOT, "bench", "bench_converge.py")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B6")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
 
 
 def command_output(argv):
@@ -74,7 +77,9 @@ def main():
     parser.add_argument("--entries", default="1,5,20", help="B6's hypervisor entry counts")
     parser.add_argument("--domains", default="100", help="B3's domain counts")
     parser.add_argument("--baseline", help="a commit whose collection B1 and B6 also run, for before/after")
-    parser.add_argument("--report-only", metavar="JSON", help="only regenerate docs/performance.md and the plots")
+    parser.add_argument("--report-only", metavar="JSON", nargs="+",
+                        help="only regenerate docs/performance.md and the plots, from these results files (each "
+                             "benchmark from the last file that has it)")
     args = parser.parse_args()
     if args.report_only:
         report.write(args.report_only)
@@ -103,16 +108,25 @@ def main():
         if "B3" in only:
             results["B3"] = b3_listing.run([int(n) for n in args.domains.split(",")], args.runs)
             print("B3 done", flush=True)
+        if "B4" in only:
+            results["B4"] = b4_address.run(ansible_env(BUILD_COLLECTIONS))
+            print("B4 done", flush=True)
+        if "B5" in only:
+            results["B5"] = b5_fanout.run(args.runs)
+            print("B5 done", flush=True)
         if "B6" in only:
             results["B6"] = b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs)
             print("B6 done", flush=True)
+        if "B7" in only:
+            results["B7"] = b7_egress.run()
+            print("B7 done", flush=True)
     results["seconds"] = round(time.monotonic() - started, 1)
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
     with open(path, "w") as handle:
         json.dump(results, handle, indent=1, sort_keys=True)
     print("results: %s (%.0f s)" % (os.path.relpath(path, REPO_ROOT), results["seconds"]))
-    report.write(path)
+    report.write([path])
 
 
 if __name__ == "__main__":
