@@ -16,6 +16,8 @@ import threading
 import time
 from xml.etree import ElementTree
 
+from tests.lab import config, hypervisors
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO_ROOT, ".venv")
 BUILD_COLLECTIONS = os.path.join(REPO_ROOT, "build", "collections")
@@ -26,10 +28,6 @@ CACHE = os.path.expanduser("~/.cache/egress-proxies-bench")
 PEER_ANSIBLE = "ansible==12.3.0"
 # Every domain and volume a benchmark makes starts with this; each benchmark removes its own.
 PREFIX = "eptest-bench-"
-
-sys.path.insert(0, REPO_ROOT)
-
-from tests.lab import config, hypervisors  # noqa: E402 - needs the sys.path entry above
 
 
 def read_text(path):
@@ -163,12 +161,8 @@ def write_text(path, text):
     return path
 
 
-def hypervisor_python_code(script):
-    """``script`` prefixed with rss_kib(), for a measured /usr/bin/python3 process (``python3 -c``)."""
-    return RSS_READER + script
-
-
-# The measured processes read their own memory: VmRSS now, VmHWM the peak (KiB).
+# Prefixed to the script of a measured /usr/bin/python3 process: it reads its own memory, VmRSS now and
+# VmHWM the peak (KiB).
 RSS_READER = r"""
 def rss_kib(field):
     with open("/proc/self/status") as status:

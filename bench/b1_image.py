@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tempfile
 
-from _common import HYPERVISOR_PYTHON, PREFIX, adhoc, ansible_env, config, delete_volumes, figure, repeat, timed, virsh
+from bench._common import HYPERVISOR_PYTHON, PREFIX, RSS_READER, adhoc, ansible_env, config, delete_volumes, figure, repeat, timed, virsh
 
 IMAGE_NAME = PREFIX + "b1"
 FLOOR_VOLUME = PREFIX + "b1-floor"
@@ -37,15 +37,9 @@ server.serve_forever()
 """
 
 # Runs in the measured process: only what the module itself would do.
-PEAK_RSS = r"""
+PEAK_RSS = RSS_READER + r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-
-def rss_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec

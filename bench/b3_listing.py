@@ -21,10 +21,9 @@ import os
 import tempfile
 import uuid
 
-import bench_proxy_info as fleet
-from _common import VENV, adhoc, ansible_env, config, figure, peer_venv, peer_version, repeat, timed
-
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from bench import bench_proxy_info as fleet
+from bench._common import VENV, adhoc, ansible_env, config, figure, peer_venv, peer_version, repeat, timed
 
 GET_XML_PLAYBOOK = """
 - hosts: localhost

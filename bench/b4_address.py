@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-from _common import (
+from bench._common import (
     BUILD_COLLECTIONS,
     HYPERVISOR_PYTHON,
     PREFIX,

@@ -15,8 +15,8 @@ import pathlib
 import tempfile
 
 import yaml
-from _common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, ansible_env, config, figure, read_text, timed, write_text
 
+from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, ansible_env, config, figure, read_text, timed, write_text
 from tests.integration.fleet_fixtures import Fleet
 
 PROXIES = 3

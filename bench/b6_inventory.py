@@ -14,7 +14,7 @@ that commit, to show the change.
 import os
 import tempfile
 
-from _common import VENV, ansible_env, config, cpu_seconds, repeat
+from bench._common import VENV, ansible_env, config, cpu_seconds, repeat
 
 ENTRY = '  - {name: hv-%d, uri: "%s"}\n'
 

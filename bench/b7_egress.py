@@ -18,7 +18,8 @@ import tempfile
 import time
 
 import yaml
-from _common import (
+
+from bench._common import (
     BUILD_COLLECTIONS,
     PREFIX,
     REPO_ROOT,

@@ -9,7 +9,7 @@ Hypervisor, and counts the seam calls per domain in one more listing through a c
 public method call of the Hypervisor counts). The fleet grows from one N to the next; for the
 largest N the module itself is timed through ``ansible localhost -m kvm_proxy_info``.
 
-Usage (as root, lab up):  .venv/bin/python bench/bench_proxy_info.py [N ...]
+Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.bench_proxy_info [N ...]
 Default: 10 50 100, 3 of them running. Every domain and volume made here is removed afterwards,
 also when the run fails or is interrupted.
 """
@@ -26,22 +26,17 @@ import sys
 import time
 import uuid
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLLECTIONS = os.path.join(REPO_ROOT, "build", "collections")
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, COLLECTIONS)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from bench._common import BUILD_COLLECTIONS as COLLECTIONS
+from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER
+from tests.lab import config
 
-# The imports below need the sys.path entries above.
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml  # noqa: E402
-from tests.lab import config  # noqa: E402
-
-HYPERVISOR_PYTHON = "/usr/bin/python3"
 PREFIX = "eptest-bench-"
 BENCH_DOMAIN = re.compile(r"eptest-bench-\d+")
 OVERLAY_BYTES = 1 << 20
@@ -49,15 +44,9 @@ SEED_BYTES = 64 << 10
 
 # Runs in the measured process: the module's own calls (resolve_host, then list_proxies), timed
 # ``runs`` times, then once more through a proxy that records every seam call and its domain.
-MEASURE = r"""
+MEASURE = RSS_READER + r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-
-def rss_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor

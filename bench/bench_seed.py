@@ -9,7 +9,7 @@ key: download, parse, compare, delete, create, upload). Each step reports its wa
 process's peak resident memory during that step (the peak is reset before each step through
 /proc/self/clear_refs).
 
-Usage (as root, lab up):  .venv/bin/python bench/bench_seed.py [USER_DATA_KIB ...]
+Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.bench_seed [USER_DATA_KIB ...]
 Default sizes: 1 1024 8192 (1 KiB, 1 MiB, 8 MiB). The volume is removed afterwards, also when the run
 fails or is interrupted.
 """
@@ -22,32 +22,21 @@ import statistics
 import subprocess
 import sys
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLLECTIONS = os.path.join(REPO_ROOT, "build", "collections")
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, COLLECTIONS)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import remove_seed
+from bench._common import BUILD_COLLECTIONS as COLLECTIONS
+from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER
+from tests.lab import config
 
-# The imports below need the sys.path entries above.
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import remove_seed  # noqa: E402
-from tests.lab import config  # noqa: E402
-
-HYPERVISOR_PYTHON = "/usr/bin/python3"
 NAME = "eptest-bench-seed"
 # glibc's initial threshold, held fixed: buffers this large or larger are mapped for themselves and
 # unmapped when freed, so a step's peak shows what the step holds, not heap kept from an earlier one.
 MMAP_THRESHOLD = 128 * 1024
 
 # Runs in the measured process: only what the module itself would do, step by step.
-MEASURE = r"""
+MEASURE = RSS_READER + r"""
 import base64, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-
-def rss_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
 
 def reset_peak():
     # Writing 5 resets VmHWM to the current RSS (Linux 4.0+).

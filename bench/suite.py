@@ -21,14 +21,21 @@ import sys
 import tempfile
 import time
 
-import b1_image
-import b3_listing
-import b4_address
-import b5_fanout
-import b6_inventory
-import b7_egress
-import report
-from _common import BUILD_COLLECTIONS, CACHE, HYPERVISOR_PYTHON, PEER_ANSIBLE, REPO_ROOT, VENV, adhoc, ansible_env, collections_of, config, read_text, timed
+from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, report
+from bench._common import (
+    BUILD_COLLECTIONS,
+    CACHE,
+    HYPERVISOR_PYTHON,
+    PEER_ANSIBLE,
+    REPO_ROOT,
+    VENV,
+    adhoc,
+    ansible_env,
+    collections_of,
+    config,
+    read_text,
+    timed,
+)
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE = os.path.join(REPO_ROOT, "bench", "bench_converge.py")
