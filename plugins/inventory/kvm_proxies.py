@@ -19,7 +19,10 @@ description:
     (C(kvm_proxy_id), C(kvm_proxy_name), C(kvm_proxy_hypervisor), C(kvm_proxy_uri), C(kvm_proxy_state),
     C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ip_sources), C(kvm_proxy_uid), C(kvm_proxy_created_at),
     C(kvm_proxy_spec_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib), C(kvm_proxy_disks), C(kvm_proxy_macs),
-    C(kvm_proxy_autostart)).
+    C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_autostart)).
+  - C(kvm_proxy_interfaces) lists every NIC in device order, as M(egress_proxies.kvm.kvm_proxy_info) returns it
+    (C(mac), C(bridge), C(network), C(role), C(ipv4), C(egress)); C(kvm_proxy_egress_ip) is the egress NIC's address,
+    the one destinations see (the NIC with role C(outside), else the first). C(ansible_host) stays the first NIC's.
   - "Groups: C(kvm_proxies) (every proxy), C(kvm_hypervisor_<name>) per hypervisor, C(kvm_state_running),
     C(kvm_state_provisioning) and C(kvm_state_stopped) per state, and C(kvm_owner_<uid>) per owner. Characters not
     allowed in group names become underscores. O(compose), O(groups) and O(keyed_groups) add more."
@@ -117,6 +120,7 @@ keyed_groups:
     prefix: libvirt
 groups:
   reachable: kvm_proxy_ip is not none
+  two_nics: kvm_proxy_interfaces | length > 1
 
 # Then, for example:
 #   ansible-inventory -i fleet.kvm_proxies.yml --graph
@@ -152,6 +156,8 @@ _HOST_VARS = (
     ("memory_mib", "memory_mib"),
     ("disks", "disks"),
     ("macs", "macs"),
+    ("interfaces", "interfaces"),
+    ("egress_ip", "egress_ip"),
     ("autostart", "autostart"),
 )
 

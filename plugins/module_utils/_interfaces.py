@@ -239,3 +239,8 @@ def describe_interfaces(nics, roles, lookups):
             "ipv4": lookup.ip if lookup is not None else None, "egress": index == egress,
         })
     return described
+
+
+def egress_address(described):
+    """The egress NIC's IPv4 among ``described`` (describe_interfaces' list), or None when it has none (yet)."""
+    return next((nic["ipv4"] for nic in described if nic["egress"]), None)

@@ -7,7 +7,8 @@
 Each domain costs a small constant number of libvirt calls: its XML once
 (which carries name, vcpus, memory, disks, NICs and our metadata element, so
 the metadata is never fetched separately), its state, its autostart flag,
-and one or two address lookups when it is running. A domain that is left
+and one or two address lookups when it is running (each source asked once
+for all of its NICs). A domain that is left
 out (no metadata of ours, another owner) costs only the XML read.
 
 Partial views are handled as in the reference's ListByTag: a domain that
@@ -25,7 +26,7 @@ __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import nic_ipv4s
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
     KvmError,
@@ -33,8 +34,14 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     TransientError,
     ValidationError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import (
+    describe_interfaces,
+    egress_address,
+    recorded_roles,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import format_rfc3339
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id, validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active, libvirt_state_name, map_state
 
 # Hypervisors the inventory plugin reads at once. A read waits mostly on the
@@ -102,13 +109,20 @@ def inspect_domain(hypervisor, dom, host, domain_info=None):
     metadata = domain_info.metadata
     state = hypervisor.domain_state(dom)
     autostart = hypervisor.domain_autostart(dom)
+    macs = domain_info.macs()
+    lookups = {}
     ip = None
     ip_sources = {}
     if is_active(state):
-        macs = domain_info.macs()
-        lookup = domain_ipv4(hypervisor, dom, mac=macs[0] if macs else None)
-        ip = lookup.ip
-        ip_sources = dict(lookup.sources)
+        # Every NIC's address from the same one or two lookups; `ip` stays the first NIC's (None: any NIC
+        # of a domain defined without a MAC).
+        first = macs[0] if macs else None
+        lookups = nic_ipv4s(hypervisor, dom, macs or [first])
+        ip = lookups[first].ip
+        ip_sources = dict(lookups[first].sources)
+    # The roles are the ones the VM was created with (its recorded spec); a hand-made domain's are None.
+    interfaces = describe_interfaces(domain_info.nics, recorded_roles(recorded_spec(metadata), len(domain_info.nics)),
+                                     lookups)
     return {
         "id": _domain_id(host, domain_info.name),
         "name": domain_info.name,
@@ -127,7 +141,9 @@ def inspect_domain(hypervisor, dom, host, domain_info=None):
             {"device": disk.device, "target": disk.target, "pool": disk.pool, "volume": disk.volume, "path": disk.path}
             for disk in domain_info.disks
         ],
-        "macs": domain_info.macs(),
+        "macs": macs,
+        "interfaces": interfaces,
+        "egress_ip": egress_address(interfaces),
         "autostart": autostart,
     }
 

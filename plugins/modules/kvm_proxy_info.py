@@ -13,7 +13,8 @@ short_description: List the egress-proxy VMs on a libvirt hypervisor
 version_added: 0.1.0
 description:
   - Answers the question of what runs where. It reports every domain on the hypervisor that carries this collection's
-    metadata, with its state, IPv4 address, owner, creation time, size, disks, autostart flag and spec digest.
+    metadata, with its state, IPv4 address, owner, creation time, size, disks, NICs (each with its role and address,
+    and which is the egress one), autostart flag and spec digest.
   - With O(name), reports that one domain, or an empty list and RV(found=false) when there is none.
   - The state is the collection's mapping of libvirt's state. V(Running) means running or blocked B(and) a
     routable IPv4 is known; V(Provisioning) means running without an address yet, or a state libvirt could not
@@ -54,7 +55,8 @@ extends_documentation_fragment:
   - egress_proxies.kvm.info_module
 notes:
   - Each domain costs a small constant number of libvirt calls (its definition once, which also carries the
-    metadata; its state; its autostart flag; one or two address lookups when it runs), whatever the size of the fleet.
+    metadata; its state; its autostart flag; one or two address lookups when it runs, for all of its NICs at once),
+    whatever the size of the fleet.
   - The list is sorted by domain name.
 seealso:
   - module: egress_proxies.kvm.kvm_proxy
@@ -224,10 +226,54 @@ proxies:
         - {"device": "disk", "target": "vda", "pool": "default", "volume": "proxy-eu-1.qcow2", "path": null}
         - {"device": "cdrom", "target": "sda", "pool": "default", "volume": "proxy-eu-1-seed.iso", "path": null}
     macs:
-      description: MAC addresses of the domain's NICs in device order; the address lookup uses the first one.
+      description: MAC addresses of the domain's NICs in device order; RV(proxies[].ip) is the first one's address.
       type: list
       elements: str
       sample: ["52:54:00:12:34:56"]
+    interfaces:
+      description:
+        - Every NIC of the domain in device order (the first is the boot NIC), as M(egress_proxies.kvm.kvm_proxy)
+          returns them.
+        - Each address comes from the same lookups as RV(proxies[].ip) (the ARP table, then the guest agent, each asked
+          once for all the NICs); V(null) while none is known, and for a domain that is not running.
+      type: list
+      elements: dict
+      contains:
+        mac:
+          description: The NIC's MAC address.
+          type: str
+          sample: "52:54:00:12:34:56"
+        bridge:
+          description: The host bridge the NIC is on; V(null) for a NIC on a libvirt network.
+          type: str
+          sample: br0
+        network:
+          description: The libvirt network the NIC is on; V(null) for a NIC on a host bridge.
+          type: str
+          sample: null
+        role:
+          description:
+            - The role the VM was created with (O(egress_proxies.kvm.kvm_proxy#module:interfaces[].role)), such as
+              V(inside) or V(outside); V(null) when it was given none, and for unmanaged domains.
+          type: str
+          sample: inside
+        ipv4:
+          description: The NIC's first routable IPv4; V(null) when none is known.
+          type: str
+          sample: 198.18.11.70
+        egress:
+          description: Whether this is the egress NIC, whose address destinations see (role V(outside), else the first NIC).
+          type: bool
+          sample: false
+      sample:
+        - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70", "egress": false}
+        - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70", "egress": true}
+    egress_ip:
+      description:
+        - The IPv4 of the egress NIC (RV(proxies[].interfaces[].egress)), the address destinations see; with one NIC the
+          same as RV(proxies[].ip). V(null) when none is known.
+      type: str
+      sample: 198.18.21.70
     autostart:
       description: Whether libvirt starts the domain when the hypervisor boots.
       type: bool

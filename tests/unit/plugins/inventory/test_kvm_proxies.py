@@ -21,7 +21,13 @@ from ansible.plugins.loader import inventory_loader
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
-from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import hand_made_domain, managed_domain
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (
+    INSIDE_MAC,
+    OUTSIDE_MAC,
+    hand_made_domain,
+    managed_domain,
+    two_nic_domain,
+)
 
 PLUGIN_DIR = os.path.join(os.path.dirname(_libvirt.__file__), os.pardir, "inventory")
 NAS1 = "qemu+ssh://root@nas1/system"
@@ -151,6 +157,20 @@ def test_host_vars(parse):
     assert "ansible_host" not in two
     assert two["kvm_proxy_state"] == "Provisioning"
     assert two["kvm_proxy_ip"] is None
+
+
+def test_host_vars_carry_every_nic_and_the_egress_address(parse, hypervisors):
+    two_nic_domain(hypervisors[NAS2], "proxy-egress", arp={INSIDE_MAC: "198.18.11.70"},
+                   agent={OUTSIDE_MAC: "198.18.21.70"})
+    inventory = parse(TWO_HYPERVISORS).inventory
+    egress = inventory.get_host("proxy-egress").get_vars()
+    assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in egress["kvm_proxy_interfaces"]] == [
+        ("inside", "br0", "198.18.11.70", False), ("outside", "br1", "198.18.21.70", True)]
+    assert egress["kvm_proxy_egress_ip"] == "198.18.21.70"
+    # The controller reaches a proxy on its first (inside) NIC.
+    assert egress["ansible_host"] == "198.18.11.70"
+    one = inventory.get_host("proxy-one").get_vars()
+    assert one["kvm_proxy_egress_ip"] == one["kvm_proxy_ip"] == "198.18.0.150"
 
 
 def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):

@@ -9,11 +9,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import json
 
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import Interface
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import (
     get_proxy,
     inspect_domain,
@@ -69,6 +71,26 @@ def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, c
     return dom
 
 
+INSIDE_MAC, OUTSIDE_MAC = "52:54:00:aa:00:01", "52:54:00:aa:00:02"
+TWO_NICS = (Interface(bridge="br0", mac=INSIDE_MAC, role="inside", address="198.18.11.70/24"),
+            Interface(bridge="br1", mac=OUTSIDE_MAC, role="outside", address="198.18.21.70/24", gateway="198.18.21.1"))
+
+
+def two_nic_domain(hypervisor, name, state=RUNNING, arp=None, agent=None):
+    """A proxy with an inside and an outside NIC, their roles in its recorded spec; arp/agent: {mac: address}."""
+    spec = {"interfaces": [nic.as_spec() for nic in TWO_NICS]}
+    xml = build_domain_xml(DomainParams(
+        name=name, metadata=build_instance_element("uid-1", CREATED, DIGEST, json.dumps(spec)), vcpus=1,
+        memory_mib=512, pool="default", overlay_volume=overlay_volume_name(name), seed_volume=seed_volume_name(name),
+        interfaces=TWO_NICS, virt_type="qemu", cpu_mode="none"))
+    dom = hypervisor.add_domain(name, xml, state=state)
+    for source, found in ((ADDRESS_SOURCE_ARP, arp), (ADDRESS_SOURCE_AGENT, agent)):
+        if found:
+            dom.addresses[source] = {"nic%d" % index: {"hwaddr": mac, "addrs": [ipv4(address)]}
+                                     for index, (mac, address) in enumerate(sorted(found.items()))}
+    return dom
+
+
 def hand_made_domain(hypervisor, name, state=RUNNING, metadata=""):
     xml = (
         "<domain type='kvm'><name>%s</name><metadata>%s</metadata><memory unit='KiB'>1048576</memory><vcpu>1</vcpu>"
@@ -115,6 +137,9 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
             {"device": "cdrom", "target": "sda", "pool": "default", "volume": "proxy-one-seed.iso", "path": None},
         ],
         "macs": [mac_of("proxy-one")],
+        "interfaces": [{"mac": mac_of("proxy-one"), "bridge": "br0", "network": None, "role": None, "ipv4": want_ip,
+                        "egress": True}],
+        "egress_ip": want_ip,
         "autostart": False,
     }
     if state == RUNNING:
@@ -211,6 +236,49 @@ def test_domain_names_the_collection_would_not_create_get_no_id(hv1):
     entry = get_proxy(hv1, "nas1", "Windows_10")
     assert entry["id"] is None
     assert entry["name"] == "Windows_10"
+
+
+def test_every_nic_is_reported_with_its_role_address_and_the_egress_one(hv1):
+    # The inside NIC is in the ARP table; only the guest agent knows the outside one.
+    two_nic_domain(hv1, "proxy-two-nic", arp={INSIDE_MAC: "198.18.11.70"},
+                   agent={INSIDE_MAC: "198.18.11.70", OUTSIDE_MAC: "198.18.21.70"})
+    entry = get_proxy(hv1, "nas1", "proxy-two-nic")
+    assert entry["interfaces"] == [
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "egress": True},
+    ]
+    assert (entry["ip"], entry["egress_ip"], entry["state"]) == ("198.18.11.70", "198.18.21.70", "Running")
+    assert entry["ip_sources"] == {"arp": "198.18.11.70"}
+    # Each source asked once for both NICs: no more calls than one NIC costs.
+    assert hv1.calls.count("domain_addresses") == 2
+
+
+def test_an_egress_nic_without_an_address_yet_has_none(hv1):
+    two_nic_domain(hv1, "proxy-two-nic", arp={INSIDE_MAC: "198.18.11.70"})
+    entry = get_proxy(hv1, "nas1", "proxy-two-nic")
+    assert [nic["ipv4"] for nic in entry["interfaces"]] == ["198.18.11.70", None]
+    assert (entry["ip"], entry["egress_ip"]) == ("198.18.11.70", None)
+
+
+def test_a_stopped_proxy_lists_its_nics_without_addresses_or_lookups(hv1):
+    two_nic_domain(hv1, "proxy-two-nic", state=SHUTOFF)
+    entry = get_proxy(hv1, "nas1", "proxy-two-nic")
+    assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in entry["interfaces"]] == [
+        ("inside", "br0", None, False), ("outside", "br1", None, True)]
+    assert entry["egress_ip"] is None
+    assert "domain_addresses" not in hv1.calls
+
+
+def test_a_hand_made_domain_has_nics_without_roles(hv1):
+    xml = ("<domain type='kvm'><name>hand-made</name><memory unit='KiB'>1048576</memory><vcpu>1</vcpu><devices>"
+           "<interface type='network'><mac address='52:54:00:bb:00:01'/><source network='default'/></interface>"
+           "</devices></domain>")
+    dom = hv1.add_domain("hand-made", xml, state=RUNNING)
+    dom.addresses[ADDRESS_SOURCE_ARP] = {"vnet0": {"hwaddr": "52:54:00:bb:00:01", "addrs": [ipv4("192.168.122.5")]}}
+    entry = get_proxy(hv1, "nas1", "hand-made")
+    assert entry["interfaces"] == [{"mac": "52:54:00:bb:00:01", "bridge": None, "network": "default", "role": None,
+                                    "ipv4": "192.168.122.5", "egress": True}]
+    assert entry["egress_ip"] == entry["ip"] == "192.168.122.5"
 
 
 # --- ListByTag ------------------------------------------------------------------------------------

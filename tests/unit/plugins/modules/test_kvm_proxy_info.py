@@ -16,7 +16,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_info
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
-from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import hand_made_domain, managed_domain
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (
+    INSIDE_MAC,
+    OUTSIDE_MAC,
+    hand_made_domain,
+    managed_domain,
+    two_nic_domain,
+)
 
 # Every seam method that changes the hypervisor; an info module calls none of them.
 MUTATING = FakeHypervisor.MUTATING_METHODS
@@ -92,6 +98,16 @@ def test_by_name(run, hypervisor):
     assert result["found"] is True
     assert [p["name"] for p in result["proxies"]] == ["proxy-one"]
     assert "list_domains" not in hypervisor.calls
+
+
+def test_a_two_nic_proxy_is_reported_with_its_interfaces_and_egress_address(run, hypervisor):
+    two_nic_domain(hypervisor, "proxy-egress", agent={INSIDE_MAC: "198.18.11.70", OUTSIDE_MAC: "198.18.21.70"})
+    (proxy,) = run({"name": "proxy-egress"})["proxies"]
+    assert proxy["interfaces"] == [
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "egress": True},
+    ]
+    assert (proxy["ip"], proxy["egress_ip"]) == ("198.18.11.70", "198.18.21.70")
 
 
 def test_by_name_absent_is_found_false_not_a_failure(run):
