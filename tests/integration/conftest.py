@@ -1,5 +1,6 @@
 """Fixtures for integration tests on the real local lab (see docs/dev/lab.md)."""
 
+import fcntl
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ sys.path.insert(0, COLLECTIONS_DIR)
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402 - as above
 from tests.integration import lab_objects  # noqa: E402 - as above
+from tests.lab import config as lab_config  # noqa: E402 - as above
 from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entries above
 
 VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
@@ -49,6 +51,19 @@ def pytest_collection_modifyitems(items):
         if not any(True for _mark in item.iter_markers("xdist_group")):
             own_hypervisors = "fleet_lab" in item.fixturenames or item.get_closest_marker("hypervisors")
             item.add_marker(pytest.mark.xdist_group("hypervisors" if own_hypervisors else "machine"))
+
+
+@pytest.fixture(autouse=True)
+def one_boot_at_a_time(request):
+    """A test that boots the Debian guest holds the lab's boot lock for its length, so the two lanes never
+    boot at once: TCG guests booting side by side on this machine's two CPUs each slow past their deadlines."""
+    if request.node.get_closest_marker("boot") is None:
+        yield
+        return
+    os.makedirs(lab_config.RUN_DIR, exist_ok=True)
+    with open(os.path.join(lab_config.RUN_DIR, "boot.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

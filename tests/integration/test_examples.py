@@ -173,7 +173,12 @@ def test_claims_name_example_tasks_that_run():
     assert set(CLAIMS) <= names - set(NOT_ON_LAB)
 
 
-@pytest.mark.parametrize("module", [module for module in examples.MODULES if runs_on_lab(module)])
+# kvm_proxy's and kvm_proxy_set's examples boot the Debian guest (the rule's image for them).
+BOOTING = ("kvm_proxy", "kvm_proxy_set")
+
+
+@pytest.mark.parametrize("module", [pytest.param(module, marks=[pytest.mark.boot] if module in BOOTING else [])
+                                    for module in examples.MODULES if runs_on_lab(module)])
 @pytest.mark.usefixtures("clean_examples", "user_home")
 def test_examples(lab, tmp_path, run_playbook, module):
     rule = lab_rule(lab)
