@@ -9,7 +9,7 @@ The lab's real guest (debian-12-egress, TCG, 1 vCPU, 512 MiB) on qemu:///system,
 - the floor: the same domain, its overlay emptied again (a first boot once more), started with
   `virsh start` and polled with `virsh domifaddr --source agent` every second;
 - the peer: community.libvirt's virt_install (the pinned collection has no virt_cloud_instance)
-  with the same image as backing store, cloud-init user-data and the same bridge; its run is
+  with the same image as backing store, virt-install's own cloud-init seed and the same bridge; its run is
   capped at PEER_CAP seconds (its process group killed there) and the watch says what it reached.
 
 Booting costs ~40-180 s under TCG on this 2-vCPU machine, so each path runs once by default.
@@ -89,7 +89,7 @@ PEER_PLAYBOOK = """
         virt_type: %(virt_type)s
         import: true
         osinfo:
-          name: debian12
+          name: debian11
         disks:
           - path: %(disk)s
             backing_store: %(image)s
@@ -102,9 +102,10 @@ PEER_PLAYBOOK = """
               address: "%(mac)s"
         graphics:
           type: none
+        # Its user_data and meta_data (dictionaries) reach virt-install as `user-data.<key>=`, which it
+        # refuses (it wants a file), so the peer gets virt-install's own seed.
         cloud_init:
-          user_data:
-            hostname: %(name)s
+          root_password_generate: true
 """
 
 

@@ -257,8 +257,9 @@ def b4_section(results):
              "ansible-playbook's start to its end. The floor: the same domain with its overlay emptied again (a first "
              "boot once more), `virsh start` and `virsh domifaddr --source agent` every second. The peer: "
              "community.libvirt %s's `virt_install` (`ansible` %s has no `virt_cloud_instance`, the module the issue "
-             "named; `virt_install` with `cloud_init` is its way to a cloud-init guest) on the same image as backing "
-             "store, capped at %d s. A thread polling virsh every second notes when each domain first runs and when its "
+             "named; `virt_install` with `cloud_init` is its way to a cloud-init guest, with virt-install's own seed: the "
+             "module passes a `user_data` dictionary on as `user-data.<key>=`, which virt-install refuses) on the "
+             "same image as backing store, capped at %d s. A thread polling virsh every second notes when each domain first runs and when its "
              "agent first reports an address." % (b4["peer_version"], results["peer"].split("==")[1], peer["cap"]), "",
              "| path | domain running (s) | agent address (s) | done (s) | over the floor (s) | target |",
              "|---|---:|---:|---:|---:|---|",
