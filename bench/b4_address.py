@@ -161,7 +161,8 @@ def peer_path(peer, work):
         output, _ = process.communicate()
         ended = "still running at the %d s cap: stopped" % PEER_CAP
     task_seconds = time.monotonic() - started
-    watch.wait(PEER_CAP)
+    if virsh("dominfo", PEER_DOMAIN, check=False):
+        watch.wait(PEER_CAP)
     row = watch.stop()
     row.update({"task_seconds": rounded(task_seconds), "ended": ended, "cap": PEER_CAP,
                 "output_tail": output[-1500:]})
