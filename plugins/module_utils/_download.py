@@ -86,13 +86,25 @@ def download_argument_spec():
     )
 
 
-def validate_download_options(timeout, retries, lock_timeout):
-    """Refuse download options that could never work, before anything is fetched."""
+def validate_download_options(timeout, retries, lock_timeout, ca_path=None):
+    """Refuse download options that could never work, before anything is fetched.
+
+    ``ca_path`` is checked only where the module runs (the file is on that
+    host): the controller's filter leaves it None.
+    """
     for option, value in (("timeout", timeout), ("lock_timeout", lock_timeout)):
         if value <= 0:
             raise ValidationError("%s must be a positive number of seconds, got %d" % (option, value))
     if retries < 0:
         raise ValidationError("retries must be 0 or more, got %d" % retries)
+    require_ca_path(ca_path)
+
+
+def require_ca_path(ca_path):
+    """Refuse a ``ca_path`` that is not on this host: a download would fail on it, and a cached image hide it."""
+    if ca_path is not None and not os.path.exists(ca_path):
+        raise ValidationError("ca_path %s does not exist on the host that runs the module; give the path of a CA "
+                              "certificate bundle (PEM) there" % ca_path)
 
 
 def find_in_checksum_file(text, file_name):
@@ -127,10 +139,8 @@ def open_downloader(http=None, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES,
     ``ca_path`` is a CA bundle (a PEM file, or a directory of them) on the
     host that runs the module, trusted instead of the system's.
     """
-    if ca_path is not None and not os.path.exists(ca_path):
-        # requests would raise a bare OSError at the first GET.
-        raise ValidationError("ca_path %s does not exist on the host that runs the module; give the path of a CA "
-                              "certificate bundle (PEM) there" % ca_path)
+    # requests would raise a bare OSError at the first GET.
+    require_ca_path(ca_path)
     if http is not None:
         yield Downloader(http, timeout, retries, validate_certs, backoff, ca_path)
         return

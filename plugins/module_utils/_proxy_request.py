@@ -92,12 +92,13 @@ RENAMED_OPTIONS = {"timeout": "download_timeout", "retries": "download_retries"}
 
 
 def module_params(kvm):
-    """A proxy module's parameters as ProxyRequest names them: download options checked, a user-data dictionary masked whole.
+    """A proxy module's parameters as ProxyRequest names them: download options checked (ca_path too: this is the
+    module's host), a user-data dictionary masked whole.
 
     ``kvm`` is the _module.KvmModule of kvm_proxy or kvm_proxy_set.
     """
     params = kvm.params
-    validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
+    validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
     if isinstance(params["user_data"], dict):
         kvm.mask_as_document("user_data", render_cloud_data(params["user_data"], "user_data").decode("utf-8"))
     return {RENAMED_OPTIONS.get(key, key): value for key, value in kvm.params.items()}

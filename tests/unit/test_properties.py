@@ -175,9 +175,21 @@ def test_a_base_volume_name_parses_back_to_what_made_it(image, fmt, sha, marker)
 # --- the seed: NoCloud files in an ISO 9660 image --------------------------------------------------------
 
 
+def _is_text(text):
+    """UTF-8 text without control characters (tab, line feed and carriage return are text): what a seed file holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not any(ord(char) < 32 and char not in "\t\n\r" or char == "\x7f" for char in text)
+
+
+CLOUD_CONFIG_TEXT = ANY_TEXT.filter(_is_text).map(lambda body: "#cloud-config\n" + body)
+
+
 @SLOW
-@given(user_data=st.one_of(ANY_TEXT.filter(lambda text: "\ud800" not in text), st.binary(max_size=4096)),
-       vendor_data=st.one_of(st.text(max_size=200), st.binary(max_size=200)),
+@given(user_data=st.one_of(CLOUD_CONFIG_TEXT, CLOUD_CONFIG_TEXT.map(str.encode)),
+       vendor_data=CLOUD_CONFIG_TEXT,
        meta=st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3))
 def test_seed_files_come_back_from_the_image_byte_for_byte(user_data, vendor_data, meta):
     files = seed_files("eptest-prop", user_data, meta, vendor_data)
@@ -185,6 +197,17 @@ def test_seed_files_come_back_from_the_image_byte_for_byte(user_data, vendor_dat
     assert back == files
     expected_user_data = user_data if isinstance(user_data, bytes) else user_data.encode("utf-8")
     assert back["user-data"] == expected_user_data
+
+
+@SLOW
+@given(user_data=st.one_of(ANY_TEXT, st.binary(max_size=4096)))
+def test_any_user_data_is_written_exactly_or_refused_naming_user_data(user_data):
+    try:
+        files = seed_files("eptest-prop", user_data)
+    except ValidationError as error:
+        assert error.message.startswith("user_data "), error.message
+        return
+    assert read_iso(build_iso(files))["user-data"] == (user_data if isinstance(user_data, bytes) else user_data.encode())
 
 
 @SLOW

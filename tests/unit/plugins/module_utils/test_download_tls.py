@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec, validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
@@ -117,3 +117,11 @@ def test_a_missing_ca_path_is_refused_before_any_request(tls_server, ensure, tmp
 
 def test_ca_path_is_a_shared_download_option():
     assert download_argument_spec()["ca_path"] == dict(type="path")
+
+
+def test_a_missing_ca_path_is_refused_with_the_other_download_options(tmp_path):
+    # The module's own validation, before connecting: a cached image would never open the downloader.
+    with pytest.raises(ValidationError, match="^ca_path %s does not exist on the host" % (tmp_path / "absent.pem")):
+        validate_download_options(60, 3, 60, ca_path=str(tmp_path / "absent.pem"))
+    validate_download_options(60, 3, 60, ca_path=str(tmp_path))
+    validate_download_options(60, 3, 60)

@@ -159,9 +159,11 @@ def test_invalid_vm_name_is_refused(name):
         seed_files(name)
 
 
-def test_user_data_bytes_are_written_as_they_are_and_other_types_refused():
-    assert seed_files(NAME, b"\xff\x00binary")["user-data"] == b"\xff\x00binary"
-    with pytest.raises(errors.ValidationError, match="user_data must be a string"):
+def test_user_data_bytes_of_utf8_text_are_written_as_they_are_and_binary_or_other_types_refused():
+    assert seed_files(NAME, "#!/bin/sh\necho é\n".encode())["user-data"] == "#!/bin/sh\necho é\n".encode()
+    with pytest.raises(errors.ValidationError, match="^user_data is not UTF-8 text"):
+        seed_files(NAME, b"#!/bin/sh\n\xff\x00binary")
+    with pytest.raises(errors.ValidationError, match="^user_data must be a string"):
         seed_files(NAME, 42)
 
 
@@ -230,11 +232,16 @@ def test_network_config_is_on_the_image():
 
 @given(st.text())
 @settings(max_examples=60, deadline=None)
-def test_any_unicode_user_data_round_trips(user_data):
+def test_any_unicode_user_data_round_trips_or_is_refused_as_not_text(body):
+    user_data = "#cloud-config\n" + body
     try:
         expected = user_data.encode("utf-8")
     except UnicodeEncodeError:
-        with pytest.raises(errors.ValidationError, match="UTF-8"):
+        with pytest.raises(errors.ValidationError, match="^user_data is not UTF-8 text"):
+            seed_files(NAME, user_data)
+        return
+    if any(ord(char) < 32 and char not in "\t\n\r" or char == "\x7f" for char in body):
+        with pytest.raises(errors.ValidationError, match="^user_data holds binary data"):
             seed_files(NAME, user_data)
         return
     image = build_iso(seed_files(NAME, user_data))
@@ -248,14 +255,12 @@ _ALPHABET = "abc \n\t#:-\u00e9\u00df\u2028\u0085\u4e2d\u6587\U0001f600\U0001d11e
 
 @given(st.integers(1024 * 1024, 3 * 1024 * 1024 + 7), st.integers(0, 2 ** 32), st.booleans())
 @settings(max_examples=6, deadline=None)
-def test_mib_sized_user_data_round_trips(size, seed, as_text):
+def test_mib_sized_seed_files_round_trip(size, seed, as_text):
     rnd = random.Random(seed)
-    if as_text:
-        user_data = "".join(rnd.choices(_ALPHABET, k=size // 4))
-        expected = user_data.encode("utf-8")
-    else:
-        user_data = expected = rnd.getrandbits(8 * size).to_bytes(size, "little")
-    files = seed_files(NAME, user_data)
+    text = "".join(rnd.choices(_ALPHABET, k=size // 4)).encode("utf-8")
+    expected = text if as_text else rnd.getrandbits(8 * size).to_bytes(size, "little")
+    # Past what seed_files takes (MAX_FILE_BYTES): the ISO itself holds any size and any bytes.
+    files = dict(seed_files(NAME), **{"user-data": expected})
     image = build_iso(files)
     assert read_iso(image)["user-data"] == expected
     assert hashlib.sha256(pycdlib_read(image)[1]["user-data"]).digest() == hashlib.sha256(expected).digest()
@@ -519,7 +524,8 @@ def test_a_seed_larger_than_the_new_one_is_read_and_compared_file_by_file(hv):
 
 
 def test_a_seed_of_a_user_data_larger_than_the_read_limit_is_still_read_back(hv):
-    files = seed_files(NAME, bytes(MAX_SEED_READ + 1024 * 1024))
+    # Another writer's seed: seed_files itself refuses a user-data past MAX_FILE_BYTES.
+    files = dict(seed_files(NAME), **{"user-data": bytes(MAX_SEED_READ + 1024 * 1024)})
     ensure_seed(hv, "default", NAME, files)
     assert hv.volume("default", SEED_VOLUME).capacity > MAX_SEED_READ
     assert not ensure_seed(hv, "default", NAME, files).changed
