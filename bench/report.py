@@ -46,10 +46,27 @@ def add_plot(plots, lines, name, figure, caption):
     lines += ["", "![%s](images/%s)" % (caption, name)]
 
 
+def not_run(heading):
+    return "%s\n\nNot run in the results files this page comes from.\n" % heading
+
+
 def new_plot(width, height):
     """A figure and its one axes; Figure draws with Agg itself, no pyplot or display needed."""
     figure = Figure(figsize=(width, height))
     return figure, figure.subplots()
+
+
+def line_plot(series, title, xlabel, ylabel):
+    """A figure of ``series`` ((xs, ys, style, label) each), y from 0, with its legend; and its axes."""
+    figure, axes = new_plot(6, 3.4)
+    for xs, ys, style, label in series:
+        axes.plot(xs, ys, style, label=label)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_ylim(bottom=0)
+    axes.set_title(title)
+    axes.legend(fontsize="small")
+    return figure, axes
 
 
 def runs_text(fig):
@@ -72,7 +89,7 @@ def b1_rows(b1):
 def b1_section(results, plots):
     b1 = results.get("B1")
     if not b1:
-        return "## B1: caching a base image\n\nNot run in this results file.\n"
+        return not_run("## B1: caching a base image")
     now = b1_rows(b1["now"])
     base = dict(b1_rows(b1["baseline"])) if "baseline" in b1 else {}
     lines = ["## B1: caching a base image", "",
@@ -122,20 +139,16 @@ def b1_section(results, plots):
             for size, d in now]
     lines += ["", "Runs (s): " + "; ".join(runs)]
     if now:
-        figure, axes = new_plot(6, 3.6)
         sizes = [size for size, _d in now]
-        axes.plot(sizes, [d["module"] for _s, d in now], "o-", label="kvm_base_image (module work)")
+        series = [(sizes, [d["module"] for _s, d in now], "o-", "kvm_base_image (module work)")]
         if base:
-            axes.plot([s for s in sizes if s in base], [base[s]["module"] for s in sizes if s in base], "o--",
-                      label="kvm_base_image, baseline %s" % results["baseline"])
-        axes.plot(sizes, [d["floor"] for _s, d in now], "s-", label="virsh vol-upload (floor)")
-        axes.plot(sizes, [d["curl"] for _s, d in now], "^:", label="curl to /dev/null")
+            series.append(([s for s in sizes if s in base], [base[s]["module"] for s in sizes if s in base], "o--",
+                           "kvm_base_image, baseline %s" % results["baseline"]))
+        series += [(sizes, [d["floor"] for _s, d in now], "s-", "virsh vol-upload (floor)"),
+                   (sizes, [d["curl"] for _s, d in now], "^:", "curl to /dev/null")]
+        figure, axes = line_plot(series, "B1: throughput against image size", "image size", "MiB/s")
         axes.set_xscale("log", base=2)
         axes.set_xticks(sizes, ["%d MiB" % s if s < 1024 else "%d GiB" % (s // 1024) for s in sizes])
-        axes.set_ylabel("MiB/s")
-        axes.set_ylim(bottom=0)
-        axes.set_title("B1: throughput against image size")
-        axes.legend(fontsize="small")
         add_plot(plots, lines, "perf-b1-throughput.png", figure, "B1 throughput against image size")
     return "\n".join(lines) + "\n"
 
@@ -143,7 +156,7 @@ def b1_section(results, plots):
 def b3_section(results, plots):
     b3 = results.get("B3")
     if not b3:
-        return "## B3: listing managed domains\n\nNot run in this results file.\n"
+        return not_run("## B3: listing managed domains")
     lines = ["## B3: listing managed domains", "",
              "N stopped domains with the collection's metadata in the lab pool (`bench/b3_listing.py`). The module "
              "and the plugin return owner (uid) and creation time for each; community.libvirt %s (from `ansible` "
@@ -185,7 +198,7 @@ def b3_section(results, plots):
 def b6_section(results, plots):
     b6 = results.get("B6")
     if not b6:
-        return "## B6: the inventory plugin over many hypervisor entries\n\nNot run in this results file.\n"
+        return not_run("## B6: the inventory plugin over many hypervisor entries")
     lines = ["## B6: the inventory plugin over many hypervisor entries", "",
              "`ansible-inventory --list` with the kvm_proxies plugin over 1, 5 and 20 entries, each a qemu+ssh "
              "connection of its own to %s (each named several times, as a large fleet would be; "
@@ -226,15 +239,10 @@ def b6_section(results, plots):
                           entries[-1], most["median"] / one["median"], per_entry, cores, entries[-1],
                           2 * per_entry * (entries[-1] - entries[0]),
                           2 * per_entry * (entries[-1] - entries[0]) / cores, cores)]
-    figure, axes = new_plot(6, 3.4)
-    for label in labels:
-        axes.plot(entries, [b6["by"][label][str(n)]["median"] for n in entries], "o-",
-                  label="this collection" if label == "now" else "baseline %s (one after another)" % results["baseline"])
-    axes.set_xlabel("hypervisor entries")
-    axes.set_ylabel("seconds")
-    axes.set_ylim(bottom=0)
-    axes.set_title("B6: ansible-inventory with kvm_proxies")
-    axes.legend(fontsize="small")
+    series = [(entries, [b6["by"][label][str(n)]["median"] for n in entries], "o-",
+               "this collection" if label == "now" else "baseline %s (one after another)" % results["baseline"])
+              for label in labels]
+    figure, _axes = line_plot(series, "B6: ansible-inventory with kvm_proxies", "hypervisor entries", "seconds")
     add_plot(plots, lines, "perf-b6-inventory.png", figure, "B6 inventory plugin")
     return "\n".join(lines) + "\n"
 
@@ -246,7 +254,7 @@ def seconds_text(value, missing="none"):
 def b4_section(results):
     b4 = results.get("B4")
     if not b4:
-        return "## B4: provision to address\n\nNot run in this results file.\n"
+        return not_run("## B4: provision to address")
     module, floor, peer = b4["module"], b4["floor"], b4["peer"]
     overhead = module["playbook"] - floor["start_to_address"] if floor["start_to_address"] else None
     ahead = peer["address_at"] is None or module["playbook"] < peer["address_at"]
@@ -297,7 +305,7 @@ def b4_section(results):
 def b5_section(results):
     b5 = results.get("B5")
     if not b5:
-        return "## B5: fan-out over hypervisors\n\nNot run in this results file.\n"
+        return not_run("## B5: fan-out over hypervisors")
     lines = ["## B5: fan-out over hypervisors", "",
              "playbooks/deploy.yml creates %d non-booting proxies (the lab's small image) on each hypervisor, then "
              "playbooks/destroy.yml removes them, with forks 1 and with one fork per hypervisor (`bench/b5_fanout.py`). "
@@ -332,7 +340,7 @@ def b5_section(results):
 def b7_section(results):
     b7 = results.get("B7")
     if not b7:
-        return "## B7: provision to verified egress\n\nNot run in this results file.\n"
+        return not_run("## B7: provision to verified egress")
     deploy, bare = b7["deploy"], b7["bare_boot_to_address"]
     first = deploy["first_request_at"]
     overhead = first - bare if first is not None and bare is not None else None
@@ -397,17 +405,13 @@ def converge_plot(results, plots):
              "From `bench/results/converge.json` (the Converge section above says how it was measured). "
              "community.libvirt is not in that file: %s." % results.get("B2", {}).get(
                  "peer_note", "bench_converge.py does not measure it yet")]
-    figure, axes = new_plot(6, 3.4)
     labels = {"set": "kvm_proxy_set (the role)", "loop": "kvm_proxy loop", "peer": "community.libvirt"}
+    series = []
     for way, by_count in sorted(noop.items()):
         counts = sorted(int(count) for count in by_count)
-        axes.plot(counts, [by_count[str(count)]["task"]["median"] for count in counts], "o-",
-                  label=labels.get(way, way))
-    axes.set_xlabel("proxies on one hypervisor")
-    axes.set_ylabel("task seconds")
-    axes.set_ylim(bottom=0)
-    axes.set_title("B2: no-op converge")
-    axes.legend(fontsize="small")
+        series.append((counts, [by_count[str(count)]["task"]["median"] for count in counts], "o-",
+                       labels.get(way, way)))
+    figure, _axes = line_plot(series, "B2: no-op converge", "proxies on one hypervisor", "task seconds")
     add_plot(plots, lines, "perf-b2-converge.png", figure, "B2 converge time against the number of proxies")
     return "\n".join(lines) + "\n"
 
