@@ -15,6 +15,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO_ROOT, "docs", "performance.md")
 IMAGES = os.path.join(REPO_ROOT, "docs", "images")
 CONVERGE_HEADING = "## Converge"
+CONVERGE_JSON = os.path.join(REPO_ROOT, "bench", "results", "converge.json")
 MIB = 1 << 20
 
 
@@ -427,7 +428,7 @@ def converge_section(results):
 
 def merged(paths):
     """One results dict from the files of several bench/run pieces: machine and versions from the first,
-    each benchmark from the last file that has it, the seconds added up."""
+    each benchmark from the last file that has it, the seconds added up; B2 from converge.json."""
     results = None
     for path in paths:
         with open(path) as handle:
@@ -437,6 +438,10 @@ def merged(paths):
         results["sources"].append(os.path.relpath(path, REPO_ROOT))
         results["seconds"] += run["seconds"]
         results.update({key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()})
+    # B2 is bench_converge.py's: its latest figures, whichever run wrote them.
+    if os.path.exists(CONVERGE_JSON):
+        with open(CONVERGE_JSON) as handle:
+            results["B2"] = json.load(handle)
     return results
 
 
