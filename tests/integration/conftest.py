@@ -40,17 +40,17 @@ VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
 HYPERVISOR_PYTHON = "/usr/bin/python3"
 
 
-# scripts/test runs the integration tests in two lanes at once (pytest-xdist, --dist loadgroup): the
-# lab's own hypervisors (lab-hv1, lab-hv2, lab-bare: their own libvirtd, sshd and LANs) in one, the
-# machine's libvirtd (qemu:///system, the test sshd, the lab netns) in the other. Tests of one lane run
-# one after another, as each one cleans, freezes or lists its lane's hypervisors as a whole. A test is in
-# the hypervisors lane when it uses fleet_fixtures' lab or is marked `hypervisors`.
+# scripts/test runs the integration tests in two lanes at once, two pytest sessions: `-m hypervisors`, the
+# tests of the lab's own hypervisors (lab-hv1, lab-hv2, lab-bare: their own libvirtd, sshd and LANs), and
+# `-m "not hypervisors"`, those of the machine's libvirtd (qemu:///system, the test sshd, the lab netns).
+# Tests of one lane run one after another, as each one cleans, freezes or lists its lane's hypervisors as a
+# whole. A test that uses fleet_fixtures' lab is in the hypervisors lane without being marked; tryfirst, so
+# the mark is there when `-m` selects.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
-        if not any(True for _mark in item.iter_markers("xdist_group")):
-            own_hypervisors = "fleet_lab" in item.fixturenames or item.get_closest_marker("hypervisors")
-            item.add_marker(pytest.mark.xdist_group("hypervisors" if own_hypervisors else "machine"))
+        if "fleet_lab" in item.fixturenames:
+            item.add_marker(pytest.mark.hypervisors)
 
 
 @pytest.fixture(autouse=True)
