@@ -154,11 +154,11 @@ def peer_path(peer, work):
     process = subprocess.Popen([os.path.join(peer, "bin", "ansible-playbook"), playbook], env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        output, _ = process.communicate(timeout=PEER_CAP)
+        output = process.communicate(timeout=PEER_CAP)[0]
         ended = "rc %d" % process.returncode
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+        output = process.communicate()[0]
         ended = "still running at the %d s cap: stopped" % PEER_CAP
     task_seconds = time.monotonic() - started
     if virsh("dominfo", PEER_DOMAIN, check=False):

@@ -374,23 +374,23 @@ def b7_section(results):
 
 def address_plot(results, plots):
     """Time to first address for each path of B4 and B7, one bar each."""
-    bars = []
+    paths = []
     b4, b7 = results.get("B4"), results.get("B7")
     if b4:
-        bars += [("B4 kvm_proxy wait_for_ip", b4["module"]["playbook"], "C0"),
-                 ("B4 virsh start + domifaddr", b4["floor"]["start_to_address"], "C2"),
-                 ("B4 virt_install (peer)%s" % ("" if b4["peer"]["address_at"] else ": none by the cap"),
-                  b4["peer"]["address_at"] or b4["peer"]["cap"], "C1")]
+        paths += [("B4 kvm_proxy wait_for_ip", b4["module"]["playbook"], "C0"),
+                  ("B4 virsh start + domifaddr", b4["floor"]["start_to_address"], "C2"),
+                  ("B4 virt_install (peer)%s" % ("" if b4["peer"]["address_at"] else ": none by the cap"),
+                   b4["peer"]["address_at"] or b4["peer"]["cap"], "C1")]
     if b7:
-        bars += [("B7 deploy.yml: agent address", b7["deploy"]["address_at"], "C0"),
-                 ("B7 deploy.yml: first proxied request", b7["deploy"]["first_request_at"], "C0"),
-                 ("B7 bare boot (virsh)", b7["bare_boot_to_address"], "C2")]
-    bars = [bar for bar in bars if bar[1] is not None]
-    if not bars:
+        paths += [("B7 deploy.yml: agent address", b7["deploy"]["address_at"], "C0"),
+                  ("B7 deploy.yml: first proxied request", b7["deploy"]["first_request_at"], "C0"),
+                  ("B7 bare boot (virsh)", b7["bare_boot_to_address"], "C2")]
+    paths = [path for path in paths if path[1] is not None]
+    if not paths:
         return ""
     lines = ["## Time to first address, every path"]
     figure, axes = new_plot(6.4, 3.6)
-    axes.barh([bar[0] for bar in bars][::-1], [bar[1] for bar in bars][::-1], color=[bar[2] for bar in bars][::-1])
+    axes.barh([path[0] for path in paths][::-1], [path[1] for path in paths][::-1], color=[path[2] for path in paths][::-1])
     axes.set_xlabel("seconds after the start")
     axes.set_title("B4 and B7: time to first address")
     add_plot(plots, lines, "perf-address.png", figure, "Time to first address per path")
