@@ -65,6 +65,12 @@ options:
       - A dictionary is cloud-config, written as C(#cloud-config) followed by the dictionary as JSON with sorted keys,
         which cloud-init reads as YAML. The same dictionary always writes the same bytes, whatever its keys' order.
       - Any other type (a list, a number) is refused.
+      - >-
+        A string must be UTF-8 text (no control characters but tab, line feed and carriage return) of at most 1 MiB,
+        and start with a line cloud-init acts on (C(#cloud-config), C(#!), C(#include), C(#cloud-boothook),
+        C(#part-handler), C(#upstart-job), C(## template: jinja), or a MIME multi-part archive); anything else, such
+        as YAML without the C(#cloud-config) line, cloud-init would ignore, so it is refused before anything is
+        touched. The same limits hold for O(vendor_data), and text and size for O(network_config).
       - An empty string still writes an empty C(user-data) file, which NoCloud requires.
       - It often holds secrets, so it is declared C(no_log) and never returned, warned about or logged; results and
         diffs show its sha256 only. See O(diff_content) to see it in a diff.
