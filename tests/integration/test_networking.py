@@ -1,10 +1,17 @@
-"""Egress networking through the role (issue 15): bad static addresses and NIC layouts fail before anything is touched.
+"""Egress networking on a booted guest (issue 15): static addresses, an inside and an outside NIC, the egress address proven.
 
-The booted two-NIC proxy whose egress address verify.yml proves is on branch wip/networking-boot until
-its origin check passes (verify.yml could not parse what the origin answered).
+One two-NIC proxy on lab-hv1 (docs/dev/lab.md), the suite's one booted role proxy: its inside NIC on br0
+with a static address on the LAN, its outside NIC on br1 with a static address on the outside segment,
+where the origin server (tests/lab/origin.py) reports the peer it saw and the headers it got. The role
+deploys it; verify.yml proves its egress address (curl in the LAN namespace) and, with ansible.builtin.uri run
+there, names the proxy, the expected and the seen address when they differ; squid forwards for the
+allowed client only, listens only inside, and passes nothing of the inside on; a second run changes
+nothing, and a new static address replaces it. Bad static addresses and NIC layouts fail before anything
+is touched.
 """
 
 import json
+import subprocess
 
 import pytest
 
@@ -16,7 +23,17 @@ pytestmark = pytest.mark.integration
 PREFIX = "eptest-net-"
 PROXY = PREFIX + "1"
 HV1 = "lab-hv1"
+# A host whose modules run in lab-hv1's LAN namespace, for verify.yml's ansible.builtin.uri path.
+LAN_CLIENT = "lan-client"
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
+RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
+REPORT_TASK = "Report what each proxy answered"
+CHECK_ORIGIN_TASK = "Check the address and the headers the origin saw from each proxy"
+CURL_CONNECT_FAILED = 7  # curl: the connection was refused
+# The last byte of the proxy's addresses: inside on the LAN, outside on the outside segment.
+PROXY_HOST = 70
+# A second address of the LAN namespace, outside the proxy's allowed_clients.
+OUTSIDER_HOST = 2
 
 
 def remove_test_domains(spec):
@@ -38,6 +55,144 @@ def net_fleet(hv_fleet):
         yield hv_fleet
     finally:
         remove_test_domains(hv_fleet.hv1)
+
+
+def host(address):
+    return address.split("/")[0]
+
+
+@pytest.fixture
+def lan_outsider(net_fleet):
+    """A second address in lab-hv1's LAN namespace for the test, so a client can come from outside allowed_clients."""
+    spec = net_fleet.hv1
+    address = "%s.%d" % (spec.lan_prefix, OUTSIDER_HOST)
+    device = ["ip", "-n", spec.lan_netns, "addr"]
+    subprocess.run(device + ["add", address + "/24", "dev", config.LAN_IFACE], check=True)
+    try:
+        yield address
+    finally:
+        subprocess.run(device + ["del", address + "/24", "dev", config.LAN_IFACE], check=False)
+
+
+def through_proxy(netns, proxy, url, source=None):
+    """(curl's exit code, HTTP status, X-Egress-Proxy, the origin's JSON or None): url through proxy from netns."""
+    argv = ["ip", "netns", "exec", netns, "curl", "--silent", "--max-time", "20", "--proxy", proxy,
+            "--write-out", "%{stderr}%{http_code} %header{x-egress-proxy}", url]
+    if source is not None:
+        argv[5:5] = ["--interface", source]
+    completed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    status, header = (completed.stderr.split(" ", 1) + [""])[:2]
+    body = json.loads(completed.stdout) if completed.returncode == 0 and status == "200" else None
+    return completed.returncode, int(status or 0), header, body
+
+
+def two_nic_vars(net_fleet, inside, outside):
+    spec = net_fleet.hv1
+    image = "http://127.0.0.1:8642/"
+    return net_fleet.role_vars(
+        egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
+                            "checksum": "sha256:" + image + config.SHA256SUMS},
+        egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
+        egress_proxy_uid="eptest-net", egress_proxy_allowed_clients=[spec.lan_address + "/32"],
+        egress_proxy_verify_netns=spec.lan_netns, egress_proxy_verify_url=spec.origin_url(spec.outside_address),
+        egress_proxy_verify_origin=True,
+        egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
+        egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
+                                 "outside": {"address": outside}}])
+
+
+def deploy(net_fleet, variables):
+    """deploy.yml on lab-hv1: (the inventory, kvm_proxy_set's result, the proxy the role recorded)."""
+    inventory = net_fleet.inventory(variables)
+    run = net_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=1500)
+    assert run.rc == 0, run
+    (converged,) = run.results(CONVERGE_TASK, HV1)
+    (recorded,) = run.results(RECORD_TASK, HV1)
+    (proxy,) = recorded["ansible_facts"]["egress_proxy_proxies"]
+    return inventory, converged, proxy
+
+
+def verify(net_fleet, inventory, on=HV1):
+    """verify.yml on one host: (the run, what it reported of the proxy, what its origin check said)."""
+    run = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": on}, timeout=900)
+    reported = run.results(REPORT_TASK, on)
+    checked = run.results(CHECK_ORIGIN_TASK, on)
+    return run, reported[0]["results"][0]["msg"] if reported else None, checked[0]["results"][0]["msg"] if checked else None
+
+
+def lan_client_inventory(net_fleet, variables):
+    """An inventory with LAN_CLIENT: connection local, modules on /usr/bin/python3 inside lab-hv1's LAN namespace.
+
+    From there verify.yml's ansible.builtin.uri reaches the proxy, and kvm_proxy_info reaches lab-hv1's
+    libvirtd through its socket (a Unix socket crosses network namespaces).
+    """
+    spec = net_fleet.hv1
+    python = net_fleet.tmp_path / "lan-python"
+    python.write_text('#!/bin/sh\nexec ip netns exec %s /usr/bin/python3 "$@"\n' % spec.lan_netns)
+    python.chmod(0o755)
+    socket = "%s/run-libvirt/libvirt-sock" % spec.run_dir
+    inventory = net_fleet.inventory(variables, host_vars={LAN_CLIENT: {
+        "ansible_connection": "local", "ansible_python_interpreter": str(python),
+        "egress_proxy_uri": "qemu+unix:///system?socket=" + socket, "egress_proxy_host": HV1,
+        "egress_proxy_verify_netns": ""}})
+    with open("%s/lan-client.yml" % inventory, "w") as handle:
+        handle.write("hypervisors:\n  hosts:\n    %s:\n" % LAN_CLIENT)
+    return inventory
+
+
+@pytest.mark.boot
+def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider):
+    spec = net_fleet.hv1
+    inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
+    origin = spec.origin_url(spec.outside_address)
+    variables = two_nic_vars(net_fleet, inside, outside)
+
+    inventory, converged, proxy = deploy(net_fleet, variables)
+    assert converged["changed"] is True and proxy["state"] == "Running", proxy
+    # Exactly the static addresses, as the guest agent reports them on each NIC.
+    assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in proxy["interfaces"]] == [
+        ("inside", config.HV_BRIDGE, host(inside), False), ("outside", config.HV_OUTSIDE_BRIDGE, host(outside), True)]
+    assert proxy["ip"] == host(inside) and proxy["egress_ip"] == host(outside), proxy
+
+    # verify.yml with curl in the LAN namespace: it waits for squid (cloud-init configures it after the
+    # addresses are up), then proves the egress address by the peer the origin saw.
+    run, reported, checked = verify(net_fleet, inventory)
+    assert run.rc == 0, run
+    assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
+    assert "the origin saw %s (the egress address)" % host(outside) in checked, checked
+
+    # verify.yml with ansible.builtin.uri, the module itself in the LAN namespace, told to expect another egress
+    # address: it reads the origin's JSON and fails, naming the proxy, the expected and the seen address.
+    elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
+    expecting_elsewhere = dict(variables, egress_proxy_instances=[
+        dict(variables["egress_proxy_instances"][0], outside={"address": elsewhere})])
+    run, reported, _checked = verify(net_fleet, lan_client_inventory(net_fleet, expecting_elsewhere), on=LAN_CLIENT)
+    assert run.rc != 0, run
+    assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
+    assert ("%s on %s: the origin saw the request come from %s, expected the proxy's egress address %s" % (
+        PROXY, LAN_CLIENT, host(outside), host(elsewhere))) in json.dumps(run.failures(LAN_CLIENT)), run
+
+    # squid: the allowed client is forwarded, from the outside address, with nothing of the inside passed on.
+    code, status, header, seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(inside), origin)
+    assert (code, status, header) == (0, 200, PROXY), (code, status, header)
+    assert seen["peer"] == host(outside), seen
+    assert not {"via", "x-forwarded-for"} & {name.lower() for name in seen["headers"]}, seen["headers"]
+    # A client on the LAN outside allowed_clients is refused.
+    code, status, _header, _seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(inside), origin, lan_outsider)
+    assert (code, status) == (0, 403), "%s through the proxy: curl exit %d, HTTP %d" % (lan_outsider, code, status)
+    # A request arriving on the outside NIC finds no listener.
+    code, _status, _header, _seen = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
+    assert code == CURL_CONNECT_FAILED, "squid answered on the outside address %s (curl exit %d)" % (host(outside), code)
+
+    _inventory, again, kept = deploy(net_fleet, variables)
+    assert again["changed"] is False and [p["outcome"] for p in again["proxies"]] == ["unchanged"], again
+
+    # A new static address is drift: the proxy is replaced (not waited for: its boot proves nothing new).
+    moved = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST + 1)
+    _inventory, replaced, proxy = deploy(net_fleet, dict(two_nic_vars(net_fleet, moved, outside),
+                                                         egress_proxy_wait_for_ip=False))
+    assert [p["outcome"] for p in replaced["proxies"]] == ["replaced"], replaced
+    assert proxy["created_at"] != kept["created_at"], (proxy, kept)
 
 
 @pytest.mark.parametrize("instances, message", [
