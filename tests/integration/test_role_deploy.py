@@ -2,10 +2,10 @@
 
 Most proxies here boot the lab's small non-booting image, so a run takes seconds: that checks the
 role's conversation with libvirt (check mode, idempotence, drift through the rendered user-data,
-state absent, destroy, bad input refused before anything is touched). One test boots the lab's
-Debian guest under TCG and proves the role's cloud-init makes squid forward for the allowed clients
-and refuse the others. The molecule scenario (molecule/default) runs from here too, so the test
-command covers it.
+state absent, destroy, bad input refused before anything is touched). The booted proxy that proves
+the role's cloud-init makes squid forward for the allowed clients and refuse the others, and both
+paths of verify.yml, is test_networking's two-NIC proxy: the suite boots one guest for both. The
+molecule scenario (molecule/default) runs from here too, so the test command covers it.
 """
 
 import os
@@ -20,15 +20,10 @@ pytestmark = pytest.mark.integration
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO_ROOT, "playbooks", "deploy.yml")
 DESTROY = os.path.join(REPO_ROOT, "playbooks", "destroy.yml")
-VERIFY = os.path.join(REPO_ROOT, "playbooks", "verify.yml")
 VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
 
 RUNNING = config.TEST_DOMAIN_PREFIX + "role-1"
 STOPPED = config.TEST_DOMAIN_PREFIX + "role-2"
-BOOTED = config.TEST_DOMAIN_PREFIX + "role-boot"
-ORIGIN_PORT = 18081
-# A second address in the lab's namespace, outside the booted proxy's allowed_clients.
-OUTSIDER = "198.18.0.2"
 # Its own cache name: no other test's clean-up removes the base these VMs back onto.
 IMAGE_NAME = "tiny-role"
 
@@ -264,88 +259,6 @@ def test_waiting_for_an_address_fails_naming_the_proxy_and_the_limit(lab, run_pl
     # The proxy itself was created, and the failure says so.
     assert "%s: define domain" % RUNNING in converged["actions"]
     assert domain_state(RUNNING) == "running"
-
-
-@pytest.fixture
-def origin(serve_in_netns):
-    """What the booted proxy is asked to fetch."""
-    return serve_in_netns("egress_proxy role test origin\n", ORIGIN_PORT)
-
-
-@pytest.fixture
-def outsider_address(lab):
-    """OUTSIDER added to the namespace's end of the lab's veth for the test, so a client can come from it."""
-    device = config.VETH_NETNS_END
-    subprocess.run(["ip", "-n", lab.netns, "addr", "add", OUTSIDER + "/24", "dev", device], check=True)
-    try:
-        yield OUTSIDER
-    finally:
-        subprocess.run(["ip", "-n", lab.netns, "addr", "del", OUTSIDER + "/24", "dev", device], check=False)
-
-
-def booted_vars(lab, url):
-    image = lab.images[config.GUEST_IMAGE]
-    return role_vars(
-        lab,
-        egress_proxy_image={"name": "debian-12-egress", "url": image["url"],
-                            "checksum": "sha256:" + lab.mirror_url + config.SHA256SUMS},
-        egress_proxy_memory_mib=512,
-        egress_proxy_disk_size_gb=4,
-        # The lab image has squid and the guest agent; nothing to install from an unreachable mirror.
-        egress_proxy_vendor_data="",
-        egress_proxy_allowed_clients=[lab.netns_address + "/32"],
-        egress_proxy_wait_for_ip=True,
-        egress_proxy_instances=[{"name": BOOTED}],
-        egress_proxy_verify_netns=lab.netns,
-        egress_proxy_verify_url=url,
-    )
-
-
-def fetch_from(lab, source, proxy, url):
-    """(HTTP status, X-Egress-Proxy) of a request from `source` in the lab's namespace through `proxy`."""
-    completed = subprocess.run(
-        ["ip", "netns", "exec", lab.netns, "curl", "-sS", "--max-time", "20", "--interface", source,
-         "-o", "/dev/null", "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url],
-        capture_output=True, text=True, check=False)
-    assert completed.returncode == 0, completed.stderr
-    status, header = (completed.stdout.split(" ", 1) + [""])[:2]
-    return int(status), header
-
-
-@pytest.mark.boot
-def test_deployed_proxy_forwards_for_allowed_clients_only(lab, run_playbook, origin, outsider_address, tmp_path):
-    variables = booted_vars(lab, origin)
-    try:
-        deployed = run_playbook(DEPLOY, variables)
-        assert deployed.rc == 0, deployed
-        (recorded,) = results(deployed, "Record the proxies of this hypervisor in egress_proxy_proxies")
-        (proxy,) = recorded["ansible_facts"]["egress_proxy_proxies"]
-        assert proxy["state"] == "Running" and proxy["ip"].startswith("198.18.0.")
-
-        # verify.yml from the namespace with curl: it waits until squid runs the role's configuration.
-        verified = run_playbook(VERIFY, variables)
-        assert verified.rc == 0, verified
-        (reported,) = results(verified, "Report what each proxy answered")
-        assert "HTTP 200, X-Egress-Proxy %s" % BOOTED in reported["results"][0]["msg"]
-
-        # verify.yml with ansible.builtin.uri: the module itself runs inside the namespace.
-        netns_python = tmp_path / "netns-python"
-        netns_python.write_text('#!/bin/sh\nexec ip netns exec %s /usr/bin/python3 "$@"\n' % lab.netns)
-        netns_python.chmod(0o755)
-        direct = dict(variables, egress_proxy_hosts="netns-client", egress_proxy_verify_netns="", egress_proxy_host="localhost")
-        verified = run_playbook(VERIFY, direct, extra_hosts=[
-            "netns-client ansible_connection=local ansible_python_interpreter=%s" % netns_python])
-        assert verified.rc == 0, verified
-        (reported,) = results(verified, "Report what each proxy answered", host="netns-client")
-        assert "HTTP 200, X-Egress-Proxy %s" % BOOTED in reported["results"][0]["msg"]
-
-        # squid admits the allowed client and refuses one outside allowed_clients.
-        address = "http://%s:3128" % proxy["ip"]
-        assert fetch_from(lab, lab.netns_address, address, origin) == (200, BOOTED)
-        assert fetch_from(lab, outsider_address, address, origin)[0] == 403
-    finally:
-        destroyed = run_playbook(DESTROY, variables)
-        assert destroyed.rc == 0, destroyed
 
 
 def test_molecule_default_scenario(lab):
