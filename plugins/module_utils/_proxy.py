@@ -75,16 +75,19 @@ class ProxyManager:
 
     ``clock`` returns the aware UTC time recorded as createdAt; ``sleep`` and
     ``monotonic`` drive the shutdown and wait_for_ip polls (tests pass fakes
-    so nothing really waits). ``http`` is handed to the image cache.
+    so nothing really waits). ``http`` is handed to the image cache;
+    ``shared_images`` (a _proxy_observe.SharedImages) shares its answers with the other proxies of a set.
     """
 
     def __init__(self, hypervisor, request, check_mode=False, clock=utcnow, sleep=time.sleep,
-                 monotonic=time.monotonic, http=None, lock_dir=None, lock_timeout=DEFAULT_LOCK_TIMEOUT):
+                 monotonic=time.monotonic, http=None, lock_dir=None, lock_timeout=DEFAULT_LOCK_TIMEOUT,
+                 shared_images=None):
         self.hv = hypervisor
         self.request = request
         self.check_mode = check_mode
         self.timing = Timing(clock, sleep, monotonic)
-        self.images = ImageSource(hypervisor, request, http=http, lock_dir=lock_dir, lock_timeout=lock_timeout)
+        self.images = ImageSource(hypervisor, request, http=http, lock_dir=lock_dir, lock_timeout=lock_timeout,
+                                  shared=shared_images)
 
     def run(self):
         host = resolve_host(self.hv, self.request.host)

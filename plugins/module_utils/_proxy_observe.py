@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -164,25 +165,56 @@ def require_nics(hypervisor, request):
                              error.libvirt_message) from error
 
 
-class ImageSource:
-    """The image cache as kvm_proxy uses it: the same options for the check-mode answer and the fetch."""
+class SharedImages:
+    """The image cache's answers shared by the proxies of one set: each image is checked, and fetched, once per run.
 
-    def __init__(self, hypervisor, request, http=None, lock_dir=None, lock_timeout=None):
+    Asked per proxy, the check cost a SHA256SUMS request and a read of the
+    base's marker each time. The lock also makes concurrent creates wait for
+    the one fetch instead of starting their own.
+    """
+
+    def __init__(self):
+        self._answers = {}
+        self._lock = threading.Lock()
+
+    def answer(self, key, ask):
+        with self._lock:
+            if key not in self._answers:
+                self._answers[key] = ask()
+            return self._answers[key]
+
+
+class ImageSource:
+    """The image cache as kvm_proxy uses it: the same options for the check-mode answer and the fetch.
+
+    ``shared`` (a SharedImages) answers for every proxy of a set that asks for the same image with the same options.
+    """
+
+    def __init__(self, hypervisor, request, http=None, lock_dir=None, lock_timeout=None, shared=None):
         self.hv = hypervisor
         self.request = request
         self.http = http
         self.lock_dir = lock_dir
         self.lock_timeout = lock_timeout
+        self.shared = shared
 
     def ensure(self, check_mode):
         request = self.request
-        return ensure_image(
-            self.hv, request.pool, request.image, check_mode=check_mode, http=self.http, timeout=request.download_timeout,
-            retries=request.download_retries, validate_certs=request.validate_certs, ca_path=request.ca_path,
-            lock_timeout=self.lock_timeout,
-            # Planning checks the disk size itself, naming disk_size_gb; the fetch
-            # refuses an image that changed since to a larger one before writing it.
-            lock_dir=self.lock_dir, max_virtual_size=None if check_mode else request.disk_bytes)
+        # Planning checks the disk size itself, naming disk_size_gb; the fetch
+        # refuses an image that changed since to a larger one before writing it.
+        max_virtual_size = None if check_mode else request.disk_bytes
+
+        def ask():
+            return ensure_image(
+                self.hv, request.pool, request.image, check_mode=check_mode, http=self.http,
+                timeout=request.download_timeout, retries=request.download_retries, validate_certs=request.validate_certs,
+                ca_path=request.ca_path, lock_timeout=self.lock_timeout, lock_dir=self.lock_dir,
+                max_virtual_size=max_virtual_size)
+
+        if self.shared is None:
+            return ask()
+        return self.shared.answer((request.pool, request.image, request.download_timeout, request.download_retries,
+                                   request.validate_certs, request.ca_path, check_mode, max_virtual_size), ask)
 
 
 def observe_build(hypervisor, request, images, image_probe, deleted):

@@ -28,6 +28,7 @@ __metaclass__ = type
 
 import datetime
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -38,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory impo
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_observe import SharedImages
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan import (
     CLEAN,
     CREATE,
@@ -58,6 +60,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import i
 
 DEFAULT_GC_GRACE_PERIOD = 3600
 DEFAULT_MAX_UNAVAILABLE = 1
+# Proxies built or removed at once. Starting and stopping a VM is mostly
+# libvirtd's and QEMU's time (about 1 s and 2 s each under TCG here); libvirtd
+# serves concurrent calls on one connection and the binding releases the GIL.
+WORKERS = 8
 # Options of the set that are not also a proxy's.
 SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port")
 # A proxy's options that only the set gives: one owner and one hypervisor for all of them, one wait.
@@ -140,7 +146,7 @@ class SetManager:
         self.hv = hypervisor
         self.request = request
         self.check_mode = check_mode
-        self.options = options
+        self.options = dict(options, shared_images=SharedImages())
         self.host = None
         self.foreign = []
         self.spared = []
@@ -176,8 +182,8 @@ class SetManager:
         now = self.options.get("clock", utcnow)()
         grace = datetime.timedelta(seconds=self.request.gc_grace_period)
         removable = []
-        for dom in self.hv.list_domains():  # a hypervisor that cannot be listed fails here, before any removal
-            name = self.hv.domain_name(dom)
+        # A hypervisor that cannot be listed fails here, before any removal; by name, so reports keep one order.
+        for name, dom in sorted((self.hv.domain_name(dom), dom) for dom in self.hv.list_domains()):
             if name in desired:
                 continue
             try:
@@ -198,14 +204,12 @@ class SetManager:
     def _execute(self, members, removals):
         done = []
         try:
-            for member in [m for m in members if not m.rolls] + removals:
-                self._run(member, done)
+            self._run_together([m for m in members if not m.rolls] + removals, done)
             self._await([m for m in members if not m.rolls and m.plan.steps])
             rolling = [m for m in members if m.rolls]
             while rolling:
                 batch, rolling = rolling[:self.request.max_unavailable], rolling[self.request.max_unavailable:]
-                for member in batch:
-                    self._run(member, done)
+                self._run_together(batch, done)
                 try:
                     self._await(batch)
                 except KvmError as error:
@@ -217,14 +221,26 @@ class SetManager:
                 error = error.after(error.message, done)
             raise error
 
-    def _run(self, member, done):
-        try:
-            member.execution.run()
-        except KvmError as error:
-            raise error.after("proxy '%s': %s" % (member.manager.request.name, error.message),
-                              done + ["%s: %s" % (member.manager.request.name, action)
-                                      for action in error.completed_actions or []]) from error
-        done.extend("%s: %s" % (member.manager.request.name, action) for action in member.plan.actions)
+    def _run_together(self, members, done):
+        """Carry out the members' plans side by side, WORKERS at a time; ``done`` gets their actions in request order.
+
+        Every member runs even when another fails; the error names each proxy that failed, with what it got done.
+        """
+        busy = [member for member in members if member.plan.steps]
+        if not busy:
+            return
+        with ThreadPoolExecutor(max_workers=min(WORKERS, len(busy))) as workers:
+            errors = list(workers.map(_attempt, busy))
+        failed = []
+        for member, error in zip(busy, errors):
+            name = member.manager.request.name
+            actions = member.plan.actions if error is None else error.completed_actions or []
+            done.extend("%s: %s" % (name, action) for action in actions)
+            if error is not None:
+                failed.append("proxy '%s': %s" % (name, error.message))
+        first = next((error for error in errors if error is not None), None)
+        if first is not None:
+            raise first.after("; ".join(failed), done) from first
 
     def _await(self, members):
         """Wait, under one deadline, until every started proxy of ``members`` has an IPv4 (and answers on the port).
@@ -273,3 +289,12 @@ class SetManager:
             result["outcome"] = _OUTCOMES[kind]
         result["id"] = format_domain_id(self.host, member.manager.request.name)
         return result
+
+
+def _attempt(member):
+    """Run one member's plan; the KvmError it raised, or None."""
+    try:
+        member.execution.run()
+    except KvmError as error:
+        return error
+    return None
