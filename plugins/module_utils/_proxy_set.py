@@ -104,6 +104,12 @@ class SetRequest:
             overridden = sorted(set(given) & set(SET_WIDE_PROXY_OPTIONS))
             if overridden:
                 raise ValidationError("%s sets %s, which only the set as a whole gives" % (label, ", ".join(overridden)))
+            single = [option for option in ("bridge", "network") if shared.get(option) is not None]
+            if single and given.get("interfaces"):
+                raise ValidationError(
+                    "%s sets interfaces while the set gives %s for every proxy; they are mutually exclusive: leave %s "
+                    "out of the set and give each proxy its NICs, or drop this proxy's interfaces" % (
+                        label, " and ".join(single), " and ".join(single)))
             if given.get("name") in names:
                 raise ValidationError("%s: the name appears more than once in proxies" % label)
             names.add(given.get("name"))

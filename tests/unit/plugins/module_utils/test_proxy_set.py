@@ -105,6 +105,11 @@ def test_a_set_is_created_then_left_alone(converge):
     (dict(max_unavailable=0), "max_unavailable must be a whole number of at least 1"),
     (dict(max_unavailable="two"), "max_unavailable must be"),
     (dict(wait_for_port=70000), "wait_for_port must be a whole number from 1 to 65535, got 70000"),
+    (dict(proxies=[{"name": "proxy-a", "interfaces": [{"bridge": "br1"}]}]),
+     r"proxies\[0\] \(proxy-a\) sets interfaces while the set gives bridge for every proxy; they are mutually exclusive"),
+    (dict(bridge=None, network="default", proxies=[{"name": "proxy-a"}, {"name": "proxy-b", "interfaces": [
+        {"network": "default"}, {"bridge": "br1"}]}]),
+     r"proxies\[1\] \(proxy-b\) sets interfaces while the set gives network for every proxy"),
 ])
 def test_bad_input_is_refused_naming_the_option_and_the_proxy(changes, message):
     with pytest.raises(errors.ValidationError, match=message):
