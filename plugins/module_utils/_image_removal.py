@@ -6,7 +6,7 @@
 
 Public API::
 
-    removal = remove_image(hypervisor, pool_name, spec, check_mode=False, ...)   # state=absent
+    removal = remove_image(hypervisor, pool_name, spec, check_mode=False, departing=(volume,), ...)   # state=absent
     removal = prune_images(hypervisor, pool_name, image_name, keep=(volume,), check_mode=False)
     removal.removed, removal.kept, removal.changed, removal.actions, removal.diff(), removal.as_dict()
 
@@ -19,6 +19,10 @@ No base that another volume of the pool backs onto is ever removed: removing
 the image fails naming the volumes that use it, pruning keeps it and says so.
 A real run removes each base under its lock (_locks), after reading it again:
 a run may have finished that download, or created an overlay on it, since.
+``departing`` names the volumes the same run removes first (the proxies a
+playbook removes before their image): check mode, which removed nothing,
+predicts them gone; the real run's check under the lock counts only what
+the pool still holds.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -57,7 +61,8 @@ class RemovalRequest:
     """The cached copies of ``image`` in ``pool`` to remove: ``only`` that base volume (None: every one) but those in ``keep``.
 
     ``strict`` (state=absent) fails on a base in use before removing
-    anything; otherwise (prune) such a base is kept and reported.
+    anything; otherwise (prune) such a base is kept and reported. Volumes
+    named in ``departing`` do not count as users.
     """
 
     pool: str
@@ -65,6 +70,7 @@ class RemovalRequest:
     only: Optional[str] = None
     keep: tuple = ()
     strict: bool = False
+    departing: frozenset = frozenset()
 
     def __post_init__(self):
         validate_image_name(self.image)
@@ -132,7 +138,8 @@ def plan_removal(request, observation):
     Raises PermanentError when ``request.strict`` and a targeted base is in use.
     """
     targets = {name: cached for name, cached in observation.bases.items() if request.targets(name)}
-    in_use = {name: list(cached.users) for name, cached in sorted(targets.items()) if cached.users}
+    users = {name: [user for user in cached.users if user not in request.departing] for name, cached in targets.items()}
+    in_use = {name: users[name] for name in sorted(targets) if users[name]}
     if request.strict and in_use:
         name = sorted(in_use)[0]
         raise in_use_error(name, request.pool, in_use[name], "cannot remove image")
@@ -155,6 +162,8 @@ def apply_removal(hypervisor, request, observation, plan, lock_timeout=DEFAULT_L
     """Carry out plan_removal's plan: each base under its lock, planned again on what the pool holds then."""
     result = replace(plan.result, removed=[], actions=[], bases_after=list(plan.result.bases_before))
     operations = {DELETE: volume_deleter(hypervisor)}
+    # By now the departing volumes are gone, or this base is still in use.
+    request = replace(request, departing=frozenset())
     for name in plan.result.removed:
         with volume_lock(hypervisor.uri, request.pool, name, lock_timeout, lock_dir):
             # Re-read under the lock: a run may have finished this download or
@@ -167,8 +176,10 @@ def apply_removal(hypervisor, request, observation, plan, lock_timeout=DEFAULT_L
 
 def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
                  retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None, ca_path=None):
+                 backoff=DEFAULT_BACKOFF, lock_dir=None, ca_path=None, departing=()):
     """Remove cached copies of an image (a RemovalResult); fail without removing anything if one is in use.
+
+    A volume named in ``departing`` (removed by the same run before this) does not count as using a base.
 
     With a checksum only that content's base is removed (in ``spec.format``);
     without one, every cached base of the image name, whatever its checksum
@@ -178,7 +189,7 @@ def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
         sha256 = downloader.sha256_of(spec)
     only = base_volume_name(spec.name, spec.format, sha256) if sha256 is not None else None
-    request = RemovalRequest(pool_name, spec.name, only=only, strict=True)
+    request = RemovalRequest(pool_name, spec.name, only=only, strict=True, departing=frozenset(departing))
     return _run(hypervisor, request, check_mode, lock_timeout, lock_dir)
 
 

@@ -923,6 +923,21 @@ def test_remove_of_a_base_in_use_fails_naming_the_users_and_removes_nothing(hv, 
     assert volume_names(hv) == before
 
 
+def test_check_mode_predicts_the_removal_of_a_base_whose_users_the_same_run_removes_first(hv, three_releases):
+    """destroy.yml --check with egress_proxy_remove_image: the proxies are not removed yet, but will be."""
+    old, _new = three_releases
+    spec = ImageSpec("debian-13", checksum="sha256:" + IMAGE_SHA)
+    removal = image_removal.remove_image(hv, "default", spec, check_mode=True, departing=["proxy-1.qcow2"])
+    assert (removal.changed, removal.removed) == (True, [old])
+    # A real run counts what the pool holds: the user is still there, so nothing is removed.
+    before = volume_names(hv)
+    with pytest.raises(PermanentError, match="is the backing store of 'proxy-1.qcow2'"):
+        image_removal.remove_image(hv, "default", spec, departing=["proxy-1.qcow2"])
+    assert volume_names(hv) == before
+    hv.delete_volume(hv.volume("default", "proxy-1.qcow2"))
+    assert image_removal.remove_image(hv, "default", spec, departing=["proxy-1.qcow2"]).removed == [old]
+
+
 def test_remove_without_checksum_removes_every_copy_of_the_image(hv, three_releases):
     old, new = three_releases
     hv.delete_volume(hv.volume("default", "proxy-1.qcow2"))
