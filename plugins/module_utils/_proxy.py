@@ -126,10 +126,13 @@ class ProxyManager:
             result["warnings"] = warnings
         return result
 
-    def observe(self):
-        """Everything the plan needs, read once; what is read depends on what the domain already is."""
+    def observe(self, listed=None):
+        """Everything the plan needs, read once; what is read depends on what the domain already is.
+
+        ``listed`` ({name: handle}) is a set's listing of every domain: the domain is found there, not looked up.
+        """
         request = self.request
-        domain = observe_domain(self.hv, request.name)
+        domain = observe_domain(self.hv, request.name, listed)
         spec = digest = probe = None
         if request.state != STATE_ABSENT:
             # A checksum given as a SHA256SUMS URL counts by the digest it lists now: a new release

@@ -85,12 +85,17 @@ class BuildObservation:
     seed_current: bool  # a seed volume with exactly the request's files exists
 
 
-def observe_domain(hypervisor, name):
-    """The domain called ``name``, looked up by name (never by listing every domain), or None."""
-    try:
-        dom = hypervisor.lookup_domain(name)
-    except NotFoundError:
-        return None
+def observe_domain(hypervisor, name, listed=None):
+    """The domain called ``name``, or None: found in ``listed`` ({name: handle}, a set's one listing), else looked up by name."""
+    if listed is not None:
+        dom = listed.get(name)
+        if dom is None:
+            return None
+    else:
+        try:
+            dom = hypervisor.lookup_domain(name)
+        except NotFoundError:
+            return None
     info = parse_domain_element(parse_xml(hypervisor.domain_xml(dom), "the XML of domain '%s'" % name))
     return DomainObservation(handle=dom, info=info, spec=recorded_spec(info.metadata),
                              state=hypervisor.domain_state(dom), autostart=hypervisor.domain_autostart(dom))

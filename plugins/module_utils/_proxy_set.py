@@ -159,8 +159,11 @@ class SetManager:
 
     def run(self):
         self.host = resolve_host(self.hv, next((p.host for p in self.request.proxies if p.host), None))
-        members = [self._member(proxy) for proxy in self.request.proxies]
-        removals = [self._member(proxy) for proxy in self._sweep()] if self.request.gc else []
+        # One listing for the whole set: each proxy's domain is found in it, and GC sweeps it. A hypervisor that
+        # cannot be listed fails here, before anything changes.
+        listed = {self.hv.domain_name(dom): dom for dom in self.hv.list_domains()}
+        members = [self._member(proxy, listed) for proxy in self.request.proxies]
+        removals = [self._member(proxy, listed) for proxy in self._sweep(listed)] if self.request.gc else []
         if not self.check_mode:
             self._execute(members, removals)
         results = [self._report(member) for member in members]
@@ -176,20 +179,19 @@ class SetManager:
                      "after": {r["name"]: r["diff"]["after"] for r in results + removed}},
         }
 
-    def _member(self, proxy):
+    def _member(self, proxy, listed):
         manager = ProxyManager(self.hv, replace(proxy, host=self.host), check_mode=self.check_mode, **self.options)
-        observation = manager.observe()
+        observation = manager.observe(listed)
         planned = plan(manager.request, observation)
         return Member(manager, observation, planned, manager.execution(planned, observation))
 
-    def _sweep(self):
+    def _sweep(self, listed):
         """Removal requests for this owner's domains that nothing desires any more and that are past the grace period."""
         desired = {proxy.name for proxy in self.request.proxies}
         now = self.options.get("clock", utcnow)()
         grace = datetime.timedelta(seconds=self.request.gc_grace_period)
         removable = []
-        # A hypervisor that cannot be listed fails here, before any removal; by name, so reports keep one order.
-        for name, dom in sorted((self.hv.domain_name(dom), dom) for dom in self.hv.list_domains()):
+        for name, dom in sorted(listed.items()):  # by name, so reports keep one order
             if name in desired:
                 continue
             try:
