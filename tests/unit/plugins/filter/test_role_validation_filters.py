@@ -13,6 +13,7 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
 
@@ -99,3 +100,28 @@ def test_the_role_passes_the_validated_arguments_to_the_module():
         assert "egress_proxy__set_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
     with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
         assert "egress_proxy__destroy_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
+
+
+@pytest.mark.parametrize("value", ["#cloud-config\npackages: [squid]\n", "#!/bin/sh\n", "", {"packages": ["squid"]}])
+def test_cloud_init_data_the_modules_write_gives_no_errors(value):
+    assert cloud_init_data_errors(value, "egress_proxy_user_data") == []
+
+
+@pytest.mark.parametrize("value, words", [
+    ("#cloud-config\nhostname: caf\udce9\n", "egress_proxy_user_data is not UTF-8 text"),
+    ("#cloud-config\nhostname: a\x00b\n", "egress_proxy_user_data holds binary data"),
+    ("#cloud-config\n" + "#" * (2 * 1024 * 1024), "egress_proxy_user_data is 2097166 bytes"),
+    ("packages: [squid]\n", "egress_proxy_user_data does not start with a line cloud-init acts on"),
+    (["packages"], "egress_proxy_user_data must be a string or a dictionary"),
+], ids=["not UTF-8", "binary", "over 1 MiB", "YAML without #cloud-config", "a list"])
+def test_cloud_init_data_the_modules_refuse_is_named_as_the_role_variable(value, words):
+    (error,) = cloud_init_data_errors(value, "egress_proxy_user_data")
+    assert error.startswith(words), error
+
+
+def test_the_role_checks_its_own_user_data_and_vendor_data_before_the_proxies_arguments():
+    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
+        text = handle.read()
+    for variable in ("egress_proxy_user_data", "egress_proxy_vendor_data"):
+        checked = "%s | egress_proxies.kvm.cloud_init_data_errors('%s')" % (variable, variable)
+        assert checked in text and text.index(checked) < text.index("egress_proxy__set_args"), variable
