@@ -171,8 +171,9 @@ def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_sto
     booted = dict(
         egress_proxy_image={"name": "debian-12-egress", "url": mirror + config.GUEST_IMAGE,
                             "checksum": "sha256:" + mirror + config.SHA256SUMS},
+        # Three guests boot at once on the machine's two CPUs at first: a longer limit than one boot needs.
         egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
-        egress_proxy_wait_timeout=300)
+        egress_proxy_wait_timeout=600)
 
     def inventory(**overrides):
         host_vars = {host: {"egress_proxy_allowed_clients": [lan.lan_cidr], "egress_proxy_verify_netns": lan.lan_netns,
