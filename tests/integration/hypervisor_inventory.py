@@ -10,8 +10,11 @@ def running_specs():
     return [spec for spec in hypervisors.present_specs() if hypervisors.holder(spec)]
 
 
-def hypervisor_inventory():
-    """The lab's first two hypervisors as an inventory: connection and role-wide settings (key from ssh-agent)."""
+def hypervisor_inventory(image_name=TINY_IMAGE_NAME):
+    """The lab's first two hypervisors as an inventory: connection and role-wide settings (key from ssh-agent).
+
+    image_name is the name the base image is cached under, so a test can remove its own.
+    """
     mirror = "http://127.0.0.1:8642/"  # each hypervisor's own image mirror
     hosts = {spec.name: {"ansible_host": spec.address} for spec in running_specs()[:2]}
     return {"all": {"children": {"hypervisors": {"hosts": hosts, "vars": {
@@ -24,7 +27,7 @@ def hypervisor_inventory():
         "egress_proxy_uri": config.LIBVIRT_URI,
         "egress_proxy_pool": config.HV_POOL_NAME,
         "egress_proxy_bridge": config.HV_BRIDGE,
-        "egress_proxy_image": {"name": TINY_IMAGE_NAME, "url": mirror + config.TINY_QCOW2,
+        "egress_proxy_image": {"name": image_name, "url": mirror + config.TINY_QCOW2,
                                "checksum": "sha256:" + mirror + config.SHA256SUMS},
         "egress_proxy_virt_type": config.VIRT_TYPE,
         "egress_proxy_cpu_mode": config.CPU_MODE,

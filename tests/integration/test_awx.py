@@ -1,0 +1,259 @@
+"""AWX-style jobs: ansible-runner on a private data directory laid out as AWX lays it out.
+
+The project installs the collection from the artifact built from this checkout through its
+collections/requirements.yml, as an AWX project update does; the jobs reach the lab's two
+hypervisors over SSH with the machine credential in env/ssh_key (ansible-runner loads it into an
+ssh-agent) and host keys checked. The proxies use the lab's small image, which never boots.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.integration import collection_artifact
+from tests.integration.hypervisor_inventory import hypervisor_inventory, running_specs
+from tests.lab import config, hypervisors
+from tests.lab import lab as lab_control
+
+pytestmark = pytest.mark.integration
+
+VENV_BIN = os.path.join(collection_artifact.REPO_ROOT, ".venv", "bin")
+PREFIX = "eptest-awx-"
+IMAGE_NAME = "tiny-awx"
+UID = "eptest-awx"
+HV1, HV2 = "lab-hv1", "lab-hv2"
+FLEET = [{"name": PREFIX + "a", "hypervisor": HV1}, {"name": PREFIX + "b", "hypervisor": HV2}]
+# The project's playbooks, as a user's project would have them: the collection's own, by FQCN.
+PROJECT_PLAYBOOKS = {"deploy.yml": "egress_proxies.kvm.deploy", "status.yml": "egress_proxies.kvm.status",
+                     "destroy.yml": "egress_proxies.kvm.destroy"}
+
+
+# What a job template's extra variables and its survey's answers send.
+EXTRAVARS = {"egress_proxy_fleet": FLEET, "egress_proxy_uid": UID, "egress_proxy_memory_mib": 128}
+
+
+@pytest.fixture(scope="module")
+def awx_lab():
+    if os.geteuid() != 0:
+        pytest.fail("the AWX jobs drive the lab's hypervisors; run them as root")
+    lab_control.up()
+    specs = running_specs()
+    if len(specs) < 2:
+        pytest.fail("the lab brought up %d hypervisor(s); the AWX jobs need two (%s)" % (
+            len(specs), config.HYPERVISORS_ENV))
+    return specs[:2]
+
+
+def _ours(name):
+    return name.startswith((PREFIX, "base-" + IMAGE_NAME))
+
+
+def _listing(spec):
+    """What this test may have changed on a hypervisor: virsh's domains (with states) and pool volumes."""
+    domains = hypervisors.virsh(spec, "list", "--all", "--name").stdout.split()
+    states = {name: hypervisors.virsh(spec, "domstate", name).stdout.strip() for name in domains if _ours(name)}
+    hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
+    volumes = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
+    return {"domains": states, "volumes": sorted(name for name in volumes if _ours(name))}
+
+
+def _clean(specs):
+    for spec in specs:
+        listing = _listing(spec)
+        for name, state in listing["domains"].items():
+            if state != "shut off":
+                hypervisors.virsh(spec, "destroy", name, check=False)
+            hypervisors.virsh(spec, "undefine", name, "--managed-save", "--snapshots-metadata", "--nvram")
+        for volume in _listing(spec)["volumes"]:
+            hypervisors.virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
+
+
+def _runner_env(collections):
+    """The environment of a job: the project's collections only, never the checkout's."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update({"PATH": VENV_BIN + os.pathsep + env.get("PATH", ""), "ANSIBLE_COLLECTIONS_PATH": collections,
+                "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false", "ANSIBLE_NOCOLOR": "true",
+                "ANSIBLE_HOST_KEY_CHECKING": "true", "ANSIBLE_RETRY_FILES_ENABLED": "false"})
+    return env
+
+
+class PrivateDataDir:
+    """A job's private data directory: project/, inventory/, env/; the collections the project update installed."""
+
+    def __init__(self, root):
+        self.root = root
+        self.project = root / "project"
+        self.collections = str(root / "requirements_collections")
+        self.control_path_dir = str(root / "cp")
+        self._jobs = 0
+
+    def lay_out(self):
+        (self.project / "collections").mkdir(parents=True)
+        for name, fqcn in PROJECT_PLAYBOOKS.items():
+            (self.project / name).write_text("---\n- name: Run %s\n  ansible.builtin.import_playbook: %s\n" % (fqcn, fqcn))
+        (self.project / "collections" / "requirements.yml").write_text(yaml.safe_dump(
+            {"collections": [{"name": collection_artifact.TARBALL, "type": "file"}]}))
+        (self.root / "inventory").mkdir()
+        (self.root / "inventory" / "hosts.yml").write_text(yaml.safe_dump(hypervisor_inventory(IMAGE_NAME)))
+        (self.root / "env").mkdir()
+        (self.root / "env" / "extravars").write_text(yaml.safe_dump(EXTRAVARS))
+        # As AWX isolates its jobs: SSH master connections of this directory's jobs only, so a job never
+        # reuses a connection whose host key another job's known_hosts accepted.
+        (self.root / "env" / "envvars").write_text(yaml.safe_dump({"ANSIBLE_SSH_CONTROL_PATH_DIR": self.control_path_dir}))
+        key = self.root / "env" / "ssh_key"
+        shutil.copyfile(os.path.join(config.SSH_DIR, "id_ed25519"), key)
+        key.chmod(0o600)
+
+    def project_update(self):
+        """What AWX's project update does with collections/requirements.yml."""
+        return subprocess.run(
+            [os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "-r",
+             str(self.project / "collections" / "requirements.yml"), "-p", self.collections],
+            capture_output=True, text=True, env=_runner_env(self.collections), check=False, timeout=300)
+
+    def close_connections(self):
+        """End the SSH master connections the jobs left persisting."""
+        for socket in glob.glob(os.path.join(self.control_path_dir, "*")):
+            subprocess.run(["ssh", "-o", "ControlPath=" + socket, "-O", "exit", "master"],
+                           capture_output=True, check=False, timeout=30)
+
+    def job(self, playbook, cmdline=""):
+        """ansible-runner run of a playbook of the project -> Job; cmdline as the job type adds it (--check).
+
+        env/cmdline is written for every job: ansible-runner's own --cmdline would leave the file behind
+        for the next job of the directory.
+        """
+        self._jobs += 1
+        ident = "%d-%s" % (self._jobs, playbook.split(".")[0])
+        (self.root / "env" / "cmdline").write_text(cmdline)
+        argv = [os.path.join(VENV_BIN, "ansible-runner"), "run", str(self.root), "-p", playbook, "--ident", ident]
+        completed = subprocess.run(argv, capture_output=True, text=True, env=_runner_env(self.collections),
+                                   check=False, timeout=900)
+        return Job(self.root / "artifacts" / ident, completed)
+
+
+class Job:
+    """A finished runner job: its status and rc files, its events."""
+
+    def __init__(self, artifacts, completed):
+        assert (artifacts / "status").exists(), "ansible-runner wrote no status (rc %d):\n%s%s" % (
+            completed.returncode, completed.stdout[-3000:], completed.stderr[-3000:])
+        self.status = (artifacts / "status").read_text().strip()
+        self.rc = int((artifacts / "rc").read_text())
+        self.events = []
+        for path in glob.glob(str(artifacts / "job_events" / "*.json")):
+            with open(path) as handle:
+                self.events.append(json.load(handle))
+        self.events.sort(key=lambda event: event["counter"])
+        self.output = completed.stdout
+
+    def results(self, event="runner_on_ok"):
+        """{host: [res, ...]} of the events of that kind, in order."""
+        found = {}
+        for item in self.events:
+            if item["event"] == event:
+                found.setdefault(item["event_data"].get("host"), []).append(item["event_data"].get("res", {}))
+        return found
+
+    def artifacts(self, name):
+        """What the job's set_stats published under name: the playbook_on_stats event's artifact_data."""
+        (stats,) = [item["event_data"] for item in self.events if item["event"] == "playbook_on_stats"]
+        return stats["artifact_data"][name]
+
+    def __repr__(self):
+        failed = [(item["event_data"].get("host"), item["event_data"].get("task"), item["event_data"].get("res", {}).get("msg"))
+                  for item in self.events if item["event"] in ("runner_on_failed", "runner_on_unreachable")]
+        return "Job(status=%s, rc=%d, failed=%r)\n%s" % (self.status, self.rc, failed, self.output[-4000:])
+
+
+@pytest.fixture
+def private_data_dir(awx_lab, tmp_path):
+    _clean(awx_lab)
+    data_dir = PrivateDataDir(tmp_path / "awx")
+    data_dir.lay_out()
+    update = data_dir.project_update()
+    assert update.returncode == 0, update.stdout + update.stderr
+    try:
+        yield data_dir
+    finally:
+        data_dir.close_connections()
+        _clean(awx_lab)
+
+
+def _results(job):
+    """(hypervisor, name, action, state) of each proxy in the job's egress_proxy_results, sorted."""
+    return sorted((row["hypervisor"], row["name"], row["action"], row["state"])
+                  for row in job.artifacts("egress_proxy_results"))
+
+
+def test_deploy_check_status_and_destroy_jobs_end_right_and_carry_the_proxies(awx_lab, private_data_dir):
+    before = {spec.name: _listing(spec) for spec in awx_lab}
+    check = private_data_dir.job("deploy.yml", "--check")
+    assert (check.status, check.rc) == ("successful", 0), check
+    # A check job changes nothing on any hypervisor, and says what a run would do.
+    assert {spec.name: _listing(spec) for spec in awx_lab} == before
+    assert _results(check) == [(HV1, PREFIX + "a", "created", None), (HV2, PREFIX + "b", "created", None)]
+
+    deploy = private_data_dir.job("deploy.yml")
+    assert (deploy.status, deploy.rc) == ("successful", 0), deploy
+    # Started, and never booting: running without an address.
+    assert _results(deploy) == [(HV1, PREFIX + "a", "created", "Provisioning"),
+                                (HV2, PREFIX + "b", "created", "Provisioning")]
+    for spec, name in zip(awx_lab, (PREFIX + "a", PREFIX + "b")):
+        assert _listing(spec)["domains"] == {name: "running"}
+
+    status = private_data_dir.job("status.yml")
+    assert (status.status, status.rc) == ("successful", 0), status
+    ours = sorted((row["hypervisor"], row["name"], row["state"], row["desired"])
+                  for row in status.artifacts("egress_proxy_status_rows") if (row["name"] or "").startswith(PREFIX))
+    assert ours == [(HV1, PREFIX + "a", "Provisioning", "yes"), (HV2, PREFIX + "b", "Provisioning", "yes")]
+
+    destroy = private_data_dir.job("destroy.yml")
+    assert (destroy.status, destroy.rc) == ("successful", 0), destroy
+    assert _results(destroy) == [(HV1, PREFIX + "a", "removed", None), (HV2, PREFIX + "b", "removed", None)]
+    assert all(_listing(spec)["domains"] == {} for spec in awx_lab)
+
+
+def test_a_job_whose_hypervisor_key_is_unknown_fails(awx_lab, private_data_dir):
+    """Host keys are checked: with an empty known_hosts file the job fails, unreachable, and changes nothing."""
+    empty = private_data_dir.root / "known_hosts"
+    empty.write_text("")
+    hosts = private_data_dir.root / "inventory" / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace(config.SSH_KNOWN_HOSTS, str(empty)))
+    job = private_data_dir.job("deploy.yml")
+    assert (job.status, job.rc) == ("failed", 4), job
+    assert sorted(job.results("runner_on_unreachable")) == [HV1, HV2]
+    assert all(_listing(spec)["domains"] == {} for spec in awx_lab)
+
+
+def test_inventory_source_job_lists_the_proxies_over_libvirt_ssh(awx_lab, private_data_dir):
+    deploy = private_data_dir.job("deploy.yml")
+    assert (deploy.status, deploy.rc) == ("successful", 0), deploy
+    source = private_data_dir.project / "inventory" / "hypervisors.kvm_proxies.yml"
+    source.parent.mkdir()
+    # The URI docs/awx.md's credential type injects: libvirt's libssh transport with the key and a
+    # known_hosts file from the URI, host keys checked by libvirt itself.
+    uri = ("qemu+libssh://root@%s/system?keyfile=" + str(private_data_dir.root / "env" / "ssh_key")
+           + "&known_hosts=" + config.SSH_KNOWN_HOSTS + "&known_hosts_verify=normal&sshauth=privkey")
+    source.write_text(yaml.safe_dump({"plugin": "egress_proxies.kvm.kvm_proxies", "uid": UID, "strict": True,
+                                      "hypervisors": [{"uri": uri % spec.address} for spec in awx_lab]}))
+    completed = subprocess.run(
+        [os.path.join(VENV_BIN, "ansible-inventory"), "-i", str(source), "--list", "--export"],
+        capture_output=True, text=True, env=dict(_runner_env(private_data_dir.collections),
+                                                 ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true"),
+        cwd=str(private_data_dir.project), check=False, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    listing = json.loads(completed.stdout)
+    for host, name in ((HV1, PREFIX + "a"), (HV2, PREFIX + "b")):
+        assert listing["kvm_hypervisor_" + host.replace("-", "_")]["hosts"] == [name]
+        assert _unsafe(listing["_meta"]["hostvars"][name]["kvm_proxy_id"]) == "hosts/%s/domains/%s" % (host, name)
+
+
+def _unsafe(value):
+    """A --list string without ansible-core 2.19's marking of untrusted strings."""
+    return value["__ansible_unsafe"] if isinstance(value, dict) else value
