@@ -6,6 +6,8 @@ task of the same run beside it; then a no-op converge of 1, 10 and 40 proxies, a
 the destroy of 40, each through the role (one kvm_proxy_set task) and through a loop of kvm_proxy
 tasks, as the role did before. Task times come from the fleet_timeline callback (start to end of
 the task on the host); the playbook's wall time is kept too. Every figure is the median of the runs.
+Last, the libvirt calls of a no-op set of 40 are counted through a wrapper around the seam (the set's
+flow run in this process over qemu+ssh, on a set of its own made and removed here).
 
 Usage (as root, lab up, under the integration lock):
   flock /tmp/egress-integration.lock .venv/bin/python bench/bench_converge.py [--runs 3]
@@ -13,15 +15,22 @@ Writes bench/results/converge.json. Every domain and volume made here is removed
 """
 
 import argparse
+import collections
 import json
 import os
 import pathlib
 import sys
 import tempfile
+import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import (  # noqa: E402
+    kvm_proxy_set_argument_spec,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest  # noqa: E402
 from bench._common import figure  # noqa: E402 - needs the sys.path entry above
 from tests.integration.fleet_fixtures import Fleet  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
@@ -139,6 +148,48 @@ class Bench:
             self.run(way, "destroy", BIG)
 
 
+class Counting:
+    """Stands in for the Hypervisor: every public method call is counted, by method."""
+
+    def __init__(self, target):
+        self._target = target
+        self.calls = collections.Counter()
+
+    def __getattr__(self, name):
+        attr = getattr(self._target, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+        return counted
+
+
+def count_noop_calls(spec, role_vars, count):
+    """{calls, per_proxy, by_method, seconds} of one no-op kvm_proxy_set run over ``count`` proxies it creates first."""
+    names = ["%sbench-count-%02d" % (config.TEST_DOMAIN_PREFIX, index) for index in range(count)]
+    params = {option: option_spec.get("default") for option, option_spec in kvm_proxy_set_argument_spec().items()}
+    params.update(uri=spec.uri, pool=role_vars["egress_proxy_pool"], bridge=role_vars["egress_proxy_bridge"],
+                  uid="eptest-bench-count", gc=False, image=role_vars["egress_proxy_image"], vcpus=1,
+                  virt_type=role_vars["egress_proxy_virt_type"], cpu_mode=role_vars["egress_proxy_cpu_mode"],
+                  memory_mib=role_vars["egress_proxy_memory_mib"], disk_size_gb=role_vars["egress_proxy_disk_size_gb"],
+                  user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names])
+    with Hypervisor.open(spec.uri) as hypervisor:
+        SetManager(hypervisor, SetRequest.from_params(params)).run()
+        try:
+            counting = Counting(hypervisor)
+            started = time.perf_counter()
+            result = SetManager(counting, SetRequest.from_params(params)).run()
+            seconds = time.perf_counter() - started
+            assert not result["changed"], result
+        finally:
+            SetManager(hypervisor, SetRequest.from_params(dict(params, state="absent"))).run()
+    total = sum(counting.calls.values())
+    return {"proxies": count, "calls": total, "per_proxy": round(total / count, 2), "by_method": dict(counting.calls),
+            "seconds": round(seconds, 3)}
+
+
 def summary(samples):
     return {key: figure([sample[key] for sample in samples]) for key in ("ping", "task", "playbook")}
 
@@ -155,18 +206,25 @@ def ratios(figures):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--calls-only", action="store_true", help="only count the no-op's libvirt calls; keep the figures")
     args = parser.parse_args()
     specs = [spec for spec in hypervisors.present_specs() if spec.name == HOST and hypervisors.holder(spec)]
     if not specs:
         sys.exit("%s is not up: scripts/lab up" % HOST)
     with tempfile.TemporaryDirectory(prefix="bench-converge-") as workdir:
         # Fleet wants two hypervisors; only the first one is used here.
-        bench = Bench(Fleet(specs * 2, pathlib.Path(workdir)), workdir)
-        try:
-            figures = bench.measure(args.runs)
-        finally:
-            bench.clean()
-    document = {"host": HOST, "runs": args.runs, "figures": figures, "ratios": ratios(figures)}
+        fleet = Fleet(specs * 2, pathlib.Path(workdir))
+        if args.calls_only:
+            with open(RESULT) as handle:
+                document = json.load(handle)
+        else:
+            bench = Bench(fleet, workdir)
+            try:
+                figures = bench.measure(args.runs)
+            finally:
+                bench.clean()
+            document = {"host": HOST, "runs": args.runs, "figures": figures, "ratios": ratios(figures)}
+        document["noop_calls"] = count_noop_calls(specs[0], fleet.role_vars(), BIG)
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)
     with open(RESULT, "w") as handle:
         json.dump(document, handle, indent=2, sort_keys=True)

@@ -43,6 +43,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_observe 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan import (
     CLEAN,
     CREATE,
+    KEEP,
     LEAVE,
     REMOVE,
     REPLACE,
@@ -61,6 +62,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     spec_digest,
     utcnow,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import ensure_seed
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     VIR_DOMAIN_SHUTOFF,
     is_active,
@@ -145,6 +147,10 @@ class ProxyManager:
         missing = missing_disks(self.hv, domain) if disks_matter(verdict, domain) else ()
         if missing:
             verdict = assess(request, digest, domain, missing)
+        # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
+        # one read it when it booted.
+        seed_stale = (verdict.kind == KEEP and not verdict.drifted and not is_active(domain.state) and ensure_seed(
+            self.hv, request.pool, request.name, request.seed_files(), check_mode=True).changed)
         own = own_volumes(self.hv, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
         build = None
         if verdict.kind in (CREATE, REPLACE):
@@ -154,7 +160,8 @@ class ProxyManager:
             except KvmError as error:
                 raise error.after(left_as_it_was(error.message, request.name, domain if verdict.kind == REPLACE else None),
                                   []) from error
-        return Observation(domain=domain, spec=spec, digest=digest, own_volumes=own, missing_disks=missing, build=build)
+        return Observation(domain=domain, spec=spec, digest=digest, own_volumes=own, missing_disks=missing, build=build,
+                           seed_stale=seed_stale)
 
     def _describe(self, host, domain, planned, execution, wait):
         """state, ip, uid, created_at, spec_digest, mac and autostart of the domain as the run leaves it.

@@ -10,7 +10,8 @@ The order and its reasons, ported from the reference provider's lessons:
   flag and (when adopted) owner are made right; its volumes are never touched.
 - A domain that differs has drifted: it is replaced (these are stateless
   proxies), or with on_drift=ignore left alone and reported drifted. A
-  stopped VM whose own disk is gone cannot boot and is rebuilt.
+  stopped VM whose own disk is gone cannot boot and is rebuilt; one whose
+  seed was cut short or overwritten gets it written again before it starts.
 - A replacement first fetches and checks everything the new VM needs (the
   base image is content-addressed, so fetching never disturbs the old VM's
   base), and only then removes the old VM.
@@ -99,6 +100,7 @@ class Observation:
     own_volumes: tuple = ()  # OwnVolume found by name, for removal
     missing_disks: tuple = ()  # (pool, volume) of the domain's disks that are gone
     build: Any = None  # BuildObservation when the VM is built
+    seed_stale: bool = False  # a kept, stopped VM's seed does not hold exactly its files (truncated, overwritten)
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,9 @@ def _keep(request, observation, verdict):
     if verdict.adopt:
         uid = request.uid
         steps.append(Step(RECORD_OWNER, domain))
+    if observation.seed_stale:
+        # Written before the VM starts: booted from a broken seed it would come up without its cloud-init data.
+        steps.append(Step(WRITE_SEED))
     state = domain.state
     if request.state == STATE_PRESENT:
         if state == VIR_DOMAIN_SHUTOFF:

@@ -382,9 +382,31 @@ def test_stopped_domain_is_started_and_its_volumes_left_alone(run, converge):
     result = converge(hv, request())
     assert result["actions"] == [steps.START_DOMAIN]
     assert hv.domains[NAME].state == RUNNING
-    # Its disks are looked up (a VM that must start needs them), never rewritten or read.
-    for method in ("define_domain", "upload_volume", "create_volume", "delete_volume", "download_volume"):
+    # Its disks are looked up (a VM that must start needs them) and its seed read back, never rewritten.
+    for method in ("define_domain", "upload_volume", "create_volume", "delete_volume"):
         assert method not in hv.calls[before:], method
+
+
+@pytest.mark.parametrize("tamper", ["truncated", "garbage of the same size"])
+def test_a_stopped_domains_broken_seed_is_written_again_before_it_starts(run, converge, tamper):
+    hv = ready_host()
+    run(hv, request())
+    hv.domains[NAME].state = SHUTOFF
+    seed = hv.volume("default", NAME + "-seed.iso")
+    size = len(seed.content)
+    seed.content = seed.content[:size // 2] if tamper == "truncated" else bytearray(b"\x5a" * size)
+    result = converge(hv, request())
+    assert result["actions"] == [steps.WRITE_SEED, steps.START_DOMAIN]
+    assert hv.domains[NAME].state == RUNNING and len(hv.volume("default", NAME + "-seed.iso").content) == size
+    assert converge(hv, request())["changed"] is False
+
+
+def test_a_stopped_domains_intact_seed_is_left_alone(run, converge):
+    hv = ready_host()
+    run(hv, request(state="stopped"))
+    before = len(hv.calls)
+    assert converge(hv, request(state="stopped"))["changed"] is False
+    assert "download_volume" in hv.calls[before:] and "upload_volume" not in hv.calls[before:]
 
 
 def test_domain_started_meanwhile_counts_as_started(run):
