@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from xml.etree import ElementTree
 
 from bench._common import (
     BUILD_COLLECTIONS,
@@ -161,12 +162,23 @@ def peer_path(peer, work):
         output = process.communicate()[0]
         ended = "still running at the %d s cap: stopped" % PEER_CAP
     task_seconds = time.monotonic() - started
+    devices = {}
     if virsh("dominfo", PEER_DOMAIN, check=False):
+        devices = peer_devices()
         watch.wait(PEER_CAP)
     row = watch.stop()
+    row.update(devices)
     row.update({"task_seconds": rounded(task_seconds), "ended": ended, "cap": PEER_CAP,
                 "output_tail": output[-1500:]})
     return row
+
+
+def peer_devices():
+    """What virt-install gave the peer's guest: the seed's cdrom bus, and whether it has the guest agent's channel."""
+    devices = ElementTree.fromstring(virsh("dumpxml", PEER_DOMAIN)).find("devices")
+    cdrom = devices.find("disk[@device='cdrom']/target")
+    return {"seed_cdrom_bus": None if cdrom is None else cdrom.get("bus"),
+            "agent_channel": devices.find("channel/target[@name='org.qemu.guest_agent.0']") is not None}
 
 
 def remove_peer():
