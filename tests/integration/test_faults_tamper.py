@@ -2,15 +2,17 @@
 
 Each case builds a stopped proxy on the lab (the small image, it never boots), tampers with one
 thing by hand with virsh, converges again, and checks what libvirt holds: the next run either
-repairs what it owns (a deleted base re-fetched) or leaves alone what is not its own any more (an
-owner edited by hand) - and a second converge changes nothing.
+repairs what it owns (a garbage seed written again, a deleted base re-fetched) or leaves alone what
+is not its own any more (an owner edited by hand) - and a second converge changes nothing.
 """
 
+import hashlib
 import subprocess
 
 import pytest
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
 from tests.lab import config
 
@@ -51,6 +53,25 @@ def proxy(lab, lab_cleanup, run_playbook, tmp_path):
     run, _result = converge()
     assert run.rc == 0, run
     return converge, base, tiny["sha256"]
+
+
+def _seed_files(lab):
+    return read_iso(_virsh(lab.uri, "vol-download", "--pool", lab.pool, VM + "-seed.iso", "/dev/stdout"))
+
+
+def test_a_stopped_proxys_seed_overwritten_with_garbage_is_written_again(lab, proxy, tmp_path):
+    converge, _base, _sha = proxy
+    good = _seed_files(lab)
+    garbage = tmp_path / "garbage"
+    # 64 KiB: past the volume descriptors at 32 KiB, so the image cannot still read as the old seed.
+    garbage.write_bytes(hashlib.sha256(b"garbage").digest() * 2048)
+    _virsh(lab.uri, "vol-upload", "--pool", lab.pool, VM + "-seed.iso", str(garbage))
+    run, result = converge()
+    assert run.rc == 0, run
+    assert result["changed"], result
+    assert _seed_files(lab) == good
+    run, result = converge()
+    assert run.rc == 0 and not result["changed"], run
 
 
 def test_a_base_deleted_under_its_overlay_is_fetched_again(lab, proxy):
