@@ -238,3 +238,22 @@ def test_stopped_set(converge):
     result = converge(hv, set_request(["proxy-a"], state="stopped"))
     assert result["proxies"][0]["actions"] == [steps.SHUTDOWN_DOMAIN]
     assert hv.domains["proxy-a"].state == SHUTOFF
+
+
+def test_proxies_built_side_by_side_report_in_request_order_and_every_failure_by_name(run):
+    hv = ready_host()
+    names = ["proxy-%02d" % index for index in range(12)]
+    hv.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "no room", times=2,
+            when=lambda dom: dom.name in ("proxy-03", "proxy-09"))
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, set_request(names))
+    message = raised.value.message
+    assert message.startswith("proxy 'proxy-03': start domain failed after") and "; proxy 'proxy-09': start" in message
+    done = raised.value.completed_actions
+    # Every other proxy was built: one failure does not stop the others.
+    assert [action for action in done if action.endswith(": enable autostart")] == [
+        "%s: enable autostart" % name for name in names if name not in ("proxy-03", "proxy-09")]
+    assert "proxy-03: define domain" in done and "proxy-03: start domain" not in done
+    result = run(hv, set_request(names))
+    assert [p["name"] for p in result["proxies"]] == names
+    assert [p["name"] for p in result["proxies"] if p["changed"]] == ["proxy-03", "proxy-09"]
