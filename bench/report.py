@@ -402,7 +402,8 @@ def address_plot(results, plots):
     if b4:
         paths += [("B4 kvm_proxy wait_for_ip", b4["module"]["playbook"], "C0"),
                   ("B4 virsh start + domifaddr", b4["floor"]["start_to_address"], "C2"),
-                  ("B4 virt_install (peer)%s" % ("" if b4["peer"]["address_at"] else ": none by the cap"),
+                  ("B4 virt_install (peer)%s" % ("" if b4["peer"]["address_at"] else ": none by the %d s cap"
+                                                  % b4["peer"]["cap"]),
                    b4["peer"]["address_at"] or b4["peer"]["cap"], "C1")]
     if b7:
         paths += [("B7 deploy.yml: agent address", b7["deploy"]["address_at"], "C0"),
@@ -413,7 +414,14 @@ def address_plot(results, plots):
         return ""
     lines = ["## Time to first address, every path"]
     figure, axes = new_plot(6.4, 3.6)
-    axes.barh([path[0] for path in paths][::-1], [path[1] for path in paths][::-1], color=[path[2] for path in paths][::-1])
+    shown = axes.barh([path[0] for path in paths][::-1], [path[1] for path in paths][::-1],
+                      color=[path[2] for path in paths][::-1])
+    for path, bar_patch in zip(paths[::-1], shown):
+        if "cap" in path[0]:
+            # The cap, not an address: drawn hollow.
+            bar_patch.set_fill(False)
+            bar_patch.set_hatch("//")
+            bar_patch.set_edgecolor(path[2])
     axes.set_xlabel("seconds after the start")
     axes.set_title("B4 and B7: time to first address")
     add_plot(plots, lines, "perf-address.png", figure, "Time to first address per path")
