@@ -350,8 +350,8 @@ def b5_section(results):
                                                               runs_text(row["create"]), runs_text(row["destroy"]))
         for _key, row in sorted(b5["by"].items())),
         "", "With forks 1 the runs spread widely (the lab's other work shares the 2 vCPUs); with a fork per "
-        "hypervisor they stay close. The third hypervisor, reached without SSH, costs less than the other two, so "
-        "3 with forks 1 is not 1.5 times 2 with forks 1."]
+        "hypervisor they stay close. The third hypervisor is reached without SSH and likely costs less than the "
+        "other two, one reason 3 with forks 1 is not 1.5 times 2 with forks 1; the spread is the other."]
     if missed is not None:
         lines += ["", "**Where the target is missed** (%.2fx): the hypervisors' libvirtd, sshd and the modules' "
                   "Python run on the same %s vCPUs as the controller's forks, so two forks share the cores one fork "
