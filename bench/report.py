@@ -48,7 +48,8 @@ def add_plot(plots, lines, name, figure, caption):
 
 
 def not_run(heading):
-    return "%s\n\nNot run in the results files this page comes from.\n" % heading
+    return "%s\n\nNot run in the results files this page comes from: `bench/run --only %s` measures it.\n" % (
+        heading, heading.split(":")[0][3:])
 
 
 def new_plot(width, height):
