@@ -346,13 +346,13 @@ def b5_section(results):
         lines.append("| %d | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s |" % (
             count, serial["create"]["median"], parallel["create"]["median"], speedup["create"],
             serial["destroy"]["median"], parallel["destroy"]["median"], speedup["destroy"], target))
-    lines += ["", "Runs (s): " + "; ".join(
-        "%s hypervisor(s), forks %d: create %s, destroy %s" % (row["hypervisors"], row["forks"],
-                                                              runs_text(row["create"]), runs_text(row["destroy"]))
-        for _key, row in sorted(b5["by"].items())),
-        "", "With forks 1 the runs spread widely (the lab's other work shares the 2 vCPUs); with a fork per "
-        "hypervisor they stay close. The third hypervisor is reached without SSH and likely costs less than the "
-        "other two, one reason 3 with forks 1 is not 1.5 times 2 with forks 1; the spread is the other."]
+    runs = ["%s hypervisor(s), forks %d: create %s, destroy %s" % (
+        row["hypervisors"], row["forks"], runs_text(row["create"]), runs_text(row["destroy"]))
+        for _key, row in sorted(b5["by"].items())]
+    lines += ["", "Runs (s): " + "; ".join(runs),
+              "", "With forks 1 the runs spread widely (the lab's other work shares the 2 vCPUs); with a fork per "
+              "hypervisor they stay close. The third hypervisor is reached without SSH and likely costs less than "
+              "the other two, one reason 3 with forks 1 is not 1.5 times 2 with forks 1; the spread is the other."]
     if missed is not None:
         lines += ["", "**Where the target is missed** (%.2fx): the hypervisors' libvirtd, sshd and the modules' "
                   "Python run on the same %s vCPUs as the controller's forks, so two forks share the cores one fork "
@@ -401,10 +401,10 @@ def address_plot(results, plots):
     paths = []
     b4, b7 = results.get("B4"), results.get("B7")
     if b4:
+        capped = "" if b4["peer"]["address_at"] else ": none by the %d s cap" % b4["peer"]["cap"]
         paths += [("B4 kvm_proxy wait_for_ip", b4["module"]["playbook"], "C0"),
                   ("B4 virsh start + domifaddr", b4["floor"]["start_to_address"], "C2"),
-                  ("B4 virt_install (peer)%s" % ("" if b4["peer"]["address_at"] else ": none by the %d s cap"
-                                                  % b4["peer"]["cap"]),
+                  ("B4 virt_install (peer)" + capped,
                    b4["peer"]["address_at"] or b4["peer"]["cap"], "C1")]
     if b7:
         paths += [("B7 deploy.yml: agent address", b7["deploy"]["address_at"], "C0"),
