@@ -200,35 +200,34 @@ def _role_listing(spec):
     return domains, volumes
 
 
-@pytest.mark.parametrize("case_id, variables, expected", ROLE_CASES, ids=[case[0] for case in ROLE_CASES])
-def test_a_bad_role_variable_fails_before_any_hypervisor_is_touched(hv_fleet, case_id, variables, expected):
-    role_vars = hv_fleet.role_vars(**dict({"egress_proxy_instances": [{"name": PREFIX + "role"}]}, **variables))
-    before = [_role_listing(spec) for spec in (hv_fleet.hv1, hv_fleet.hv2)]
-    run = hv_fleet.playbook("deploy.yml", hv_fleet.inventory(group_vars=role_vars))
-    after = [_role_listing(spec) for spec in (hv_fleet.hv1, hv_fleet.hv2)]
-    assert run.rc != 0, run
-    messages = " ".join(str(message) for _host, _task, message in run.failures())
-    assert expected in messages, run
-    assert after == before
+# Each deploy.yml run tries two cases at once, one on each hypervisor (in its host_vars): a case of ROLE_CASES, or a
+# class of USER_DATA_CASES as egress_proxy_user_data. Each hypervisor must fail naming its own.
+ROLE_RUNS = [("binary (gzip)", "memory too small"), ("not UTF-8 (Latin-1)", "MAC multicast"),
+             ("10 MiB", "uid with a line break"), ("YAML that is not cloud-config", "binary (control characters)")]
 
 
-# Two classes of USER_DATA_CASES per deploy.yml run: one on each hypervisor (egress_proxy_user_data in its host_vars).
-ROLE_USER_DATA_RUNS = [("binary (gzip)", "YAML that is not cloud-config"), ("not UTF-8 (Latin-1)", "10 MiB")]
+def _role_case(case_id, files):
+    """(host_vars, text the failure must hold) of a ROLE_CASES case or a USER_DATA_CASES class."""
+    for role_case_id, variables, expected in ROLE_CASES:
+        if role_case_id == case_id:
+            return variables, expected
+    (expected,) = [message for user_data_id, _content, message in USER_DATA_CASES if user_data_id == case_id]
+    return ({"egress_proxy_user_data": "{{ lookup('ansible.builtin.file', '%s') }}" % files[case_id]},
+            "egress_proxy_user_data " + expected)
 
 
-@pytest.mark.parametrize("classes", ROLE_USER_DATA_RUNS, ids=[" / ".join(run) for run in ROLE_USER_DATA_RUNS])
-def test_role_user_data_cloud_init_could_not_use_fails_on_each_hypervisor_naming_it(hv_fleet, tmp_path, classes):
+@pytest.mark.parametrize("cases", ROLE_RUNS, ids=[" / ".join(run) for run in ROLE_RUNS])
+def test_bad_role_variables_fail_on_each_hypervisor_before_it_is_touched(hv_fleet, tmp_path, cases):
     files = _user_data_files(tmp_path)
-    expected = {case_id: message for case_id, _content, message in USER_DATA_CASES}
     specs = (hv_fleet.hv1, hv_fleet.hv2)
-    host_vars = {spec.name: {"egress_proxy_user_data": "{{ lookup('ansible.builtin.file', '%s') }}" % files[case_id]}
-                 for spec, case_id in zip(specs, classes)}
+    tried = {spec.name: _role_case(case_id, files) for spec, case_id in zip(specs, cases)}
     role_vars = hv_fleet.role_vars(egress_proxy_instances=[{"name": PREFIX + "role"}])
     before = [_role_listing(spec) for spec in specs]
-    run = hv_fleet.playbook("deploy.yml", hv_fleet.inventory(group_vars=role_vars, host_vars=host_vars))
+    run = hv_fleet.playbook("deploy.yml", hv_fleet.inventory(
+        group_vars=role_vars, host_vars={host: variables for host, (variables, _expected) in tried.items()}))
     after = [_role_listing(spec) for spec in specs]
     assert run.rc != 0, run
-    for spec, case_id in zip(specs, classes):
-        messages = " ".join(str(message) for _host, _task, message in run.failures(spec.name))
-        assert "egress_proxy_user_data " + expected[case_id] in messages, (spec.name, case_id, messages)
+    for host, (_variables, expected) in tried.items():
+        messages = " ".join(str(message) for _host, _task, message in run.failures(host))
+        assert expected in messages, (host, expected, messages)
     assert after == before
