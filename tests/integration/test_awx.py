@@ -238,11 +238,12 @@ def test_a_job_whose_hypervisor_key_is_unknown_fails(awx_lab, private_data_dir):
 
 
 # The project's bin/hypervisor-ssh of docs/awx.md, which libvirt's qemu+ssh runs in place of ssh (the URI's
-# command=): host keys checked against the known_hosts file the credential type writes. libvirt's ssh
+# command=): host keys checked against the project's bin/known_hosts (libvirt passes the command no variables
+# of its own environment but PATH, HOME and a few others). libvirt's ssh
 # transport takes no known_hosts option, and its libssh transport hangs or crashes (SIGSEGV) on replies
 # larger than a few kilobytes with libvirt 9.0 and libssh 0.10 (Debian 12), so the source does not use it.
 HYPERVISOR_SSH = """#!/bin/sh
-exec ssh -o UserKnownHostsFile="${EGRESS_PROXY_KNOWN_HOSTS:?the hypervisors' known_hosts file}" \\
+exec ssh -o UserKnownHostsFile="$(dirname "$0")/known_hosts" \\
     -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes "$@"
 """
 
@@ -253,6 +254,7 @@ def _inventory_source(data_dir, specs):
     ssh.parent.mkdir()
     ssh.write_text(HYPERVISOR_SSH)
     ssh.chmod(0o755)
+    shutil.copyfile(config.SSH_KNOWN_HOSTS, ssh.parent / "known_hosts")
     source = data_dir.project / "inventory" / "hypervisors.kvm_proxies.yml"
     source.parent.mkdir()
     uri = "qemu+ssh://root@%s/system?keyfile=" + str(data_dir.root / "env" / "ssh_key") + "&command=" + str(ssh)
@@ -261,8 +263,7 @@ def _inventory_source(data_dir, specs):
     completed = subprocess.run(
         [os.path.join(VENV_BIN, "ansible-inventory"), "-i", str(source), "--list", "--export"],
         capture_output=True, text=True, env=dict(_runner_env(data_dir.collections),
-                                                 ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
-                                                 EGRESS_PROXY_KNOWN_HOSTS=config.SSH_KNOWN_HOSTS),
+                                                 ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true"),
         cwd=str(data_dir.project), check=False, timeout=300)
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout)
