@@ -32,6 +32,8 @@ class BaseImageTask:
         validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
         if params["prune"] and params["state"] == STATE_ABSENT:
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
+        if params["departing_volumes"] and params["state"] != STATE_ABSENT:
+            raise ValidationError("departing_volumes applies to state=absent, the removal it is counted for")
         validate_pool_name(params["pool"])
         self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
 
@@ -40,7 +42,7 @@ class BaseImageTask:
         options = dict(timeout=params["timeout"], retries=params["retries"], validate_certs=params["validate_certs"],
                        ca_path=params["ca_path"], lock_timeout=params["lock_timeout"], check_mode=check_mode)
         if params["state"] == STATE_ABSENT:
-            return remove_image(hypervisor, params["pool"], self.spec, **options)
+            return remove_image(hypervisor, params["pool"], self.spec, departing=params["departing_volumes"], **options)
         image = ensure_image(hypervisor, params["pool"], self.spec, **options)
         if not params["prune"]:
             return image

@@ -102,6 +102,16 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  departing_volumes:
+    description:
+      - With O(state=absent), volumes of O(pool) that the same run removes before this task, such as the overlays
+        of the proxies a M(egress_proxies.kvm.kvm_proxy_set) task just removed. They do not count as using a base,
+        so check mode, where they are still there, predicts the removal the real run makes. The real run checks
+        the pool as it is then, so a base still used by any volume is kept and the task fails naming the volume.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
   prune:
     description:
       - With O(state=present), also remove the other cached copies of O(name) (older checksums, the other format,
@@ -276,6 +286,7 @@ ARGUMENT_SPEC = dict(
     pool=dict(type="str", default="default"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     prune=dict(type="bool", default=False),
+    departing_volumes=dict(type="list", elements="str", default=[]),
     **download_argument_spec()
 )
 

@@ -20,7 +20,7 @@ from tests.integration.hypervisor_inventory import hypervisor_inventory, running
 from tests.lab import config, hypervisors
 from tests.lab import lab as lab_control
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hypervisors]
 
 VENV_BIN = os.path.join(collection_artifact.REPO_ROOT, ".venv", "bin")
 PREFIX = "eptest-awx-"

@@ -162,6 +162,14 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     assert domain_state(RUNNING) is None and domain_state(STOPPED) == "shut off"
     assert RUNNING + ".qcow2" not in pool_volumes(lab)
 
+    # Check mode predicts the image's removal too: the proxies it removes first no longer count as its users.
+    before = pool_volumes(lab)
+    predicted = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True), check=True)
+    assert predicted.rc == 0, predicted
+    (image_removal,) = results(predicted, "Remove the cached base image")
+    assert image_removal["changed"], image_removal
+    assert pool_volumes(lab) == before and domain_state(STOPPED) == "shut off"
+
     destroyed = run_playbook(DESTROY, role_vars(lab))
     assert destroyed.rc == 0, destroyed
     removed = item_results(destroyed, REMOVE_TASK)

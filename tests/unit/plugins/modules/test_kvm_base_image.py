@@ -141,6 +141,8 @@ def test_pool_and_uri_are_used(run, server, hypervisor, opened):
     (dict(name="debian-13", url="https://x/d.qcow2", timeout=0), "timeout must be a positive number"),
     (dict(name="debian-13", url="https://x/d.qcow2", retries=-1), "retries must be 0 or more"),
     (dict(name="debian-13", state="absent", prune=True), "prune applies to state=present"),
+    (dict(name="debian-13", url="https://x/d.qcow2", departing_volumes=["proxy-1.qcow2"]),
+     "departing_volumes applies to state=absent"),
 ])
 def test_bad_input_fails_before_connecting(run, args, message, opened):
     result = run(args)
@@ -238,6 +240,24 @@ def test_absent_on_a_base_in_use_fails_naming_the_users(run, server, hypervisor)
     assert "delete the VMs whose disks use it first" in result["msg"]
     assert "delete_volume" not in hypervisor.calls[calls_before:]
     assert volume in hypervisor.pools["default"].volumes
+
+
+def test_absent_in_check_mode_does_not_count_the_departing_volumes_as_users(run, server, hypervisor):
+    run(image_args(server))
+    volume = base_name(IMAGE_SHA)
+    add_overlay(hypervisor, "proxy-1.qcow2", volume)
+    args = dict(name="debian-13", state="absent", departing_volumes=["proxy-1.qcow2"])
+
+    predicted = run(args, check_mode=True)
+    assert (predicted["changed"], predicted["removed"]) == (True, [volume])
+    # The real run counts what the pool holds: the overlay is still there, so the base stays.
+    refused = run(args)
+    assert refused["failed"] is True and "'proxy-1.qcow2'" in refused["msg"]
+    assert volume in hypervisor.pools["default"].volumes
+
+    hypervisor.delete_volume(hypervisor.volume("default", "proxy-1.qcow2"))
+    done = run(args)
+    assert (done["changed"], done["removed"]) == (True, [volume])
 
 
 def test_check_mode_never_mutates(run, server, hypervisor):
