@@ -169,6 +169,11 @@ options:
         which cloud-init reads as YAML. The same dictionary always writes the same bytes (and so the same spec),
         whatever its keys' order.
       - Any other type (a list, a number) is refused.
+      - >-
+        A string must be UTF-8 text (no control characters but tab, line feed and carriage return) of at most 1 MiB,
+        and start with a line cloud-init acts on, as for M(egress_proxies.kvm.kvm_seed)'s
+        O(egress_proxies.kvm.kvm_seed#module:user_data); anything else is refused before anything is touched. The
+        same limits hold for O(vendor_data), and text and size for O(network_config).
       - It often holds secrets, so it is never returned or logged (the option is C(no_log)); the diff shows its sha256
         only.
     type: raw

@@ -29,7 +29,7 @@ class BaseImageTask:
 
     def validate(self):
         params = self.params
-        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
+        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
         if params["prune"] and params["state"] == STATE_ABSENT:
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
         if params["departing_volumes"] and params["state"] != STATE_ABSENT:

@@ -143,6 +143,8 @@ def test_pool_and_uri_are_used(run, server, hypervisor, opened):
     (dict(name="debian-13", state="absent", prune=True), "prune applies to state=present"),
     (dict(name="debian-13", url="https://x/d.qcow2", departing_volumes=["proxy-1.qcow2"]),
      "departing_volumes applies to state=absent"),
+    (dict(name="debian-13", url="https://x/d.qcow2", ca_path="/nonexistent/ca.pem"),
+     "ca_path /nonexistent/ca.pem does not exist on the host that runs the module"),
 ])
 def test_bad_input_fails_before_connecting(run, args, message, opened):
     result = run(args)
