@@ -9,8 +9,8 @@ the task on the host); the playbook's wall time is kept too. Every figure is the
 Last, the libvirt calls of a no-op set of 40 are counted through a wrapper around the seam (the set's
 flow run in this process over qemu+ssh, on a set of its own made and removed here).
 
-Usage (as root, lab up, under the integration lock):
-  flock /tmp/egress-integration.lock .venv/bin/python bench/bench_converge.py [--runs 3]
+Usage (as root, lab up, under the integration lock; bench/run runs it as part of B2):
+  flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.bench_converge [--runs 3]
 Writes bench/results/converge.json. Every domain and volume made here is removed afterwards.
 """
 
@@ -23,17 +23,14 @@ import sys
 import tempfile
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
-
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import (  # noqa: E402
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import (
     kvm_proxy_set_argument_spec,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest  # noqa: E402
-from bench._common import figure  # noqa: E402 - needs the sys.path entry above
-from tests.integration.fleet_fixtures import Fleet  # noqa: E402
-from tests.lab import config, hypervisors  # noqa: E402
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from bench._common import REPO_ROOT, figure
+from tests.integration.fleet_fixtures import Fleet
+from tests.lab import config, hypervisors
 
 HOST = "lab-hv1"
 RESULT = os.path.join(REPO_ROOT, "bench", "results", "converge.json")

@@ -38,7 +38,6 @@ from bench._common import (
 )
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
-CONVERGE = os.path.join(REPO_ROOT, "bench", "bench_converge.py")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
 ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
 
@@ -68,10 +67,7 @@ def machine():
 
 
 def run_converge(results):
-    if not os.path.exists(CONVERGE):
-        results["B2"] = {"skipped": "bench/bench_converge.py is not in this checkout yet"}
-        return
-    subprocess.run([sys.executable, CONVERGE], check=True, cwd=REPO_ROOT)
+    subprocess.run([sys.executable, "-m", "bench.bench_converge"], check=True, cwd=REPO_ROOT)
     with open(CONVERGE_JSON) as handle:
         results["B2"] = json.load(handle)
 
