@@ -3,8 +3,9 @@
 One two-NIC proxy on lab-hv1 (docs/dev/lab.md), the suite's one booted role proxy: its inside NIC on br0
 with a static address on the LAN, its outside NIC on br1 with a static address on the outside segment,
 where the origin server (tests/lab/origin.py) reports the peer it saw and the headers it got. The role
-deploys it; verify.yml proves its egress address (curl in the LAN namespace) and, with ansible.builtin.uri run
-there, names the proxy, the expected and the seen address when they differ; squid forwards for the
+deploys it; verify.yml, run on lab-hv1 and on a client in the LAN at once, proves its egress address (curl
+in the LAN namespace) and, with ansible.builtin.uri on the client, names the proxy, the expected and the seen
+address when they differ; squid forwards for the
 allowed client only, listens only inside, and passes nothing of the inside on; a second run changes
 nothing, and a new static address replaces it. Bad static addresses and NIC layouts fail before anything
 is touched.
@@ -101,30 +102,29 @@ def two_nic_vars(net_fleet, inside, outside):
                                  "outside": {"address": outside}}])
 
 
-def deploy(net_fleet, variables):
-    """deploy.yml on lab-hv1: (the inventory, kvm_proxy_set's result, the proxy the role recorded)."""
-    inventory = net_fleet.inventory(variables)
+def deploy(net_fleet, inventory):
+    """deploy.yml on lab-hv1: (kvm_proxy_set's result, the proxy the role recorded)."""
     run = net_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=1500)
     assert run.rc == 0, run
     (converged,) = run.results(CONVERGE_TASK, HV1)
     (recorded,) = run.results(RECORD_TASK, HV1)
     (proxy,) = recorded["ansible_facts"]["egress_proxy_proxies"]
-    return inventory, converged, proxy
+    return converged, proxy
 
 
-def verify(net_fleet, inventory, on=HV1):
-    """verify.yml on one host: (the run, what it reported of the proxy, what its origin check said)."""
-    run = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": on}, timeout=900)
-    reported = run.results(REPORT_TASK, on)
-    checked = run.results(CHECK_ORIGIN_TASK, on)
-    return run, reported[0]["results"][0]["msg"] if reported else None, checked[0]["results"][0]["msg"] if checked else None
+def verified(run, host):
+    """What verify.yml on host reported of the proxy, and what its origin check said (None: it did not get there)."""
+    reported = run.results(REPORT_TASK, host)
+    checked = run.results(CHECK_ORIGIN_TASK, host)
+    return reported[0]["results"][0]["msg"] if reported else None, checked[0]["results"][0]["msg"] if checked else None
 
 
-def lan_client_inventory(net_fleet, variables):
-    """An inventory with LAN_CLIENT: connection local, modules on /usr/bin/python3 inside lab-hv1's LAN namespace.
+def with_lan_client(net_fleet, variables, expected_outside):
+    """An inventory of lab-hv1 and LAN_CLIENT: connection local, modules on /usr/bin/python3 in lab-hv1's LAN namespace.
 
     From there verify.yml's ansible.builtin.uri reaches the proxy, and kvm_proxy_info reaches lab-hv1's
-    libvirtd through its socket (a Unix socket crosses network namespaces).
+    libvirtd through its socket (a Unix socket crosses network namespaces). LAN_CLIENT expects the proxy's
+    egress address to be expected_outside.
     """
     spec = net_fleet.hv1
     python = net_fleet.tmp_path / "lan-python"
@@ -134,7 +134,8 @@ def lan_client_inventory(net_fleet, variables):
     inventory = net_fleet.inventory(variables, host_vars={LAN_CLIENT: {
         "ansible_connection": "local", "ansible_python_interpreter": str(python),
         "egress_proxy_uri": "qemu+unix:///system?socket=" + socket, "egress_proxy_host": HV1,
-        "egress_proxy_verify_netns": ""}})
+        "egress_proxy_verify_netns": "",
+        "egress_proxy_instances": [dict(variables["egress_proxy_instances"][0], outside={"address": expected_outside})]}})
     with open("%s/lan-client.yml" % inventory, "w") as handle:
         handle.write("hypervisors:\n  hosts:\n    %s:\n" % LAN_CLIENT)
     return inventory
@@ -144,30 +145,30 @@ def lan_client_inventory(net_fleet, variables):
 def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider):
     spec = net_fleet.hv1
     inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
+    elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
     origin = spec.origin_url(spec.outside_address)
     variables = two_nic_vars(net_fleet, inside, outside)
+    inventory = with_lan_client(net_fleet, variables, elsewhere)
 
-    inventory, converged, proxy = deploy(net_fleet, variables)
+    converged, proxy = deploy(net_fleet, inventory)
     assert converged["changed"] is True and proxy["state"] == "Running", proxy
     # Exactly the static addresses, as the guest agent reports them on each NIC.
     assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in proxy["interfaces"]] == [
         ("inside", config.HV_BRIDGE, host(inside), False), ("outside", config.HV_OUTSIDE_BRIDGE, host(outside), True)]
     assert proxy["ip"] == host(inside) and proxy["egress_ip"] == host(outside), proxy
 
-    # verify.yml with curl in the LAN namespace: it waits for squid (cloud-init configures it after the
-    # addresses are up), then proves the egress address by the peer the origin saw.
-    run, reported, checked = verify(net_fleet, inventory)
-    assert run.rc == 0, run
+    # verify.yml on both hosts in one run; each waits for squid (cloud-init configures it after the addresses
+    # are up). lab-hv1, with curl in its LAN namespace, proves the egress address by the peer the origin saw.
+    run = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": HV1 + "," + LAN_CLIENT},
+                             timeout=900)
+    assert run.failures(HV1) == [], run
+    reported, checked = verified(run, HV1)
     assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
     assert "the origin saw %s (the egress address)" % host(outside) in checked, checked
-
-    # verify.yml with ansible.builtin.uri, the module itself in the LAN namespace, told to expect another egress
-    # address: it reads the origin's JSON and fails, naming the proxy, the expected and the seen address.
-    elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
-    expecting_elsewhere = dict(variables, egress_proxy_instances=[
-        dict(variables["egress_proxy_instances"][0], outside={"address": elsewhere})])
-    run, reported, _checked = verify(net_fleet, lan_client_inventory(net_fleet, expecting_elsewhere), on=LAN_CLIENT)
+    # LAN_CLIENT, with ansible.builtin.uri and told to expect another egress address, reads the origin's JSON
+    # and fails, naming the proxy, the expected and the seen address.
     assert run.rc != 0, run
+    reported, _checked = verified(run, LAN_CLIENT)
     assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
     assert ("%s on %s: the origin saw the request come from %s, expected the proxy's egress address %s" % (
         PROXY, LAN_CLIENT, host(outside), host(elsewhere))) in json.dumps(run.failures(LAN_CLIENT)), run
@@ -184,13 +185,13 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     code, _status, _header, _seen = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
     assert code == CURL_CONNECT_FAILED, "squid answered on the outside address %s (curl exit %d)" % (host(outside), code)
 
-    _inventory, again, kept = deploy(net_fleet, variables)
+    again, kept = deploy(net_fleet, inventory)
     assert again["changed"] is False and [p["outcome"] for p in again["proxies"]] == ["unchanged"], again
 
     # A new static address is drift: the proxy is replaced (not waited for: its boot proves nothing new).
     moved = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST + 1)
-    _inventory, replaced, proxy = deploy(net_fleet, dict(two_nic_vars(net_fleet, moved, outside),
-                                                         egress_proxy_wait_for_ip=False))
+    replaced, proxy = deploy(net_fleet, net_fleet.inventory(dict(two_nic_vars(net_fleet, moved, outside),
+                                                                 egress_proxy_wait_for_ip=False)))
     assert [p["outcome"] for p in replaced["proxies"]] == ["replaced"], replaced
     assert proxy["created_at"] != kept["created_at"], (proxy, kept)
 
