@@ -47,7 +47,7 @@ options:
       - The controller connects to each one itself. For C(qemu+ssh://) URIs that means key-based SSH from the
         controller to the hypervisor (libvirt runs C(ssh) non-interactively; add C(?keyfile=/path/to/key) to the URI,
         or configure the key in C(~/.ssh/config)), and the host key must already be known to the controller.
-      - Use C(qemu+ssh://), not C(qemu+libssh://), with libvirt 9.0 and libssh 0.10 (Debian 12): measured here, the
+      - Use C(qemu+ssh://), not C(qemu+libssh://), with libvirt 9.0 and libssh 0.10 (Debian 12). Measured here, the
         libssh transport hangs or crashes the process on replies over a few kilobytes, even one connection at a time.
         To check host keys against a known_hosts file of your own, point the URI's C(command=) at an ssh wrapper that
         passes C(-o UserKnownHostsFile=...) (docs/awx.md shows one).
