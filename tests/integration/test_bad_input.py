@@ -150,7 +150,7 @@ def test_user_data_cloud_init_could_not_use_fails_in_every_module_naming_it_and_
     lab_cleanup(domains=[VM], volumes=[VM + ".qcow2", VM + "-seed.iso", base, base + ".sha256"])
     files = _user_data_files(tmp_path)
     shared = ("uri", "pool", "bridge", "uid", "image", "virt_type", "cpu_mode", "memory_mib", "disk_size_gb",
-          "wait_for_ip", "vendor_data")
+              "wait_for_ip", "vendor_data")
     proxy = {key: valid[key] for key in shared}
     user_data = "{{ lookup('ansible.builtin.file', item.path) }}"
     modules = {
