@@ -220,6 +220,50 @@ mac:
   returned: always
   type: str
   sample: "52:54:00:e9:00:02"
+interfaces:
+  description:
+    - Every NIC of the VM in device order (the first is the boot NIC), as M(egress_proxies.kvm.kvm_proxy_info)
+      reports them; empty when the VM does not exist. In check mode, for a VM that would be created, the NICs asked
+      for, without addresses.
+    - Each address comes from the same lookups as RV(ip); V(null) while none is known, and for a VM that is not running.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    mac:
+      description: The NIC's MAC address; V(null) where libvirt will choose it.
+      type: str
+      sample: "52:54:00:12:34:56"
+    bridge:
+      description: The host bridge the NIC is on; V(null) for a NIC on a libvirt network.
+      type: str
+      sample: br0
+    network:
+      description: The libvirt network the NIC is on; V(null) for a NIC on a host bridge.
+      type: str
+      sample: null
+    role:
+      description: The NIC's O(interfaces[].role), such as V(inside) or V(outside); V(null) when it was given none.
+      type: str
+      sample: inside
+    ipv4:
+      description: The NIC's first routable IPv4; V(null) when none is known.
+      type: str
+      sample: 198.18.11.70
+    egress:
+      description: Whether this is the egress NIC, whose address destinations see (role V(outside), else the first NIC).
+      type: bool
+      sample: false
+  sample:
+    - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70", "egress": false}
+    - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70", "egress": true}
+egress_ip:
+  description:
+    - The IPv4 of the egress NIC (RV(interfaces[].egress)), the address destinations see; with one NIC the same as
+      RV(ip). V(null) when none is known.
+  returned: always
+  type: str
+  sample: 198.18.21.70
 autostart:
   description: Whether libvirt starts the VM when the hypervisor boots; null when the VM does not exist.
   returned: always
