@@ -4,9 +4,9 @@ Each step changes the desired set (add, remove, change spec, move between hyperv
 converges both hypervisors in one ansible-playbook run, then checks with virsh on each hypervisor:
 exactly the desired proxies exist in the desired state, each with its own overlay and seed; no
 overlay or seed without its proxy; the unmanaged domain and the other owner's proxy planted at the
-start are untouched; every base image an overlay backs onto is there. At one random step a fault is
-injected during the converge (the module SIGKILLed, or libvirtd killed and restarted); that run may
-fail, and the next converge of the same set must restore every invariant.
+start are untouched; every base image an overlay backs onto is there. At two random early steps a
+fault is injected during the converge, the module SIGKILLed at one and libvirtd killed and restarted
+at the other; that run may fail, and the next converge of the same set must restore every invariant.
 
 Bounded by EGRESS_SOAK_STEPS (default 12) and EGRESS_SOAK_SECONDS (default 150); the seed is printed,
 and EGRESS_SOAK_SEED replays a walk.
@@ -123,19 +123,19 @@ def test_random_walk_over_desired_sets_keeps_the_invariants(soak):
     planted = _plant(soak)
 
     desired = {}
-    fault_step = rng.randrange(1, STEPS) if STEPS > 1 else 0
-    fault = rng.choice(["kill the module", "restart libvirtd"])
-    fault_host = rng.choice(hosts)
-    fault_delay = rng.uniform(0.0, 1.5)
+    # Both faults in every walk, each at its own early step (so the time bound never skips one), on a random
+    # hypervisor after a random delay.
+    faults = dict(zip(rng.sample(range(1, max(3, min(STEPS, 6))), 2), ["kill the module", "restart libvirtd"]))
     started = time.monotonic()
-    for step in range(STEPS):
-        if time.monotonic() - started > SECONDS:
+    for step in range(max(STEPS, max(faults) + 1)):
+        if time.monotonic() - started > SECONDS and step > max(faults):
             print("soak: time bound reached after %d steps" % step)
             break
         what = _step(rng, desired, hosts)
         sets = _sets(desired, hosts)
         context = "seed %d step %d (%s)" % (seed, step, what)
-        if step == fault_step:
+        if step in faults:
+            fault, fault_host, fault_delay = faults[step], rng.choice(hosts), rng.uniform(0.0, 1.5)
             context += ", after %s on %s" % (fault, fault_host)
             outcome = {}
             runner = threading.Thread(target=soak.converge_into, args=(outcome, sets))
