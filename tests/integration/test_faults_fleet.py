@@ -3,6 +3,7 @@
 - Two ansible-playbook runs of the same sets at once.
 - ansible-playbook SIGKILLed (with its SSH sessions) while the modules run on the hypervisors.
 - A hypervisor whose libvirtd stops answering in the middle of a run with garbage collection on.
+- The module SIGKILLed after it made a proxy's overlay and before it defined the domain (the seed's moment).
 Each time the next converge gives exactly the desired sets, and nothing the sets do not own is lost.
 test_fleet.py covers a hypervisor with sshd stopped and one frozen before the run.
 """
@@ -117,3 +118,31 @@ def test_a_hypervisor_frozen_mid_run_with_gc_on_loses_nothing_and_converges_afte
     run = proxy_sets.converge(smaller)
     assert run.rc == 0, run
     _assert_exactly(proxy_sets, smaller)
+
+
+def test_the_module_killed_after_the_overlay_and_before_define_leaves_what_the_next_run_converges(proxy_sets):
+    """The window of the reference's truncated-seed lesson: the overlay made, the seed being written, no domain yet.
+    When the overlay appears in the pool's directory libvirtd is frozen at once, so the module is held inside the
+    window while it is SIGKILLed; the next converge must make the proxy whole."""
+    host = sorted(proxy_sets.specs)[0]
+    spec = proxy_sets.specs[host]
+    name = PREFIX + "window"
+    sets = {host: [{"name": name}]}
+    overlay = os.path.join(spec.pool_dir, name + ".qcow2")
+    runner = threading.Thread(target=proxy_sets.converge_into, args=({}, sets))
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(overlay):
+        assert runner.is_alive() and time.monotonic() < deadline, "the run ended, or took 120 s, before the overlay"
+        time.sleep(0.002)
+    with frozen_libvirtd(spec):
+        killed = module_pids(spec)
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+    runner.join()
+    assert killed, "no module ran on %s when the overlay appeared" % host
+    assert name not in proxy_sets.domains(spec), "the domain was defined before the kill: the window was missed"
+    print("killed %s; left %s" % (killed, proxy_sets.own_volumes(spec)))
+    run = proxy_sets.converge(sets)
+    assert run.rc == 0, run
+    _assert_exactly(proxy_sets, dict({other: [] for other in proxy_sets.specs}, **sets))
