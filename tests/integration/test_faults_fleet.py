@@ -120,20 +120,21 @@ def test_a_hypervisor_frozen_mid_run_with_gc_on_loses_nothing_and_converges_afte
     _assert_exactly(proxy_sets, smaller)
 
 
-def test_the_module_killed_after_the_overlay_and_before_define_leaves_what_the_next_run_converges(proxy_sets):
+@pytest.mark.parametrize("volume", ["overlay", "seed"])
+def test_the_module_killed_after_the_overlay_and_before_define_leaves_what_the_next_run_converges(proxy_sets, volume):
     """The window of the reference's truncated-seed lesson: the overlay made, the seed being written, no domain yet.
-    When the overlay appears in the pool's directory libvirtd is frozen at once, so the module is held inside the
-    window while it is SIGKILLed; the next converge must make the proxy whole."""
+    When the overlay (or the seed volume) appears in the pool's directory libvirtd is frozen at once, so the module
+    is held inside the window while it is SIGKILLed; the next converge must make the proxy whole."""
     host = sorted(proxy_sets.specs)[0]
     spec = proxy_sets.specs[host]
     name = PREFIX + "window"
     sets = {host: [{"name": name}]}
-    overlay = os.path.join(spec.pool_dir, name + ".qcow2")
+    trigger = os.path.join(spec.pool_dir, name + (".qcow2" if volume == "overlay" else "-seed.iso"))
     runner = threading.Thread(target=proxy_sets.converge_into, args=({}, sets))
     runner.start()
     deadline = time.monotonic() + 120
-    while not os.path.exists(overlay):
-        assert runner.is_alive() and time.monotonic() < deadline, "the run ended, or took 120 s, before the overlay"
+    while not os.path.exists(trigger):
+        assert runner.is_alive() and time.monotonic() < deadline, "the run ended, or took 120 s, before the %s" % volume
         time.sleep(0.002)
     with frozen_libvirtd(spec):
         killed = module_pids(spec)
