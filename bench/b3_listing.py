@@ -60,7 +60,7 @@ def run(counts, runs):
         defined = 0
         try:
             for count in counts:
-                fleet.grow_fleet(hypervisor, config.POOL_NAME, uid, defined, count, running=0)
+                fleet.grow_fleet(hypervisor, hypervisor.lookup_pool(config.POOL_NAME), uid, defined, count, running=0)
                 defined = count
                 names = ["%s%d" % (fleet.PREFIX, index) for index in range(count)]
                 inventory = os.path.join(work, "b3.kvm_proxies.yml")
