@@ -71,6 +71,11 @@ def line_plot(series, title, xlabel, ylabel):
     return figure, axes
 
 
+def runs_of(results, bench):
+    """How many runs the piece that measured ``bench`` made (pieces of one report may differ)."""
+    return results.get("runs_of", {}).get(bench, results["runs"])
+
+
 def runs_text(fig):
     return ", ".join("%.2f" % value for value in fig["runs"])
 
@@ -100,7 +105,7 @@ def b1_section(results, plots):
              "`ansible.builtin.ping` task's (%.2f s here). The floor is `virsh vol-create-as` plus `virsh vol-upload` "
              "of the same file into the same pool; `curl` to /dev/null is the HTTP side alone. Peak RSS is VmHWM of "
              "a /usr/bin/python3 process running the module's `ensure_image`. Medians of %s runs (4 GiB: one run, "
-             "to keep `bench/run` under 15 minutes)." % (b1["now"]["ping"]["median"], results["runs"]), "",
+             "to keep `bench/run` under 15 minutes)." % (b1["now"]["ping"]["median"], runs_of(results, "B1")), "",
              "| image | module work (s) | module (MiB/s) | `virsh vol-upload` (MiB/s) | ratio | target | `curl` (MiB/s) "
              "| peak RSS (MiB) | target |",
              "|---:|---:|---:|---:|---:|---|---:|---:|---|"]
@@ -165,7 +170,7 @@ def b3_section(results, plots):
              "%s) has `virt command=info`, without metadata or uuid, and `virt command=get_xml` per domain, the "
              "only way it offers to read the metadata (a loop of N tasks, one run). libvirt calls are counted "
              "through a wrapper around the seam. Medians of %s runs; Ansible's own cost (a ping task) %.2f s." % (
-                 b3["peer_version"], results["peer"].split("==")[1], results["runs"], b3["ping"]["median"]), "",
+                 b3["peer_version"], results["peer"].split("==")[1], runs_of(results, "B3"), b3["ping"]["median"]), "",
              "| domains | kvm_proxy_info (s) | plugin, 1 hypervisor (s) | peer `virt info` (s) | peer N x `get_xml` (s) "
              "| speed-up over get_xml | target | round trips per domain | target |",
              "|---:|---:|---:|---:|---:|---:|---|---:|---|"]
@@ -205,7 +210,7 @@ def b6_section(results, plots):
              "`ansible-inventory --list` with the kvm_proxies plugin over 1, 5 and 20 entries, each a qemu+ssh "
              "connection of its own to %s (each named several times, as a large fleet would be; "
              "`bench/b6_inventory.py`). Ansible's start-up is in every figure. Medians of %s runs." % (
-                 " and ".join(b6["hypervisors"]), results["runs"]), ""]
+                 " and ".join(b6["hypervisors"]), runs_of(results, "B6")), ""]
     labels = sorted(b6["by"], key=lambda label: label != "now")
     names = ["this collection" if label == "now" else "baseline %s" % results["baseline"] for label in labels]
     header = "| entries | " + " | ".join("%s (s) | x one entry" % name for name in names) + " | target |"
@@ -330,7 +335,7 @@ def b5_section(results):
              "The hypervisors: %s; the third is the single lab's own libvirtd on this machine (connection local): a "
              "third lab hypervisor (`EGRESS_LAB_HYPERVISORS=3`) would change the lab the other tests share, and the "
              "bare host has no libvirt before prepare.yml. Medians of %s runs, ansible-playbook's start to its end." % (
-                 b5["proxies_per_hypervisor"], ", ".join(b5["hypervisors"]), results["runs"]), "",
+                 b5["proxies_per_hypervisor"], ", ".join(b5["hypervisors"]), runs_of(results, "B5")), "",
              "| hypervisors | create, forks 1 (s) | create, forks N (s) | speed-up | destroy, forks 1 (s) "
              "| destroy, forks N (s) | speed-up | target |",
              "|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -472,7 +477,9 @@ def merged(paths):
             "+".join(key for key in sorted(run) if key[:1] == "B" and key[1:].isdigit()),
             " ".join(run["machine"].get("load_average", []))))
         results["seconds"] += run["seconds"]
-        results.update({key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()})
+        pieces = {key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()}
+        results.update(pieces)
+        results.setdefault("runs_of", {}).update(dict.fromkeys(pieces, run["runs"]))
     # B2 is bench_converge.py's: its latest figures, whichever run wrote them.
     if os.path.exists(CONVERGE_JSON):
         with open(CONVERGE_JSON) as handle:
