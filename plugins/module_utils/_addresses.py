@@ -29,7 +29,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     VIR_ERR_OPERATION_INVALID,
     KvmError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
@@ -129,17 +128,3 @@ def nic_ipv4s(hypervisor, dom, macs):
             # (the agent needs it running, ARP needs it active).
             break
     return lookups
-
-
-def interface_addresses(hypervisor, dom, nics, roles, known=None):
-    """Every NIC of a running domain with its role, its IPv4 and whether it is the egress one (_interfaces.describe_interfaces).
-
-    ``nics`` are the domain's _domain_xml.NicInfo, ``roles`` theirs (None
-    each when unknown); ``known`` ({mac: AddressLookup}) holds lookups already
-    made, which are not asked again.
-    """
-    lookups = dict(known or {})
-    rest = [nic.mac for nic in nics if nic.mac not in lookups]
-    if rest:
-        lookups.update(nic_ipv4s(hypervisor, dom, rest))
-    return describe_interfaces(nics, roles, lookups)

@@ -21,10 +21,9 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import AddressLookup, interface_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces, recorded_roles
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import inspect_domain, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
@@ -58,7 +57,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request 
     STATE_PRESENT,
     STATE_STOPPED,
     base_volume_of,
-    recorded_spec,
     spec_digest,
     utcnow,
 )
@@ -69,7 +67,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
     libvirt_state_name,
 )
 
-_DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "autostart")
+_DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "autostart",
+              "interfaces", "egress_ip")
 
 
 class ProxyManager:
@@ -197,14 +196,6 @@ def _entry(hypervisor, host, dom, info, uid):
     described = {key: entry[key] for key in _DESCRIBED}
     described["uid"] = uid
     described["mac"] = entry["macs"][0] if entry["macs"] else None
-    roles = recorded_roles(recorded_spec(info.metadata), len(info.nics))
-    if entry["ip_sources"]:
-        # The first NIC's lookup is the listing's own: only the others are asked.
-        known = {described["mac"]: AddressLookup(ip=entry["ip"], sources=entry["ip_sources"])}
-        described["interfaces"] = interface_addresses(hypervisor, dom, info.nics, roles, known)
-    else:
-        described["interfaces"] = describe_interfaces(info.nics, roles, {})
-    described["egress_ip"] = next((nic["ipv4"] for nic in described["interfaces"] if nic["egress"]), None)
     return described
 
 
