@@ -67,7 +67,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import delete_volume, find_volume
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
 
-POLL_INTERVAL = 2
+# How often a wait asks libvirt again (address, shutdown): each ask is one or two cheap calls, and a wait
+# ends at most this long after what it waits for.
+POLL_INTERVAL = 1
 
 # Tried in turn: an older libvirt rejects a flag it does not know (NVRAM
 # came last, in 1.2.9) with one of _UNSUPPORTED_FLAG_CODES.
