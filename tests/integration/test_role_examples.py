@@ -1,0 +1,156 @@
+"""docs/role-egress_proxy.md's examples run on the lab's hypervisors over SSH, as a user would copy them.
+
+The page's inventory files (the blocks headed ``# inventory/...``) are written to a directory ``inventory/``,
+adapted by one rule (role_examples.LabRule); nothing else in an example changes:
+
+| in an example                                   | on the lab                                                      |
+| ------------------------------------------------ | --------------------------------------------------------------- |
+| the host ``hv1.example.net`` / ``hv2.example.net`` | ``lab-hv1`` / ``lab-hv2`` (hosts.yml, a fleet entry's ``hypervisor``) |
+| a host's connection variables                    | inventories/lab/hosts.yml's (root over SSH, host keys checked)  |
+| a proxy's ``name``                               | prefixed ``eptest-roledoc-`` (the lab's names for tests)        |
+| ``egress_proxy_image``, ``egress_proxy_bridge``  | inventories/lab/group_vars': the mirror's Debian guest, ``br0`` |
+| the pool, virt type and CPU mode (defaults)      | inventories/lab's ``egress``, ``qemu``, ``none`` (no nested KVM) |
+| packages and vendor-data (defaults)              | none, as inventories/lab's: the image has squid and the agent   |
+
+Everything else stays: each proxy's memory and disk, the role's defaults for what the page leaves out (its wait
+for the addresses included), the client networks, the owner. In order:
+
+1. Quick start, its command as written (``ansible-playbook -i inventory egress_proxies.kvm.deploy``): egress-a
+   and egress-b boot on lab-hv1 (the only booting run), each Running with an address, egress-b with 2048 MiB.
+2. The same command again, followed by the play of "The fact egress_proxy_proxies": nothing changes, and each
+   running proxy is added as a host.
+3. The fleet list ("One list for the fleet"), instead of the Quick start's per-host list, run by the ``serial: 1``
+   play of "Across hypervisors" in check mode: the fleet's placement is a prediction (egress-b created on
+   lab-hv2, egress-a unchanged on lab-hv1, egress-b left there within the grace period), so no second boot;
+   the hypervisors run one after the other; nothing changes on them.
+4. The destroy play of "Entry points" on the Quick start inventory: both proxies are gone with their volumes.
+
+role_examples.NOT_RUN lists the page's other blocks, with the reason.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.integration import role_examples
+from tests.integration.fleet_fixtures import VENV_BIN, FleetRun, overlap
+from tests.lab import config, hypervisors
+
+pytest_plugins = ["tests.integration.fleet_fixtures"]
+pytestmark = pytest.mark.integration
+
+QUICK_START, FLEET, SERIAL, DESTROY, FACT = (role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL,
+                                           role_examples.DESTROY, role_examples.FACT)
+CONVERGE_TASK = "Converge the proxies of this hypervisor"
+RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
+HV1, HV2 = "lab-hv1", "lab-hv2"
+
+
+def name(proxy):
+    return role_examples.named(proxy)
+
+
+def ours(spec, kind):
+    """This test's domains ({name: state}) or volumes (names) on a hypervisor, entering its namespaces."""
+    if kind == "domains":
+        listed = hypervisors.virsh(spec, "list", "--all", "--name").stdout.split()
+        return {domain: hypervisors.virsh(spec, "domstate", domain).stdout.strip()
+                for domain in listed if domain.startswith(role_examples.NAME_PREFIX)}
+    hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
+    listed = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
+    return sorted(volume for volume in listed if volume.startswith(role_examples.NAME_PREFIX))
+
+
+def remove_ours(specs):
+    for spec in specs:
+        for domain, state in ours(spec, "domains").items():
+            if state != "shut off":
+                hypervisors.virsh(spec, "destroy", domain, check=False)
+            hypervisors.virsh(spec, "undefine", domain, "--nvram")
+        for volume in ours(spec, "volumes"):
+            hypervisors.virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
+
+
+@pytest.fixture
+def clean_roledoc(hv_fleet):
+    """None of this test's proxies on the lab's hypervisors before the test, nor after."""
+    remove_ours(hv_fleet.specs)
+    yield
+    remove_ours(hv_fleet.specs)
+
+
+def ansible_playbook(hv_fleet, directory, argv, timeout=1200):
+    """A command ``ansible-playbook ARGS`` run in ``directory`` as fleet_fixtures runs playbooks -> FleetRun."""
+    timeline = str(directory / ("timeline-%d.jsonl" % time.monotonic_ns()))
+    env = dict(hv_fleet._env(timeline), ANSIBLE_STDOUT_CALLBACK="json_results")
+    started = time.monotonic()
+    completed = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook")] + argv[1:], capture_output=True, text=True,
+                               timeout=timeout, check=False, env=env, cwd=str(directory))
+    seconds = time.monotonic() - started
+    records = []
+    if os.path.exists(timeline):
+        with open(timeline) as handle:
+            records = [json.loads(line) for line in handle]
+    return FleetRun(completed, records, seconds)
+
+
+def write_playbook(directory, file_name, plays):
+    (directory / file_name).write_text(json.dumps(plays, indent=1))
+    return file_name
+
+
+@pytest.mark.boot
+@pytest.mark.usefixtures("clean_roledoc")
+def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
+    rule = role_examples.LabRule()
+    quick_files = role_examples.inventory_files(QUICK_START)
+    quick = tmp_path / "quick-start"
+    role_examples.write_inventory(quick, rule.inventory(quick_files))
+    (command,) = [argv for block in role_examples.section_blocks(QUICK_START) for argv in block.commands()]
+    proxies = [name("egress-a"), name("egress-b")]
+
+    deployed = ansible_playbook(hv_fleet, quick, command)
+    assert deployed.rc == 0, deployed
+    assert ours(hv_fleet.hv1, "domains") == dict.fromkeys(proxies, "running")
+    assert ours(hv_fleet.hv2, "domains") == {}
+    (recorded,) = deployed.results(RECORD_TASK, HV1)
+    listed = {proxy["name"]: proxy for proxy in recorded["ansible_facts"]["egress_proxy_proxies"]}
+    assert sorted(listed) == proxies
+    assert all(proxy["state"] == "Running" and proxy["ip"] for proxy in listed.values()), listed
+    assert [listed[proxy]["memory_mib"] for proxy in proxies] == [1024, 2048]
+
+    # The command's playbook by name, then the page's play that uses the fact.
+    again_plays = [{"ansible.builtin.import_playbook": command[-1]}] + role_examples.section_plays(FACT)
+    again = ansible_playbook(hv_fleet, quick, command[:-1] + [write_playbook(quick, "again.yml", again_plays)])
+    assert again.rc == 0, again
+    assert again.stats(HV1)["changed"] == 0, again
+    (added,) = again.results("Add each running proxy as a host", HV1)
+    assert sorted(item["add_host"]["host_name"] for item in added["results"]) == proxies
+
+    fleet_files = role_examples.fleet_files(quick_files, role_examples.inventory_files(FLEET))
+    fleet = tmp_path / "fleet"
+    role_examples.write_inventory(fleet, rule.inventory(fleet_files, role_examples.fleet_hosts(fleet_files)))
+    serial = write_playbook(fleet, "serial.yml", role_examples.section_plays(SERIAL))
+    predicted = ansible_playbook(hv_fleet, fleet, ["ansible-playbook", "-i", "inventory", serial, "--check"])
+    assert predicted.rc == 0, predicted
+    outcomes = {host: {proxy: entry["outcome"] for proxy, entry in predicted.items(CONVERGE_TASK, host).items()}
+                for host in (HV1, HV2)}
+    assert outcomes == {HV1: {name("egress-a"): "unchanged"},
+                        HV2: {name("egress-b"): "created", name("egress-old"): "absent"}}, outcomes
+    (converged,) = predicted.results(CONVERGE_TASK, HV1)
+    assert [entry["name"] for entry in converged["spared"]] == [name("egress-b")], converged
+    spans = predicted.spans(CONVERGE_TASK)
+    assert sorted(spans) == [HV1, HV2] and overlap(spans[HV1], spans[HV2]) == 0, spans
+    assert ours(hv_fleet.hv1, "domains") == dict.fromkeys(proxies, "running")
+    assert ours(hv_fleet.hv2, "domains") == {}
+
+    destroy = write_playbook(quick, "destroy.yml", role_examples.section_plays(DESTROY))
+    destroyed = ansible_playbook(hv_fleet, quick, command[:-1] + [destroy])
+    assert destroyed.rc == 0, destroyed
+    assert destroyed.stats(HV1)["changed"] > 0, destroyed
+    assert [ours(spec, kind) for spec in hv_fleet.specs for kind in ("domains", "volumes")] == [{}, [], {}, []]
+    print("quick start %.0f s, again %.0f s, fleet --check %.0f s, destroy %.0f s" % (
+        deployed.seconds, again.seconds, predicted.seconds, destroyed.seconds))
