@@ -19,6 +19,7 @@ import time
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
 from bench._common import (
     BUILD_COLLECTIONS,
     PREFIX,
@@ -82,7 +83,7 @@ def run():
     hypervisor = spec()
     on = Virsh(hypervisor)
     prefix = hypervisor.lan_prefix + "."
-    results = {"host": HOST}
+    results = {"host": HOST, "poll_interval": POLL_INTERVAL}
     with tempfile.TemporaryDirectory(prefix="bench-b7-") as work:
         inventory_path = inventory(work)
         env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"))

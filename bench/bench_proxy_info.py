@@ -103,34 +103,38 @@ def link_collection():
         os.symlink(REPO_ROOT, link)
 
 
-def domain_xml(name, uid):
+def domain_xml(name, uid, pool_name, bridge):
     return build_domain_xml(DomainParams(
         name=name,
         metadata=build_instance_element(uid, datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0), "0" * 64),
         vcpus=1,
         memory_mib=128,
-        pool=config.POOL_NAME,
+        pool=pool_name,
         overlay_volume=overlay_volume_name(name),
         seed_volume=seed_volume_name(name),
-        bridge=config.BRIDGE,
+        bridge=bridge,
         virt_type=config.VIRT_TYPE,
         cpu_mode=config.CPU_MODE,
     ))
 
 
-def grow_fleet(hypervisor, pool, uid, first, count, running):
-    """Define domains ``first`` .. ``count - 1`` with their volumes; start those below ``running``."""
+def grow_fleet(hypervisor, uid, first, count, running, pool_name=config.POOL_NAME, bridge=config.BRIDGE):
+    """Define domains ``first`` .. ``count - 1`` with their volumes; start those below ``running``.
+
+    The defaults are the single lab's pool and bridge; a lab hypervisor has its own (config.HV_POOL_NAME, HV_BRIDGE).
+    """
+    pool = hypervisor.lookup_pool(pool_name)
     for index in range(first, count):
         name = "%s%d" % (PREFIX, index)
         hypervisor.create_volume(pool, build_volume_xml(VolumeSpec(overlay_volume_name(name), OVERLAY_BYTES, "qcow2")))
         hypervisor.create_volume(pool, build_volume_xml(VolumeSpec(seed_volume_name(name), SEED_BYTES, "raw")))
-        dom = hypervisor.define_domain(domain_xml(name, uid))
+        dom = hypervisor.define_domain(domain_xml(name, uid, pool_name, bridge))
         if index < running:
             hypervisor.start_domain(dom)
 
 
-def remove_fleet(hypervisor):
-    """Remove every eptest-bench-<i> domain and volume, this run's or a failed earlier run's."""
+def remove_fleet(hypervisor, pool_name=config.POOL_NAME):
+    """Remove every eptest-bench-<i> domain and volume in ``pool_name``, this run's or a failed earlier run's."""
     for dom in hypervisor.list_domains():
         if not BENCH_DOMAIN.fullmatch(hypervisor.domain_name(dom)):
             continue
@@ -140,7 +144,7 @@ def remove_fleet(hypervisor):
             hypervisor.undefine_domain(dom, UNDEFINE_ALL)
         except NotFoundError:
             pass
-    pool = hypervisor.lookup_pool(config.POOL_NAME)
+    pool = hypervisor.lookup_pool(pool_name)
     hypervisor.refresh_pool(pool)
     for vol in hypervisor.list_volumes(pool):
         name = hypervisor.volume_name(vol)
@@ -226,10 +230,9 @@ def main():
         others = sum(1 for dom in hypervisor.list_domains() if not BENCH_DOMAIN.fullmatch(hypervisor.domain_name(dom)))
         try:
             remove_fleet(hypervisor)
-            pool = hypervisor.lookup_pool(config.POOL_NAME)
             defined = 0
             for count in sizes:
-                grow_fleet(hypervisor, pool, uid, defined, count, min(args.running, count))
+                grow_fleet(hypervisor, uid, defined, count, min(args.running, count))
                 defined = count
                 result = measure(uid, args.runs)
                 if len(result["entries"]) != count:
