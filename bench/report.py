@@ -377,10 +377,9 @@ def b5_section(results, b5, plots):
              "The hypervisors: %s; the third is the single lab's own libvirtd on this machine (connection local): a "
              "third lab hypervisor (`EGRESS_LAB_HYPERVISORS=3`) would change the lab the other tests share, and the "
              "bare host has no libvirt before prepare.yml. Medians of %s runs, ansible-playbook's start to its end." % (
-                 b5["proxies_per_hypervisor"], ", ".join(b5["hypervisors"]), runs_of(results, "B5")), "",
-             "| hypervisors | create, forks 1 (s) | create, forks N (s) | speed-up | destroy, forks 1 (s) "
-             "| destroy, forks N (s) | speed-up | target |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+                 b5["proxies_per_hypervisor"], ", ".join(b5["hypervisors"]), runs_of(results, "B5")), ""]
+    lines += table_head(["hypervisors", "create, forks 1 (s)", "create, forks N (s)", "speed-up", "destroy, forks 1 (s)",
+                         "destroy, forks N (s)", "speed-up", "target"], "rrrrrrrl")
     missed = None
     for count in sorted({row["hypervisors"] for row in b5["by"].values()}):
         serial, parallel = b5["by"]["%d/1" % count], b5["by"]["%d/%d" % (count, count)]
@@ -396,10 +395,7 @@ def b5_section(results, b5, plots):
     runs = ["%s hypervisor(s), forks %d: create %s, destroy %s" % (
         row["hypervisors"], row["forks"], runs_text(row["create"]), runs_text(row["destroy"]))
         for _key, row in sorted(b5["by"].items())]
-    lines += ["", "Runs (s): " + "; ".join(runs),
-              "", "With forks 1 the runs spread widely (the lab's other work shares the 2 vCPUs); with a fork per "
-              "hypervisor they stay close. The third hypervisor is reached without SSH and likely costs less than "
-              "the other two, one reason 3 with forks 1 is not 1.5 times 2 with forks 1; the spread is the other."]
+    lines += ["", "Runs (s): " + "; ".join(runs)]
     if missed is not None:
         lines += ["", "**Where the target is missed** (%.2fx): the hypervisors' libvirtd, sshd and the modules' "
                   "Python run on the same %s vCPUs as the controller's forks, so two forks share the cores one fork "
@@ -432,8 +428,9 @@ def b7_section(results, b7, plots):
                   "the role's validation, the image check, the seed, the define), the boot to the agent's address "
                   "took %.1f s against the bare boot's %.1f s, the playbook ended %.1f s after the address and squid "
                   "answered %.1f s after that (the module asks libvirt for the address every %g s). What would close "
-                  "it: the role's tasks before the converge run in one module call rather than several tasks, and "
-                  "the wait is for the proxy's port (`wait_for_port`) so the playbook ends when squid answers." % (
+                  "it: the role's tasks before the converge run in one module call rather than several tasks; and part "
+                  "of the gap is squid starting after the agent, which `egress_proxy_wait_for_port: true` (off by "
+                  "default and in this run) makes the playbook wait for, so no polling follows it." % (
                       overhead, deploy["running_at"] or 0, (deploy["address_at"] or 0) - (deploy["running_at"] or 0),
                       bare, (deploy["playbook"] or 0) - (deploy["address_at"] or 0),
                       first - (deploy["playbook"] or 0), b7["poll_interval"])]

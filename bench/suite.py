@@ -66,8 +66,8 @@ def machine():
     }
 
 
-def run_converge(results):
-    subprocess.run([sys.executable, "-m", "bench.bench_converge"], check=True, cwd=REPO_ROOT)
+def run_converge(results, runs):
+    subprocess.run([sys.executable, "-m", "bench.bench_converge", "--runs", str(runs)], check=True, cwd=REPO_ROOT)
     with open(CONVERGE_JSON) as handle:
         results["B2"] = json.load(handle)
 
@@ -78,7 +78,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3, help="repetitions of each timed step (4 GiB: once)")
     parser.add_argument("--sizes", default="256,1024,4096", help="B1's image sizes in MiB")
     parser.add_argument("--entries", default="1,5,20", help="B6's hypervisor entry counts")
-    parser.add_argument("--domains", default="100", help="B3's domain counts")
+    parser.add_argument("--domains", default="100,1000", help="B3's domain counts")
     parser.add_argument("--baseline", help="a commit whose collection B1 and B6 also run, for before/after")
     parser.add_argument("--report-only", metavar="JSON", nargs="+",
                         help="only regenerate docs/performance.md and the plots, from these results files (each "
@@ -107,7 +107,7 @@ def main():
                              for label, path in labels.items()}
             print("B1 done", flush=True)
         if "B2" in only:
-            run_converge(results)
+            run_converge(results, args.runs)
         if "B3" in only:
             results["B3"] = b3_listing.run([int(n) for n in args.domains.split(",")], args.runs)
             print("B3 done", flush=True)
