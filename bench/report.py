@@ -41,6 +41,9 @@ def section(bench, heading):
         @functools.wraps(build)
         def built(results, plots):
             data = results.get(bench)
+            if bench in results.get("failed", {}):
+                return "%s\n\nFailed in this run (`bench/run --only %s` measures it again):\n\n```\n%s\n```\n" % (
+                    heading, bench, results["failed"][bench].strip()[-1500:])
             if not data:
                 return "%s\n\nNot run in the results files this page comes from: `bench/run --only %s` measures it.\n" % (
                     heading, bench)
@@ -553,7 +556,7 @@ def merged(paths):
         with open(path) as handle:
             run = json.load(handle)
         if results is None:
-            results = dict(run, sources=[], seconds=0)
+            results = dict(run, sources=[], seconds=0, failed={}, piece_seconds={})
         results["sources"].append(os.path.relpath(path, REPO_ROOT))
         results.setdefault("loads", []).append("%s: %s" % (
             "+".join(key for key in sorted(run) if key[:1] == "B" and key[1:].isdigit()),
@@ -562,6 +565,11 @@ def merged(paths):
         pieces = {key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()}
         results.update(pieces)
         results.setdefault("runs_of", {}).update(dict.fromkeys(pieces, run["runs"]))
+        results["piece_seconds"].update(run.get("piece_seconds", {}))
+        # A piece that failed in one file and was measured in a later one is measured.
+        results["failed"].update(run.get("failed", {}))
+        for key in pieces:
+            results["failed"].pop(key, None)
     # B2 is bench_converge.py's: runs without it take its latest figures, whichever run wrote them.
     if "B2" not in results and os.path.exists(CONVERGE_JSON):
         with open(CONVERGE_JSON) as handle:
@@ -579,11 +587,12 @@ def write(paths):
             "Regenerate with `flock /tmp/egress-integration.lock bench/run`, or in pieces (`--only B4`, one "
             "benchmark per hold of the lab's lock) and then `bench/run --report-only <results.json> ...`. "
             "Benchmarks never run in the test command.\n\n"
-            "| | |\n|---|---|\n| run | from %s, %.0f s in all |\n| machine | %s vCPUs (%s), %s GiB, kernel %s |\n"
+            "| | |\n|---|---|\n| run | from %s, %.0f s in all%s |\n| machine | %s vCPUs (%s), %s GiB, kernel %s |\n"
             "| libvirt, QEMU | %s; %s |\n| load average at the start of each piece | %s (the lab machine is shared) |\n"
             "| Ansible | %s, modules on Python %s |\n| collection | %s%s |\n"
             "| peer | community.libvirt from `%s`, in its own virtualenv |\n" % (
-                ", ".join("`%s`" % source for source in results["sources"]), results["started"], results["seconds"], m["cpus"],
+                ", ".join("`%s`" % source for source in results["sources"]), results["started"], results["seconds"],
+                "".join("; %s %.0f s" % item for item in sorted(results["piece_seconds"].items())), m["cpus"],
                 m["cpu_model"], m["memory_gib"], m["kernel"], m["libvirt"], (m["qemu"] or "").splitlines()[0], "; ".join(results["loads"]),
                 m["ansible_core"], m["hypervisor_python"], m["collection_commit"],
                 " (with uncommitted changes)" if m["collection_dirty"] else "", results["peer"]))

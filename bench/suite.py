@@ -66,10 +66,17 @@ def machine():
     }
 
 
-def run_converge(results, runs):
+def converge(runs):
     subprocess.run([sys.executable, "-m", "bench.bench_converge", "--runs", str(runs)], check=True, cwd=REPO_ROOT)
     with open(CONVERGE_JSON) as handle:
-        results["B2"] = json.load(handle)
+        return json.load(handle)
+
+
+def save(results, path, started):
+    results["seconds"] = round(time.monotonic() - started, 1)
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(results, handle, indent=1, sort_keys=True)
 
 
 def main():
@@ -91,6 +98,7 @@ def main():
     started = time.monotonic()
     results = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "machine": machine(), "runs": args.runs, "peer": PEER_ANSIBLE}
+    path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
     os.makedirs(CACHE, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-run-", dir=CACHE) as workdir:
         # Ansible's first run on a machine compiles and caches; no benchmark should pay for it.
@@ -99,35 +107,34 @@ def main():
         if args.baseline:
             labels["baseline"] = collections_of(args.baseline, workdir)
             results["baseline"] = args.baseline
-        if "B1" in only:
-            sizes = [int(size) for size in args.sizes.split(",")]
+        sizes = [int(size) for size in args.sizes.split(",")]
+        pieces = {
             # The baseline skips the 4 GiB image: a before/after at 1 GiB says as much, in a quarter of the time.
-            results["B1"] = {label: b1_image.run(path, sizes if label == "now" else [s for s in sizes if s < 4096],
-                                                 args.runs)
-                             for label, path in labels.items()}
-            print("B1 done", flush=True)
-        if "B2" in only:
-            run_converge(results, args.runs)
-        if "B3" in only:
-            results["B3"] = b3_listing.run([int(n) for n in args.domains.split(",")], args.runs)
-            print("B3 done", flush=True)
-        if "B4" in only:
-            results["B4"] = b4_address.run(ansible_env(BUILD_COLLECTIONS))
-            print("B4 done", flush=True)
-        if "B5" in only:
-            results["B5"] = b5_fanout.run(args.runs)
-            print("B5 done", flush=True)
-        if "B6" in only:
-            results["B6"] = b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs)
-            print("B6 done", flush=True)
-        if "B7" in only:
-            results["B7"] = b7_egress.run()
-            print("B7 done", flush=True)
-    results["seconds"] = round(time.monotonic() - started, 1)
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
-    with open(path, "w") as handle:
-        json.dump(results, handle, indent=1, sort_keys=True)
+            "B1": lambda: {label: b1_image.run(collections, sizes if label == "now" else [s for s in sizes if s < 4096],
+                                               args.runs)
+                           for label, collections in labels.items()},
+            "B2": lambda: converge(args.runs),
+            "B3": lambda: b3_listing.run([int(n) for n in args.domains.split(",")], args.runs),
+            "B4": lambda: b4_address.run(ansible_env(BUILD_COLLECTIONS)),
+            "B5": lambda: b5_fanout.run(args.runs),
+            "B6": lambda: b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs),
+            "B7": b7_egress.run,
+        }
+        for bench in ALL:
+            if bench in only:
+                piece_started = time.monotonic()
+                try:
+                    results[bench] = pieces[bench]()
+                except (RuntimeError, OSError, AssertionError, subprocess.CalledProcessError, SystemExit) as exc:
+                    # One piece failing (a boot that never came, a playbook's error) leaves the others to measure;
+                    # the doc says which failed and why.
+                    results.setdefault("failed", {})[bench] = str(exc)[-2000:]
+                    print("%s failed: %s" % (bench, exc), flush=True)
+                results.setdefault("piece_seconds", {})[bench] = round(time.monotonic() - piece_started, 1)
+                # Saved after every piece: a run stopped later keeps what it measured.
+                save(results, path, started)
+                print("%s ended (%.0f s)" % (bench, results["piece_seconds"][bench]), flush=True)
+    save(results, path, started)
     print("results: %s (%.0f s)" % (os.path.relpath(path, REPO_ROOT), results["seconds"]))
     report.write([path])
 
