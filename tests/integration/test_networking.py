@@ -4,7 +4,7 @@ One two-NIC proxy on lab-hv1 (docs/dev/lab.md), the suite's one booted role prox
 with a static address on the LAN, its outside NIC on br1 with a static address on the outside segment,
 where the origin server (tests/lab/origin.py) reports the peer it saw and the headers it got. The role
 deploys it; verify.yml, run on lab-hv1 and on a client in the LAN at once, proves its egress address (curl
-in the LAN namespace) and, with ansible.builtin.uri on the client, names the proxy, the expected and the seen
+in the LAN namespace) and, with curl on the client itself, names the proxy, the expected and the seen
 address when they differ; squid forwards for the
 allowed client only, listens only inside, and passes nothing of the inside on; a second run changes
 nothing, and a new static address replaces it. Bad static addresses and NIC layouts fail before anything
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 PREFIX = "eptest-net-"
 PROXY = PREFIX + "1"
 HV1 = "lab-hv1"
-# A host whose modules run in lab-hv1's LAN namespace, for verify.yml's ansible.builtin.uri path.
+# A host whose modules run in lab-hv1's LAN namespace, for verify.yml's path without egress_proxy_verify_netns.
 LAN_CLIENT = "lan-client"
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
 RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
@@ -122,7 +122,7 @@ def verified(run, host):
 def with_lan_client(net_fleet, variables, expected_outside):
     """An inventory of lab-hv1 and LAN_CLIENT: connection local, modules on /usr/bin/python3 in lab-hv1's LAN namespace.
 
-    From there verify.yml's ansible.builtin.uri reaches the proxy, and kvm_proxy_info reaches lab-hv1's
+    From there verify.yml's curl (run by the command module, so in that namespace) reaches the proxy, and kvm_proxy_info reaches lab-hv1's
     libvirtd through its socket (a Unix socket crosses network namespaces). LAN_CLIENT expects the proxy's
     egress address to be expected_outside.
     """
@@ -165,7 +165,7 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     reported, checked = verified(run, HV1)
     assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
     assert "the origin saw %s (the egress address)" % host(outside) in checked, checked
-    # LAN_CLIENT, with ansible.builtin.uri and told to expect another egress address, reads the origin's JSON
+    # LAN_CLIENT, with curl on the host itself and told to expect another egress address, reads the origin's JSON
     # and fails, naming the proxy, the expected and the seen address.
     assert run.rc != 0, run
     reported, _checked = verified(run, LAN_CLIENT)
