@@ -50,6 +50,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -85,6 +86,7 @@ GIB = 1024 ** 3
 DELETE = "delete"
 FETCH = "fetch"
 WRITE_MARKER = "write marker"
+VERIFY = "verify"
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,8 @@ class ImageResult(Result):
 
     @property
     def downloaded(self):
-        """Whether the image was (in check mode, would be) downloaded: the only change ensure_image makes."""
-        return self.changed
+        """Whether the image was (in check mode, would be) downloaded."""
+        return any(action.startswith("download ") for action in self.actions)
 
     @property
     def throughput(self):
@@ -195,28 +197,23 @@ class ImageResult(Result):
 def plan_image(request, observation):
     """What makes the image ready: nothing when it is, else removing leftovers, the download and the marker.
 
-    Raises PermanentError for a base in use whose marker is missing or wrong
-    (it cannot be fetched again), for a cached base that backs onto another
+    A base in use whose marker is missing or wrong cannot be fetched again:
+    it is verified where it lies against the checksum. Raises PermanentError
+    for one that has no checksum to be verified against, for a cached base that backs onto another
     file, and for a header that makes the image unfit; ValidationError for
     an image larger than ``request.max_virtual_size``.
     """
     cached, spec = observation.cached, request.spec
     before = {"volume": cached.volume, "sha256": cached.marker_digest, "state": cached.state}
     if cached.ready(request.sha256):
-        info = cached.info
-        # Cached before images had to be self-contained: refused, not deleted, since VMs may run on it.
-        if info.backing_path is not None:
-            raise PermanentError(
-                "base volume '%s' in pool '%s' has the backing store %r: it was cached from an image that is not "
-                "self-contained, and every VM on it can read that file of the hypervisor. Delete those VMs, remove the "
-                "image (kvm_base_image state=absent) and cache a self-contained one"
-                % (cached.volume, request.pool, info.backing_path))
-        check_virtual_size(info.capacity_bytes, spec.url, request.max_virtual_size)
+        info = _cached_fit(request, cached)
         return Plan((), ImageResult(cached.volume, info.path, spec.format, cached.marker_digest, info.capacity_bytes,
                                     before=before, after=dict(before)))
     if cached.users:
-        raise in_use_error(cached.volume, request.pool, cached.users, "cannot refetch image into '%s' (its marker '%s' "
-                           "is missing or does not match)" % (cached.volume, cached.marker_name))
+        if request.sha256 is None:
+            raise in_use_error(cached.volume, request.pool, cached.users, "cannot refetch image into '%s' (its marker "
+                               "'%s' is missing or unreadable)" % (cached.volume, cached.marker_name))
+        return _reverify(request, observation, before)
     header = observation.header
     if header is not None:
         check_header(header, spec, request.max_virtual_size)
@@ -230,6 +227,38 @@ def plan_image(request, observation):
     return Plan.of(steps, ImageResult(
         cached.volume, None, spec.format, request.sha256, header.virtual_size if header is not None else None,
         before=before, after={"volume": cached.volume, "sha256": request.sha256, "state": STATE_PRESENT}))
+
+
+def _cached_fit(request, cached):
+    """The cached base's VolumeInfo, once it is known fit to back a VM of ``request``."""
+    info = cached.info
+    # Cached before images had to be self-contained: refused, not deleted, since VMs may run on it.
+    if info.backing_path is not None:
+        raise PermanentError(
+            "base volume '%s' in pool '%s' has the backing store %r: it was cached from an image that is not "
+            "self-contained, and every VM on it can read that file of the hypervisor. Delete those VMs, remove the "
+            "image (kvm_base_image state=absent) and cache a self-contained one"
+            % (cached.volume, request.pool, info.backing_path))
+    check_virtual_size(info.capacity_bytes, request.spec.url, request.max_virtual_size)
+    return info
+
+
+def _reverify(request, observation, before):
+    """A base in use whose marker is missing or wrong: hashed where it lies and, when it matches, marked again.
+
+    Its overlays rule out fetching it again; hashing what the pool holds tells
+    a marker damaged by hand from a base whose content changed (which is refused).
+    """
+    cached = observation.cached
+    info = _cached_fit(request, cached)
+    steps = [Step(VERIFY, "verify base volume %s against sha256 %s (its marker is missing or does not match)"
+                  % (cached.volume, request.sha256), cached)]
+    if cached.marker is not None:
+        steps.append(Step(DELETE, "delete marker volume %s" % cached.marker_name, cached.marker))
+    steps.append(Step(WRITE_MARKER, "write marker volume %s" % cached.marker_name, observation.pool))
+    return Plan.of(steps, ImageResult(
+        cached.volume, info.path, request.spec.format, request.sha256, info.capacity_bytes, before=before,
+        after={"volume": cached.volume, "sha256": request.sha256, "state": STATE_PRESENT}))
 
 
 class ImageCache:
@@ -265,7 +294,8 @@ class ImageCache:
             # Another run may have finished the download while this one waited.
             plan = plan_image(request, self.observe(request))
             return execute(plan, {DELETE: volume_deleter(self.hv), WRITE_MARKER: self._write_marker,
-                                  FETCH: lambda pool, result: self._fetch(request, pool, result)})
+                                  FETCH: lambda pool, result: self._fetch(request, pool, result),
+                                  VERIFY: lambda cached, result: self._verify(request, cached, result)})
 
     def _pool(self, name):
         if name not in self._pools:
@@ -306,6 +336,17 @@ class ImageCache:
 
         self._fill(vol, body.chunks(), verify)
         return body.hash.hexdigest(), body.length, body.seconds
+
+    def _verify(self, request, cached, result):
+        digest = hashlib.sha256()
+        for chunk in self.hv.download_volume(cached.base):
+            digest.update(chunk)
+        if digest.hexdigest() != request.sha256:
+            raise in_use_error(cached.volume, request.pool, cached.users, (
+                "base volume '%s' has sha256 %s, not the %s it was cached with: its content changed behind this "
+                "collection's back, so its marker is not written again and nothing was changed"
+                % (cached.volume, digest.hexdigest(), request.sha256)))
+        return result
 
     def _write_marker(self, pool, result):
         digest = result.sha256

@@ -148,6 +148,12 @@ class ProxyManager:
             verdict = assess(request, digest, domain, missing)
         # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
         # one read it when it booted.
+        # A kept VM's base is checked too (once per set, the answer shared): a marker gone or overwritten is trusted
+        # by no later run. Without a checksum there is nothing to check it against.
+        base_unverified = False
+        if verdict.kind == KEEP and not verdict.drifted and request.image is not None and request.image.checksum:
+            probe = probe or self.images.ensure(check_mode=True)
+            base_unverified = probe.changed
         seed_stale = (verdict.kind == KEEP and not verdict.drifted and not is_active(domain.state) and ensure_seed(
             self.hv, request.pool, request.name, request.seed_files(), check_mode=True).changed)
         own = own_volumes(self.hv, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
@@ -160,7 +166,7 @@ class ProxyManager:
                 raise error.after(left_as_it_was(error.message, request.name, domain if verdict.kind == REPLACE else None),
                                   []) from error
         return Observation(domain=domain, spec=spec, digest=digest, own_volumes=own, missing_disks=missing, build=build,
-                           seed_stale=seed_stale)
+                           seed_stale=seed_stale, base_unverified=base_unverified)
 
     def _describe(self, host, domain, planned, execution, wait):
         """state, ip, uid, created_at, spec_digest, mac and autostart of the domain as the run leaves it.

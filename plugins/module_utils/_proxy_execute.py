@@ -52,6 +52,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan imp
     SHUTTING_DOWN,
     START_DOMAIN,
     UNDEFINE_DOMAIN,
+    VERIFY_IMAGE,
     WRITE_SEED,
     check_disk_size,
     left_as_it_was,
@@ -109,7 +110,7 @@ class Execution:
             DEFINE_DOMAIN: self._define, START_DOMAIN: self._start, ENABLE_AUTOSTART: self._set_autostart,
             DISABLE_AUTOSTART: self._set_autostart, SHUTDOWN_DOMAIN: self._shutdown, DESTROY_DOMAIN: self._destroy,
             UNDEFINE_DOMAIN: self._undefine, DELETE_OVERLAY: self._delete, DELETE_SEED: self._delete,
-            RECORD_OWNER: self._record_owner,
+            RECORD_OWNER: self._record_owner, VERIFY_IMAGE: self._verify_image,
         }
 
     def run(self):
@@ -136,6 +137,9 @@ class Execution:
         result = self.images.ensure(check_mode=False)
         self.base = BaseImage(result.volume, result.path, result.format, result.size)
         check_disk_size(self.request, self.base)
+
+    def _verify_image(self, _target):
+        self.images.ensure(check_mode=False)
 
     def _create_overlay(self, _target):
         request, base = self.request, self.base

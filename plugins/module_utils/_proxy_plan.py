@@ -50,6 +50,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
 
 # The names of the actions, as the result's ``actions`` lists them.
 FETCH_IMAGE = "fetch base image"
+VERIFY_IMAGE = "verify base image"
 CREATE_OVERLAY = "create overlay"
 DELETE_OVERLAY = "delete overlay"
 WRITE_SEED = "write seed"
@@ -101,6 +102,7 @@ class Observation:
     missing_disks: tuple = ()  # (pool, volume) of the domain's disks that are gone
     build: Any = None  # BuildObservation when the VM is built
     seed_stale: bool = False  # a kept, stopped VM's seed does not hold exactly its files (truncated, overwritten)
+    base_unverified: bool = False  # a kept VM's base has a missing or wrong marker (the image cache hashes it again)
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,9 @@ def _keep(request, observation, verdict):
     if verdict.adopt:
         uid = request.uid
         steps.append(Step(RECORD_OWNER, domain))
+    if observation.base_unverified:
+        # Without its marker the base is trusted by no run: a replacement or a new VM on it would fetch again.
+        steps.append(Step(VERIFY_IMAGE))
     if observation.seed_stale:
         # Written before the VM starts: booted from a broken seed it would come up without its cloud-init data.
         steps.append(Step(WRITE_SEED))

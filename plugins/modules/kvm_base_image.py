@@ -27,7 +27,10 @@ description:
     O(state=absent).
   - The image is ready when its base volume and a well-formed marker exist and, with O(checksum), the marker
     records that checksum. A ready image is never downloaded again. The leftovers of an interrupted run
-    (a base without marker, a marker without base) are removed before fetching again.
+    (a base without marker, a marker without base) are removed before fetching again. A base that VM disks back
+    onto is never fetched again. When its marker is missing or does not match, its content is hashed where it lies
+    and, matching O(checksum), its marker is written again; the task fails, changing nothing, when it does not
+    match, and without O(checksum).
   - With O(checksum) the base volume is content-addressed, C(base-<name>-<first 16 hex of sha256>.<format>), so a
     new release is cached next to the old one and never overwrites a file that VM disks back onto. Without
     O(checksum) it is C(base-<name>.<format>) and is kept as first downloaded.

@@ -297,7 +297,9 @@ actions:
     - What was done, in order (in check mode, what would be done, exactly).
     - Each is one of V(fetch base image), V(create overlay), V(delete overlay), V(write seed), V(delete seed),
       V(define domain), V(start domain), V(shutdown domain), V(destroy domain), V(undefine domain),
-      V(enable autostart), V(disable autostart), V(record owner).
+      V(enable autostart), V(disable autostart), V(record owner), V(verify base image).
+    - V(verify base image) is a kept VM's base, whose marker is missing or does not match, hashed where it lies and
+      marked again (see M(egress_proxies.kvm.kvm_base_image)).
     - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
     - When the task fails, the steps completed before the failure.
   returned: always

@@ -1,9 +1,11 @@
 """Volumes and metadata changed behind the collection's back, then one kvm_proxy_set converge.
 
 Each case builds a stopped proxy on the lab (the small image, it never boots), tampers with one
-thing by hand with virsh, converges again, and checks what libvirt holds: the next run either
-repairs what it owns (a garbage seed written again, a deleted base re-fetched) or leaves alone what
-is not its own any more (an owner edited by hand) - and a second converge changes nothing.
+thing by hand with virsh, converges again, and checks what libvirt holds. The next run repairs what
+it owns (a garbage seed written again, a deleted base re-fetched, an overwritten marker checked
+against its base and written again), fails naming what it cannot trust (a base whose content changed
+under its VM), or leaves alone what is not its own any more (an owner edited by hand); a second
+converge changes nothing.
 """
 
 import hashlib
@@ -72,6 +74,37 @@ def test_a_stopped_proxys_seed_overwritten_with_garbage_is_written_again(lab, pr
     assert _seed_files(lab) == good
     run, result = converge()
     assert run.rc == 0 and not result["changed"], run
+
+
+def test_a_base_marker_overwritten_under_a_proxy_is_verified_against_the_base_and_written_again(lab, proxy, tmp_path):
+    converge, base, sha = proxy
+    zeros = tmp_path / "zeros"
+    zeros.write_bytes(b"0" * 64)
+    _virsh(lab.uri, "vol-upload", "--pool", lab.pool, base + ".sha256", str(zeros))
+    run, result = converge()
+    assert run.rc == 0, run
+    (entry,) = result["proxies"]
+    assert entry["actions"] == ["verify base image"], result
+    assert _virsh(lab.uri, "vol-download", "--pool", lab.pool, base + ".sha256", "/dev/stdout").decode() == sha
+    run, result = converge()
+    assert run.rc == 0 and not result["changed"], run
+
+
+def test_a_base_whose_content_changed_under_a_proxy_fails_naming_it_and_nothing_is_deleted(lab, proxy, tmp_path):
+    converge, base, _sha = proxy
+    before = _virsh(lab.uri, "vol-list", lab.pool).decode().split()
+    _virsh(lab.uri, "vol-delete", "--pool", lab.pool, base + ".sha256")
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x5a" * 65536)
+    _virsh(lab.uri, "vol-upload", "--pool", lab.pool, base, str(garbage))
+    run, result = converge()
+    assert run.rc != 0, run
+    assert "base volume '%s'" % base in result["msg"] and "content changed" in result["msg"], result["msg"]
+    assert "'%s.qcow2'" % VM in result["msg"], result["msg"]
+    # Names and paths: every volume but the marker deleted by hand is still there.
+    assert _virsh(lab.uri, "vol-list", lab.pool).decode().split() == [
+        word for word in before if not word.endswith(base + ".sha256")]
+    assert VM in _virsh(lab.uri, "list", "--all", "--name").decode()
 
 
 def test_a_base_deleted_under_its_overlay_is_fetched_again(lab, proxy):

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import requests
@@ -542,18 +543,52 @@ def test_tls_failure_is_permanent_and_names_validate_certs(ensure, monkeypatch):
         ensure(debian("https://mirror.example/debian.qcow2"), http=FailingSession())
 
 
-def test_base_in_use_without_marker_is_never_deleted(hv, server, ensure):
+@pytest.mark.parametrize("marker", [None, b"0" * 64, b"\xff" * 64])
+def test_a_base_in_use_with_its_marker_gone_or_wrong_is_hashed_where_it_lies_and_marked_again(hv, server, ensure,
+                                                                                               marker):
     volume = base_name(IMAGE_SHA)
-    hv.add_volume("default", volume, content=IMAGE)
+    hv.add_volume("default", volume, content=IMAGE, fmt="qcow2", capacity=VIRTUAL_SIZE)
+    if marker is not None:
+        hv.add_volume("default", volume + ".sha256", content=marker)
+    add_overlay(hv, "proxy-1.qcow2", volume)
+    url = server.add("/debian.qcow2", IMAGE)
+
+    predicted = ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=True)
+    assert predicted.actions[0].startswith("verify base volume %s against sha256 %s" % (volume, IMAGE_SHA))
+    assert (predicted.changed, predicted.downloaded, predicted.path) == (True, False, hv.volume("default", volume).path)
+    assert "delete_volume" not in hv.calls
+    result = ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert result.actions == predicted.actions and not result.downloaded
+    assert content(hv, volume + ".sha256") == IMAGE_SHA.encode("ascii") and content(hv, volume) == IMAGE
+    assert server.hit_count("/debian.qcow2") == 0
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA)).changed is False
+
+
+def test_a_base_in_use_whose_content_changed_is_refused_and_nothing_is_deleted(hv, server, ensure):
+    volume = base_name(IMAGE_SHA)
+    hv.add_volume("default", volume, content=b"not the image", fmt="qcow2", capacity=VIRTUAL_SIZE)
     add_overlay(hv, "proxy-1.qcow2", volume)
     add_overlay(hv, "proxy-2.qcow2", volume)
     url = server.add("/debian.qcow2", IMAGE)
 
+    assert ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=True).changed
+    with pytest.raises(PermanentError) as raised:
+        ensure(debian(url, "sha256:" + IMAGE_SHA))
+    assert "content changed" in raised.value.message and "nothing was changed" in raised.value.message
+    assert "'proxy-1.qcow2', 'proxy-2.qcow2'" in raised.value.message and volume in raised.value.message
+    assert "delete_volume" not in hv.calls and volume + ".sha256" not in volume_names(hv)
+    assert server.hit_count("/debian.qcow2") == 0
+
+
+def test_a_base_in_use_without_marker_or_checksum_is_never_deleted(hv, server, ensure):
+    volume = "base-debian-13.qcow2"
+    hv.add_volume("default", volume, content=IMAGE)
+    add_overlay(hv, "proxy-1.qcow2", volume)
+    url = server.add("/debian.qcow2", IMAGE)
+
     for check_mode in (True, False):
-        with pytest.raises(PermanentError) as raised:
-            ensure(debian(url, "sha256:" + IMAGE_SHA), check_mode=check_mode)
-        assert "'proxy-1.qcow2', 'proxy-2.qcow2'" in raised.value.message
-        assert volume in raised.value.message
+        with pytest.raises(PermanentError, match="cannot refetch image .* missing or unreadable.* 'proxy-1.qcow2'"):
+            ensure(debian(url), check_mode=check_mode)
     assert "delete_volume" not in hv.calls
     assert server.hit_count("/debian.qcow2") == 0
 
@@ -858,7 +893,8 @@ def test_plan_takes_the_virtual_size_from_the_header_and_refuses_what_the_downlo
 
 def test_plan_refuses_to_refetch_a_base_in_use_and_a_ready_base_that_backs_onto_a_file():
     with pytest.raises(PermanentError, match="cannot refetch image .* backing store of 'proxy-1.qcow2'"):
-        cache.plan_image(planned_request(), observed(base="base", info=base_info(), users=("proxy-1.qcow2",)))
+        cache.plan_image(replace(planned_request(), sha256=None),
+                         observed(base="base", info=base_info(), users=("proxy-1.qcow2",)))
     with pytest.raises(PermanentError, match="has the backing store '/etc/shadow'"):
         cache.plan_image(planned_request(), observed(base="base", marker="marker", marker_digest=IMAGE_SHA,
                                                      info=base_info("/etc/shadow")))

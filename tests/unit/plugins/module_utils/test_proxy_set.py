@@ -21,6 +21,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set impo
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     CREATE,
+    IMAGE_SHA,
+    MARKER,
     MUTATING,
     NOW,
     REMOVE_RUNNING,
@@ -94,6 +96,21 @@ def test_a_set_is_created_then_left_alone(converge):
     assert hv.calls.count("open") == 0 and hv.calls.count("list_domains") == 2
     again = converge(hv, set_request(["proxy-a", "proxy-b", {"name": "proxy-c", "vcpus": 4}]))
     assert again["changed"] is False and {p["outcome"] for p in again["proxies"]} == {"unchanged"}
+
+
+def test_a_kept_sets_base_whose_marker_was_overwritten_is_hashed_once_and_marked_again(converge):
+    hv = ready_host()
+    names = ["proxy-a", "proxy-b"]
+    converge(hv, set_request(names))
+    hv.volume("default", MARKER).content = bytearray(b"0" * 64)
+    before = len(hv.calls)
+    result = converge(hv, set_request(names))
+    assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.VERIFY_IMAGE])] * 2
+    assert bytes(hv.volume("default", MARKER).content) == IMAGE_SHA.encode("ascii")
+    # One marker written for the set, no VM touched.
+    assert hv.calls[before:].count("upload_volume") == 1
+    assert not {"define_domain", "destroy_domain", "undefine_domain"}.intersection(hv.calls[before:])
+    assert converge(hv, set_request(names))["changed"] is False
 
 
 @pytest.mark.parametrize("changes, message", [
