@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from tests.integration import role_examples
+from tests.integration import examples, role_examples
 from tests.integration.fleet_fixtures import VENV_BIN, FleetRun, overlap
 from tests.lab import config, hypervisors
 
@@ -49,10 +49,6 @@ RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
 HV1, HV2 = "lab-hv1", "lab-hv2"
 
 
-def name(proxy):
-    return role_examples.named(proxy)
-
-
 def ours(spec, kind):
     """This test's domains ({name: state}) or volumes (names) on a hypervisor, entering its namespaces."""
     if kind == "domains":
@@ -62,6 +58,12 @@ def ours(spec, kind):
     hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
     listed = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
     return sorted(volume for volume in listed if volume.startswith(role_examples.NAME_PREFIX))
+
+
+def memory_mib(spec, domain):
+    (kib,) = [line.split()[2] for line in hypervisors.virsh(spec, "dominfo", domain).stdout.splitlines()
+              if line.startswith("Max memory:")]
+    return int(kib) // 1024
 
 
 def remove_ours(specs):
@@ -110,7 +112,7 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     quick = tmp_path / "quick-start"
     role_examples.write_inventory(quick, rule.inventory(quick_files))
     (command,) = [argv for block in role_examples.section_blocks(QUICK_START) for argv in block.commands()]
-    proxies = [name("egress-a"), name("egress-b")]
+    proxies = [role_examples.named("egress-a"), role_examples.named("egress-b")]
 
     deployed = ansible_playbook(hv_fleet, quick, command)
     assert deployed.rc == 0, deployed
@@ -120,7 +122,10 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     listed = {proxy["name"]: proxy for proxy in recorded["ansible_facts"]["egress_proxy_proxies"]}
     assert sorted(listed) == proxies
     assert all(proxy["state"] == "Running" and proxy["ip"] for proxy in listed.values()), listed
-    assert [listed[proxy]["memory_mib"] for proxy in proxies] == [1024, 2048]
+    # The page's fact section: kvm_proxy's result keys and outcome.
+    keys = set(examples.return_docs("kvm_proxy")) | {"outcome"}
+    assert all(keys <= set(proxy) for proxy in listed.values()), [keys - set(proxy) for proxy in listed.values()]
+    assert [memory_mib(hv_fleet.hv1, proxy) for proxy in proxies] == [1024, 2048]
 
     # The command's playbook by name, then the page's play that uses the fact.
     again_plays = [{"ansible.builtin.import_playbook": command[-1]}] + role_examples.section_plays(FACT)
@@ -138,10 +143,10 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     assert predicted.rc == 0, predicted
     outcomes = {host: {proxy: entry["outcome"] for proxy, entry in predicted.items(CONVERGE_TASK, host).items()}
                 for host in (HV1, HV2)}
-    assert outcomes == {HV1: {name("egress-a"): "unchanged"},
-                        HV2: {name("egress-b"): "created", name("egress-old"): "absent"}}, outcomes
+    assert outcomes == {HV1: {role_examples.named("egress-a"): "unchanged"},
+                        HV2: {role_examples.named("egress-b"): "created", role_examples.named("egress-old"): "absent"}}, outcomes
     (converged,) = predicted.results(CONVERGE_TASK, HV1)
-    assert [entry["name"] for entry in converged["spared"]] == [name("egress-b")], converged
+    assert [entry["name"] for entry in converged["spared"]] == [role_examples.named("egress-b")], converged
     spans = predicted.spans(CONVERGE_TASK)
     assert sorted(spans) == [HV1, HV2] and overlap(spans[HV1], spans[HV2]) == 0, spans
     assert ours(hv_fleet.hv1, "domains") == dict.fromkeys(proxies, "running")
