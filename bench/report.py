@@ -257,7 +257,9 @@ def b3_section(results, b3, plots):
         bars += [("kvm_proxies plugin, " + size, three["plugin"]["median"], "C0"),
                  ("peer libvirt plugin, " + size, three["peer_plugin"]["median"], "C1")]
     figure, axes = new_plot(6.4, 0.8 + 0.3 * len(bars))
-    axes.barh([bar[0] for bar in bars][::-1], [bar[1] for bar in bars][::-1], color=[bar[2] for bar in bars][::-1])
+    shown = bars[::-1]
+    axes.barh([label for label, _s, _c in shown], [seconds for _l, seconds, _c in shown],
+              color=[colour for _l, _s, colour in shown])
     axes.set_xscale("log")
     axes.set_xlabel("seconds (log scale)")
     axes.set_title("B3: listing managed domains (this collection blue, community.libvirt orange)")
@@ -538,8 +540,9 @@ def b2_section(results, b2, plots):
                       ", ".join(str(count) for count in missed_noop) or "none",
                       "; " + ", ".join(missed_actions) if missed_actions else "",
                       calls["proxies"], calls["seconds"], last, per_proxy, counts[0], counts[-1])]
-    runs = ["no-op %s: set %s, loop %s" % (count, runs_text(noop["set"][str(count)]["task"]),
-                                          runs_text(noop["loop"][str(count)]["task"])) for count in counts]
+    runs = ["no-op %s: set %s, loop %s" % (
+        count, runs_text(noop["set"][str(count)]["task"]), runs_text(noop["loop"][str(count)]["task"]))
+        for count in counts]
     lines += ["", "Runs (task s): " + "; ".join(runs)]
     series = [(counts, [noop[way][str(count)]["task"]["median"] for count in counts], "o-", label)
               for way, label in (("set", "kvm_proxy_set (the role)"), ("loop", "kvm_proxy loop"))]
