@@ -544,8 +544,7 @@ def test_tls_failure_is_permanent_and_names_validate_certs(ensure, monkeypatch):
 
 
 @pytest.mark.parametrize("marker", [None, b"0" * 64, b"\xff" * 64])
-def test_a_base_in_use_with_its_marker_gone_or_wrong_is_hashed_where_it_lies_and_marked_again(hv, server, ensure,
-                                                                                               marker):
+def test_a_base_in_use_with_a_missing_or_wrong_marker_is_hashed_in_place_and_marked_again(hv, server, ensure, marker):
     volume = base_name(IMAGE_SHA)
     hv.add_volume("default", volume, content=IMAGE, fmt="qcow2", capacity=VIRTUAL_SIZE)
     if marker is not None:
