@@ -1,6 +1,6 @@
 """playbooks/verify.yml's wait for a proxy and its check of the answer, against a scripted proxy on localhost.
 
-verify.yml's own fetch and report tasks (and its play variables) run through ansible-playbook on
+verify.yml's own fetch, report and check tasks (and its play variables) run through ansible-playbook on
 localhost; the proxy is an HTTP server in the test that answers each request with the next answer of a
 script: what a booting proxy says before cloud-init has configured squid (refused, 403, 200 without the
 role's header), then the role's answer, or a wrong one until the timeout.
@@ -20,6 +20,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FETCH_TASK = "Fetch the URL through each proxy, waiting for it to answer"
 REPORT_TASK = "Report what each proxy answered"
+CHECK_TASK = "Check what each proxy answered"
 PROXY = "eptest-verify-1"
 BODY = {"peer": "198.51.100.7", "headers": {}}
 
@@ -68,10 +69,10 @@ def scripted_proxy():
 
 
 def verify(tmp_path, port, timeout):
-    """verify.yml's play with only its fetch and report tasks, on localhost, for one proxy at 127.0.0.1:port."""
+    """verify.yml's play with only its fetch, report and check tasks, on localhost, for one proxy at 127.0.0.1:port."""
     (play,) = yaml.safe_load((REPO_ROOT / "playbooks" / "verify.yml").read_text())
     tasks = {task["name"]: task for task in play["tasks"]}
-    play = dict(play, hosts="localhost", connection="local", tasks=[tasks[FETCH_TASK], tasks[REPORT_TASK]])
+    play = dict(play, hosts="localhost", connection="local", tasks=[tasks[FETCH_TASK], tasks[REPORT_TASK], tasks[CHECK_TASK]])
     playbook = tmp_path / "verify.yml"
     playbook.write_text(yaml.safe_dump([play]))
     variables = {"ansible_python_interpreter": sys.executable, "egress_proxy_verify_url": "http://origin.example/",
@@ -93,6 +94,8 @@ def test_a_booting_proxy_is_asked_again_until_the_roles_answer_in_one_task_witho
     assert proxy.requests == 3
     assert "forwarded http://origin.example/: HTTP 200, X-Egress-Proxy %s, after" % PROXY in completed.stdout
     assert "FAILED - RETRYING" not in completed.stdout
+    # One line per proxy: the registered result (curl's command, the body) is not dumped.
+    assert "verify_result" not in completed.stdout, completed.stdout
 
 
 def test_a_wrong_final_answer_fails_after_the_timeout_naming_proxy_expected_and_seen(tmp_path, scripted_proxy):
