@@ -115,6 +115,10 @@ def fleet_hosts(files):
     return [entry["hypervisor"] for entry in files["inventory/group_vars/hypervisors.yml"].get("egress_proxy_fleet", [])]
 
 
+def named(name):
+    return NAME_PREFIX + name
+
+
 def _read_yaml(*path):
     with open(os.path.join(*path)) as handle:
         return yaml.safe_load(handle)
@@ -134,10 +138,6 @@ class LabRule:
     def host(name):
         return HOSTS[name]
 
-    @staticmethod
-    def named(name):
-        return NAME_PREFIX + name
-
     def hosts_file(self, hosts):
         """hosts.yml's group with each example host as the lab's, connected as inventories/lab connects."""
         return {"hypervisors": {"hosts": {self.host(name): dict(self.host_vars[self.host(name)]) for name in hosts},
@@ -147,9 +147,9 @@ class LabRule:
         """A group_vars or host_vars file: proxy names prefixed, fleet hosts the lab's, the lab's settings in group_vars."""
         adapted = copy.deepcopy(variables)
         for instance in adapted.get("egress_proxy_instances", []):
-            instance["name"] = self.named(instance["name"])
+            instance["name"] = named(instance["name"])
         for entry in adapted.get("egress_proxy_fleet", []):
-            entry["name"] = self.named(entry["name"])
+            entry["name"] = named(entry["name"])
             entry["hypervisor"] = self.host(entry["hypervisor"])
         if group:
             adapted.update(copy.deepcopy(self.settings))
