@@ -494,7 +494,7 @@ def b2_section(results, b2, plots):
              "playbook opens with an `ansible.builtin.ping` task, so each figure has Ansible's fixed cost of the same "
              "run beside it. Task time: start to end of the converge task on the host (the fleet_timeline callback). "
              "This collection is the role's one kvm_proxy_set task; beside it, the same desired state as a loop of "
-             "kvm_proxy tasks, one per proxy (how the role worked before kvm_proxy_set), with the loop's figures %s. "
+             "kvm_proxy tasks, one per proxy (how the role worked before kvm_proxy_set; its figures: %s). "
              "community.libvirt is not measured: %s." % (
                  b2["host"], b2["runs"], b2["loop_figures"],
                  b2.get("peer_note", "bench_converge.py has no community.libvirt playbook of the same state yet")), ""]
@@ -506,8 +506,8 @@ def b2_section(results, b2, plots):
         over_ping = row["task"]["median"] / row["ping"]["median"]
         if over_ping > 1.5:
             missed_noop.append(count)
-        lines.append("| %d proxies | %.2f | %.2f | %.2f | <= 1.5: %s | %.2f | %.2fx |" % (
-            count, row["task"]["median"], row["ping"]["median"], over_ping, met(over_ping <= 1.5),
+        lines.append("| %d %s | %.2f | %.2f | %.2f | <= 1.5: %s | %.2f | %.2fx |" % (
+            count, "proxy" if count == 1 else "proxies", row["task"]["median"], row["ping"]["median"], over_ping, met(over_ping <= 1.5),
             loop["task"]["median"], loop["task"]["median"] / row["task"]["median"]))
     lines.append("")
     lines += table_head(["%s proxies" % big, "kvm_proxy_set, the role (s)", "kvm_proxy loop (s)", "loop / set", "target"],
@@ -529,10 +529,11 @@ def b2_section(results, b2, plots):
         per_proxy = (last - first) / (counts[-1] - counts[0])
         lines += ["", "**Where the target is missed** (no-op at %s proxies%s): the per-proxy cost is not the module's "
                   "libvirt work. The flow of a no-op of %d takes %.2f s over qemu+ssh, while the role's converge task "
-                  "takes %.1f s, %.2f s more per proxy from %d to %d. That time is spent before the module's flow "
-                  "runs: the task's span on the controller includes templating its arguments "
+                  "takes %.1f s, %.2f s more per proxy from %d to %d. That time is outside the flow: the task's span "
+                  "on the controller also covers templating its arguments "
                   "(`egress_proxy__set_args` in `roles/egress_proxy/vars/main.yml` renders every proxy through "
-                  "`templates/proxies.json.j2`, squid.conf and cloud-init included) and shipping them. What would close "
+                  "`templates/proxies.json.j2`, squid.conf and cloud-init included) and shipping them with the module "
+                  "to the host. What would close "
                   "it: render each proxy's files once per play (a `set_fact` before the task, or the per-proxy "
                   "template folded into one pass) so the task's arguments are plain data; measuring the template "
                   "alone (the module replaced by `ansible.builtin.debug` of the same arguments) is the next step. "
