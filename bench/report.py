@@ -11,6 +11,7 @@ import json
 import os
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO_ROOT, "docs", "performance.md")
@@ -261,8 +262,11 @@ def b3_section(results, b3, plots):
     axes.barh([label for label, _s, _c in shown], [seconds for _l, seconds, _c in shown],
               color=[colour for _l, _s, colour in shown])
     axes.set_xscale("log")
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    ticks = [tick for tick in (1, 2, 5, 10, 20, 50, 100, 200) if tick <= 2 * max(seconds for _l, seconds, _c in bars)]
+    axes.set_xticks(ticks, [str(tick) for tick in ticks])
     axes.set_xlabel("seconds (log scale)")
-    axes.set_title("B3: listing managed domains (this collection blue, community.libvirt orange)")
+    axes.set_title("B3: listing (blue: this collection, orange: community.libvirt)", fontsize="medium")
     add_plot(plots, lines, "perf-b3-listing.png", figure, "B3 listing")
     return lines
 
