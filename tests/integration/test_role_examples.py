@@ -42,8 +42,8 @@ from tests.lab import config, hypervisors
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration
 
-QUICK_START, FLEET, SERIAL, DESTROY, FACT = (role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL,
-                                           role_examples.DESTROY, role_examples.FACT)
+QUICK_START, FLEET, SERIAL = role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL
+DESTROY, FACT = role_examples.DESTROY, role_examples.FACT
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
 RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
 HV1, HV2 = "lab-hv1", "lab-hv2"
