@@ -29,9 +29,9 @@ PLAYBOOK = """
 """
 RHEL_PACKAGES = ["qemu-kvm", "qemu-img", "libvirt-daemon", "libvirt-daemon-driver-qemu",
                  "libvirt-daemon-driver-storage-core", "libvirt-client",
-                 "python3-libvirt", "python3-lxml", "python3-pycdlib", "python3-requests"]
+                 "python3-libvirt", "python3-lxml", "python3-pycdlib", "python3-requests", "curl"]
 DEBIAN_COMMON = ["qemu-utils", "libvirt-daemon-system", "libvirt-clients",
-                 "python3-libvirt", "python3-lxml", "python3-pycdlib", "python3-requests"]
+                 "python3-libvirt", "python3-lxml", "python3-pycdlib", "python3-requests", "curl"]
 
 
 def select(tmp_path, **variables):
