@@ -146,16 +146,17 @@ class ProxyManager:
         missing = missing_disks(self.hv, domain) if disks_matter(verdict, domain) else ()
         if missing:
             verdict = assess(request, digest, domain, missing)
-        # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
-        # one read it when it booted.
+        kept = verdict.kind == KEEP and not verdict.drifted
         # A kept VM's base is checked too (once per set, the answer shared): a marker gone or overwritten is trusted
         # by no later run. Without a checksum there is nothing to check it against.
         base_unverified = False
-        if verdict.kind == KEEP and not verdict.drifted and request.image is not None and request.image.checksum:
+        if kept and request.image is not None and request.image.checksum:
             probe = probe or self.images.ensure(check_mode=True)
             base_unverified = probe.changed
-        seed_stale = (verdict.kind == KEEP and not verdict.drifted and not is_active(domain.state) and ensure_seed(
-            self.hv, request.pool, request.name, request.seed_files(), check_mode=True).changed)
+        # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
+        # one read it when it booted.
+        seed_stale = kept and not is_active(domain.state) and ensure_seed(
+            self.hv, request.pool, request.name, request.seed_files(), check_mode=True).changed
         own = own_volumes(self.hv, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
         build = None
         if verdict.kind in (CREATE, REPLACE):
