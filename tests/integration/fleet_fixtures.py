@@ -176,6 +176,14 @@ class Fleet:
                 records = [json.loads(line) for line in handle]
         return FleetRun(completed, records, seconds)
 
+    def command(self, directory, argv, timeout=1200):
+        """A user's command line ``ansible-playbook ARGS`` run in ``directory`` (no timeline kept) -> FleetRun."""
+        env = dict(self._env(os.devnull), ANSIBLE_STDOUT_CALLBACK="json_results")
+        started = time.monotonic()
+        completed = subprocess.run([os.path.join(VENV_BIN, argv[0])] + list(argv[1:]), capture_output=True, text=True,
+                                   timeout=timeout, check=False, env=env, cwd=str(directory))
+        return FleetRun(completed, [], time.monotonic() - started)
+
     def adhoc(self, inventory, module, args="", pattern="hypervisors", timeout=600):
         """ad-hoc `ansible PATTERN -m MODULE -a ARGS -o` -> CompletedProcess."""
         argv = [os.path.join(VENV_BIN, "ansible"), pattern, "-i", inventory, "-m", module, "-o"]

@@ -29,14 +29,10 @@ role_examples.NOT_RUN lists the page's other blocks, with the reason.
 """
 
 import json
-import os
-import subprocess
-import time
 
 import pytest
 
 from tests.integration import examples, role_examples
-from tests.integration.fleet_fixtures import VENV_BIN, FleetRun
 from tests.lab import config, hypervisors
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -84,18 +80,6 @@ def clean_roledoc(hv_fleet):
     remove_ours(hv_fleet.specs)
 
 
-def ansible_playbook(hv_fleet, directory, argv, timeout=1200):
-    """A command ``ansible-playbook ARGS`` run in ``directory``, with fleet_fixtures' settings -> FleetRun.
-
-    The page's commands name their inventory and playbook relative to where they run; no timeline is kept.
-    """
-    env = dict(hv_fleet._env(os.devnull), ANSIBLE_STDOUT_CALLBACK="json_results")
-    started = time.monotonic()
-    completed = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook")] + argv[1:], capture_output=True, text=True,
-                               timeout=timeout, check=False, env=env, cwd=str(directory))
-    return FleetRun(completed, [], time.monotonic() - started)
-
-
 def changed_tasks(run, play):
     """(host, task name) of each task of the run's play that reported a change."""
     return [(host, task["task"]["name"]) for task in run.result["plays"][play]["tasks"]
@@ -117,7 +101,7 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     (command,) = [argv for block in role_examples.section_blocks(QUICK_START) for argv in block.commands()]
     proxies = [role_examples.named("egress-a"), role_examples.named("egress-b")]
 
-    deployed = ansible_playbook(hv_fleet, quick, command)
+    deployed = hv_fleet.command(quick, command)
     assert deployed.rc == 0, deployed
     assert ours(hv_fleet.hv1, "domains") == dict.fromkeys(proxies, "running")
     assert ours(hv_fleet.hv2, "domains") == {}
@@ -132,7 +116,7 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
 
     # The command's playbook by name, then the page's play that uses the fact.
     again_plays = [{"ansible.builtin.import_playbook": command[-1]}] + role_examples.section_plays(FACT)
-    again = ansible_playbook(hv_fleet, quick, command[:-1] + [write_playbook(quick, "again.yml", again_plays)])
+    again = hv_fleet.command(quick, command[:-1] + [write_playbook(quick, "again.yml", again_plays)])
     assert again.rc == 0, again
     # The deploy changed nothing (add_host reports a change for each host it adds to the run's inventory).
     assert changed_tasks(again, play=0) == [], again
@@ -143,7 +127,7 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     fleet = tmp_path / "fleet"
     role_examples.write_inventory(fleet, rule.inventory(fleet_files, role_examples.fleet_hosts(fleet_files)))
     serial = write_playbook(fleet, "serial.yml", role_examples.section_plays(SERIAL))
-    predicted = ansible_playbook(hv_fleet, fleet, ["ansible-playbook", "-i", "inventory", serial, "--check"])
+    predicted = hv_fleet.command(fleet, ["ansible-playbook", "-i", "inventory", serial, "--check"])
     assert predicted.rc == 0, predicted
     outcomes = {host: {proxy: entry["outcome"] for proxy, entry in predicted.items(CONVERGE_TASK, host).items()}
                 for host in (HV1, HV2)}
@@ -159,7 +143,7 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     assert ours(hv_fleet.hv2, "domains") == {}
 
     destroy = write_playbook(quick, "destroy.yml", role_examples.section_plays(DESTROY))
-    destroyed = ansible_playbook(hv_fleet, quick, command[:-1] + [destroy])
+    destroyed = hv_fleet.command(quick, command[:-1] + [destroy])
     assert destroyed.rc == 0, destroyed
     assert destroyed.stats(HV1)["changed"] > 0, destroyed
     assert [ours(spec, kind) for spec in hv_fleet.specs for kind in ("domains", "volumes")] == [{}, [], {}, []]
