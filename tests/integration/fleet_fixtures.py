@@ -159,14 +159,20 @@ class Fleet:
         })
         return env
 
-    def playbook(self, playbook, inventory, extra_vars=None, timeout=1200):
-        """ansible-playbook PLAYBOOK (a name in playbooks/, or a path) on the inventory -> FleetRun."""
+    def playbook(self, playbook, inventory, extra_vars=None, timeout=1200, ansible=None):
+        """ansible-playbook PLAYBOOK (a name in playbooks/, or a path) on the inventory -> FleetRun.
+
+        ``ansible``: the bin directory of another Ansible installation (the benchmarks' peer), which then
+        also finds the collections installed beside it.
+        """
         path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOKS, playbook)
         timeline = str(self.tmp_path / ("timeline-%d.jsonl" % time.monotonic_ns()))
-        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, path]
+        argv = [os.path.join(ansible or VENV_BIN, "ansible-playbook"), "-i", inventory, path]
         if extra_vars:
             argv += ["-e", json.dumps(extra_vars)]
         env = dict(self._env(timeline), ANSIBLE_STDOUT_CALLBACK="json_results")
+        if ansible:
+            env["ANSIBLE_COLLECTIONS_SCAN_SYS_PATH"] = "true"
         started = time.monotonic()
         completed = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env, cwd=REPO_ROOT)
         seconds = time.monotonic() - started
