@@ -1,16 +1,19 @@
-"""Converging one hypervisor's set (issue 14): the role's one kvm_proxy_set call against a per-proxy kvm_proxy loop.
+"""Converging one hypervisor's set (B2): the role's one kvm_proxy_set call, a per-proxy kvm_proxy loop, community.libvirt.
 
 On lab-hv1, over SSH as users run it (inventories/lab/hosts.yml), with the lab's small non-booting
 image, in one run: an ansible.builtin.ping task opens every playbook, so each figure has the trivial
 task of the same run beside it; then a no-op converge of 1, 10 and 40 proxies, and the create and
-the destroy of 40, each through the role (one kvm_proxy_set task) and through a loop of kvm_proxy
-tasks, as the role did before. Task times come from the fleet_timeline callback (start to end of
-the task on the host); the playbook's wall time is kept too. Every figure is the median of the runs.
+the destroy of 40, each through the role (one kvm_proxy_set task), through a loop of kvm_proxy
+tasks (as the role did before), and through the same desired state written with community.libvirt's
+modules (PEER_PLAYBOOK, run by the pinned `ansible` package's ansible-playbook in its own virtualenv).
+Task times come from the fleet_timeline callback (start to end of the task on the host; the peer's
+from its first task's start to its last one's end); the playbook's wall time is kept too. Every
+figure is the median of the runs.
 Last, the libvirt calls of a no-op set of 40 are counted through a wrapper around the seam (the set's
 flow run in this process over qemu+ssh, on a set of its own made and removed here).
 
 Usage (as root, lab up, under the integration lock; bench/run runs it as part of B2):
-  flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.bench_converge [--runs 3]
+  flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.bench_converge [--runs 3] [--ways set,loop,peer]
 Writes bench/results/converge.json. Every domain and volume made here is removed afterwards.
 """
 
@@ -28,7 +31,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
-from bench._common import REPO_ROOT, figure
+from bench._common import REPO_ROOT, figure, peer_venv, peer_version
 from tests.integration.fleet_fixtures import Fleet
 from tests.lab import config, hypervisors
 
@@ -39,6 +42,8 @@ BIG = 40
 PING_TASK = "Ping the hypervisor"
 ROLE_TASKS = {"deploy": "Converge the proxies of this hypervisor", "destroy": "Remove the proxies and their disks"}
 LOOP_TASK = "Converge each proxy"
+PEER_BASE = config.TEST_DOMAIN_PREFIX + "bench-peer-base.qcow2"
+WAYS = ("set", "loop", "peer")
 
 ROLE_PLAYBOOK = """
 - hosts: %(host)s
@@ -80,17 +85,133 @@ LOOP_PLAYBOOK = """
       loop: "{{ bench_names }}"
 """
 
+# The peer: the same desired state written with community.libvirt 2.0.0's modules, as a user of it would.
+# It has no image cache and no set: get_url caches the base (checksum-verified) into the pool's directory,
+# then one task per step loops over the proxies: an overlay backed on the base (virt_volume), a cloud-init
+# seed (virt_volume create_cidata_cdrom), the domain's definition (virt define; the fuzzy MAC flag keeps the
+# NIC's MAC on a redefine, so a second run redefines the same domain) and the domain running. Two playbooks,
+# as a user would write them; the removal lists the domains first (virt's destroy and undefine fail on a
+# domain that does not exist).
+PEER_HEAD = """
+- hosts: %(host)s
+  gather_facts: false
+  # community.libvirt has no action group: each module's own defaults.
+  module_defaults:
+    community.libvirt.virt: {uri: "{{ egress_proxy_uri }}"}
+    community.libvirt.virt_pool: {uri: "{{ egress_proxy_uri }}"}
+    community.libvirt.virt_volume: {uri: "{{ egress_proxy_uri }}"}
+  vars:
+    base: "{{ bench_pool_dir }}/%(base)s"
+  tasks:
+    - name: %(ping)s
+      ansible.builtin.ping:
+"""
+PEER_DEPLOY = PEER_HEAD + """
+    - name: Cache the base image in the pool's directory
+      ansible.builtin.get_url:
+        url: "{{ egress_proxy_image.url }}"
+        checksum: "{{ egress_proxy_image.checksum }}"
+        dest: "{{ base }}"
+        mode: "0644"
+      register: cached
+    - name: Refresh the pool
+      community.libvirt.virt_pool:
+        name: "{{ egress_proxy_pool }}"
+        command: refresh
+      when: cached is changed
+    - name: Make each overlay
+      community.libvirt.virt_volume:
+        pool: "{{ egress_proxy_pool }}"
+        state: present
+        xml: |
+          <volume type='file'>
+            <name>{{ item }}.qcow2</name>
+            <capacity unit='G'>{{ egress_proxy_disk_size_gb }}</capacity>
+            <target><format type='qcow2'/></target>
+            <backingStore><path>{{ base }}</path><format type='qcow2'/></backingStore>
+          </volume>
+      loop: "{{ bench_names }}"
+    - name: Make each seed
+      community.libvirt.virt_volume:
+        pool: "{{ egress_proxy_pool }}"
+        command: create_cidata_cdrom
+        name: "{{ item }}-seed.iso"
+        cloudinit_config:
+          METADATA: {instance-id: "{{ item }}", local-hostname: "{{ item }}"}
+          USERDATA: {}
+      loop: "{{ bench_names }}"
+    - name: Define each domain
+      community.libvirt.virt:
+        command: define
+        mutate_flags: [ADD_UUID, ADD_MAC_ADDRESSES_FUZZY]
+        xml: |
+          <domain type='{{ egress_proxy_virt_type }}'>
+            <name>{{ item }}</name>
+            <memory unit='MiB'>{{ egress_proxy_memory_mib }}</memory>
+            <vcpu>1</vcpu>
+            <os><type arch='x86_64'>hvm</type><boot dev='hd'/></os>
+            <features><acpi/></features>
+            <devices>
+              <disk type='volume' device='disk'>
+                <driver name='qemu' type='qcow2'/>
+                <source pool='{{ egress_proxy_pool }}' volume='{{ item }}.qcow2'/>
+                <target dev='vda' bus='virtio'/>
+              </disk>
+              <controller type='scsi' model='virtio-scsi'/>
+              <disk type='volume' device='cdrom'>
+                <driver name='qemu' type='raw'/>
+                <source pool='{{ egress_proxy_pool }}' volume='{{ item }}-seed.iso'/>
+                <target dev='sda' bus='scsi'/>
+                <readonly/>
+              </disk>
+              <interface type='bridge'><source bridge='{{ egress_proxy_bridge }}'/><model type='virtio'/></interface>
+              <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+              <serial type='pty'/>
+            </devices>
+          </domain>
+      loop: "{{ bench_names }}"
+    - name: Start each domain
+      community.libvirt.virt:
+        name: "{{ item }}"
+        state: running
+      loop: "{{ bench_names }}"
+"""
+PEER_DESTROY = PEER_HEAD + """
+    - name: List the domains
+      community.libvirt.virt:
+        command: list_vms
+      register: listed
+    - name: Stop each domain
+      community.libvirt.virt:
+        name: "{{ item }}"
+        state: destroyed
+      loop: "{{ bench_names | intersect(listed.list_vms) }}"
+    - name: Undefine each domain
+      community.libvirt.virt:
+        name: "{{ item }}"
+        command: undefine
+      loop: "{{ bench_names | intersect(listed.list_vms) }}"
+    - name: Remove each overlay and seed
+      community.libvirt.virt_volume:
+        pool: "{{ egress_proxy_pool }}"
+        name: "{{ item }}"
+        state: absent
+      loop: "{{ bench_names | product(['.qcow2', '-seed.iso']) | map('join') | list }}"
+"""
+
 
 class Bench:
-    def __init__(self, fleet, workdir):
+    def __init__(self, fleet, workdir, peer=None):
         self.fleet = fleet
         self.workdir = workdir
+        self.peer = peer
         self.inventory = fleet.inventory(fleet.role_vars())
         self.playbooks = {}
-        for way, text in (("set", ROLE_PLAYBOOK), ("loop", LOOP_PLAYBOOK)):
+        for way, text in (("set", ROLE_PLAYBOOK), ("loop", LOOP_PLAYBOOK), ("peer-deploy", PEER_DEPLOY),
+                          ("peer-destroy", PEER_DESTROY)):
             path = os.path.join(workdir, "%s.yml" % way)
             with open(path, "w") as handle:
-                handle.write(text % {"host": HOST, "ping": PING_TASK, "loop": LOOP_TASK})
+                handle.write(text % {"host": HOST, "ping": PING_TASK, "loop": LOOP_TASK, "base": PEER_BASE})
             self.playbooks[way] = path
 
     def names(self, way, count):
@@ -99,50 +220,62 @@ class Bench:
     def run(self, way, action, count):
         """{ping, task, playbook} seconds of one playbook run that deploys (or destroys) ``count`` proxies."""
         names = self.names(way, count)
+        ansible = None
         if way == "set":
             extra = {"bench_entry": "main" if action == "deploy" else "destroy", "egress_proxy_uid": "eptest-bench-set",
                      "egress_proxy_instances": [{"name": proxy} for proxy in names]}
-            task = ROLE_TASKS[action]
         else:
             extra = {"bench_state": "present" if action == "deploy" else "absent", "bench_names": names,
                      "egress_proxy_uid": "eptest-bench-loop"}
-            task = LOOP_TASK
-        run = self.fleet.playbook(self.playbooks[way], self.inventory, extra, timeout=1800)
+        if way == "peer":
+            extra["bench_pool_dir"] = self.fleet.hv1.pool_dir
+            ansible = os.path.join(self.peer, "bin")
+        playbook = self.playbooks["%s-%s" % (way, action) if way == "peer" else way]
+        run = self.fleet.playbook(playbook, self.inventory, extra, timeout=1800, ansible=ansible)
         if run.rc != 0:
             raise RuntimeError(repr(run))
-        spans = {"ping": run.spans(PING_TASK)[HOST], "task": run.spans(task)[HOST]}
-        result = {key: end - start for key, (start, end) in spans.items()}
-        result["playbook"] = run.seconds
+        ping = run.spans(PING_TASK)[HOST]
+        if way == "peer":
+            # Its work is several tasks: from the first one's start to the last one's end.
+            records = [record for record in run.timeline if record["host"] == HOST and record["task"] != PING_TASK]
+            task = (min(record["start"] for record in records), max(record["end"] for record in records))
+        else:
+            task = run.spans(ROLE_TASKS[action] if way == "set" else LOOP_TASK)[HOST]
+        result = {"ping": ping[1] - ping[0], "task": task[1] - task[0], "playbook": run.seconds}
         return result, run
 
-    def measure(self, runs, ways=("set", "loop")):
-        figures = {"noop": {}, "create_%d" % BIG: {}, "destroy_%d" % BIG: {}}
+    def measure(self, runs, ways=WAYS):
+        """Per way and size, ``runs`` times: a create, a no-op and a destroy (timed at BIG; untimed below it, where
+        one create before the no-ops and one destroy after them do)."""
+        figures = {"noop": {}, "noop_changed": {}, "create_%d" % BIG: {}, "destroy_%d" % BIG: {}}
         pings = []
         for way in ways:
             for count in SIZES:
-                self.run(way, "deploy", count)
-                samples = []
-                for _run in range(runs):
+                creates, noops, destroys, changed = [], [], [], []
+                for run_index in range(runs):
+                    if count == BIG or run_index == 0:
+                        creates.append(self.run(way, "deploy", count)[0])
                     timing, run = self.run(way, "deploy", count)
-                    assert run.stats(HOST)["changed"] == 0, "the no-op converge changed something: %r" % run
-                    samples.append(timing)
-                    pings.append(timing["ping"])
-                figures["noop"].setdefault(way, {})[str(count)] = summary(samples)
-                self.run(way, "destroy", count)
-            creates, destroys = [], []
-            for _run in range(runs):
-                creates.append(self.run(way, "deploy", BIG)[0])
-                timing = self.run(way, "destroy", BIG)[0]
-                destroys.append(timing)
-                pings.extend([creates[-1]["ping"], timing["ping"]])
-            figures["create_%d" % BIG][way] = summary(creates)
-            figures["destroy_%d" % BIG][way] = summary(destroys)
+                    changed.append(run.stats(HOST)["changed"])
+                    # The peer's seed task reports a change at every run (create_cidata_cdrom does): kept, not refused.
+                    assert way == "peer" or changed[-1] == 0, "the no-op converge changed something: %r" % run
+                    noops.append(timing)
+                    if count == BIG or run_index == runs - 1:
+                        destroys.append(self.run(way, "destroy", count)[0])
+                figures["noop"].setdefault(way, {})[str(count)] = summary(noops)
+                figures["noop_changed"].setdefault(way, {})[str(count)] = changed
+                pings.extend(sample["ping"] for sample in creates + noops + destroys)
+                if count == BIG:
+                    figures["create_%d" % BIG][way] = summary(creates)
+                    figures["destroy_%d" % BIG][way] = summary(destroys)
         figures["ping"] = figure(pings)
         return figures
 
-    def clean(self, ways=("set", "loop")):
+    def clean(self, ways=WAYS):
         for way in ways:
             self.run(way, "destroy", BIG)
+        if "peer" in ways:
+            hypervisors.virsh(self.fleet.hv1, "vol-delete", PEER_BASE, "--pool", config.HV_POOL_NAME, check=False)
 
 
 class Counting:
@@ -192,45 +325,42 @@ def summary(samples):
 
 
 def ratios(figures):
-    """The issue's targets: no-op task / ping at every N, and the loop's create and destroy over the set's."""
-    noop = {count: round(figures["noop"]["set"][count]["task"]["median"] / figures["noop"]["set"][count]["ping"]["median"], 2)
-            for count in figures["noop"]["set"]}
-    faster = {action: round(figures[action]["loop"]["task"]["median"] / figures[action]["set"]["task"]["median"], 2)
-              for action in ("create_%d" % BIG, "destroy_%d" % BIG)}
-    return {"noop_task_over_ping": noop, "loop_over_set": faster}
+    """The issue's targets: no-op task / ping at every N; the loop's and the peer's time over the set's (task and playbook)."""
+    def task(way, key, count=None):
+        entry = figures[key][way] if count is None else figures[key][way][count]
+        return entry["task"]["median"]
+
+    result = {"noop_task_over_ping": {count: round(task("set", "noop", count) / figures["noop"]["set"][count]["ping"]["median"], 2)
+                                      for count in figures["noop"]["set"]}}
+    for way in ("loop", "peer"):
+        if way in figures["noop"]:
+            result["%s_over_set" % way] = dict(
+                {"noop_%s" % count: round(task(way, "noop", count) / task("set", "noop", count), 2) for count in figures["noop"][way]},
+                **{action: round(task(way, action) / task("set", action), 2) for action in ("create_%d" % BIG, "destroy_%d" % BIG)})
+    return result
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--calls-only", action="store_true", help="only count the no-op's libvirt calls; keep the figures")
-    parser.add_argument("--reuse-loop", action="store_true",
-                        help="measure the set only; keep the kvm_proxy loop's figures of the last run (it takes ~8 min)")
+    parser.add_argument("--ways", default=",".join(WAYS), help="which of %s to measure (all: the report needs all)" % ", ".join(WAYS))
     args = parser.parse_args()
+    ways = tuple(way for way in WAYS if way in args.ways.split(","))
     specs = [spec for spec in hypervisors.present_specs() if spec.name == HOST and hypervisors.holder(spec)]
     if not specs:
         sys.exit("%s is not up: scripts/lab up" % HOST)
+    peer = peer_venv() if "peer" in ways else None
     with tempfile.TemporaryDirectory(prefix="bench-converge-") as workdir:
         # Fleet wants two hypervisors; only the first one is used here.
         fleet = Fleet(specs * 2, pathlib.Path(workdir))
-        if args.calls_only:
-            with open(RESULT) as handle:
-                document = json.load(handle)
-        else:
-            bench = Bench(fleet, workdir)
-            ways = ("set",) if args.reuse_loop else ("set", "loop")
-            try:
-                figures = bench.measure(args.runs, ways)
-            finally:
-                bench.clean(ways)
-            if args.reuse_loop:
-                with open(RESULT) as handle:
-                    previous = json.load(handle)["figures"]
-                for key in ("noop", "create_%d" % BIG, "destroy_%d" % BIG):
-                    figures[key]["loop"] = previous[key]["loop"]
-            document = {"host": HOST, "runs": args.runs, "figures": figures, "ratios": ratios(figures),
-                        "loop_figures": "reused from the previous run" if args.reuse_loop else "this run"}
-        document["noop_calls"] = count_noop_calls(specs[0], fleet.role_vars(), BIG)
+        bench = Bench(fleet, workdir, peer)
+        try:
+            figures = bench.measure(args.runs, ways)
+        finally:
+            bench.clean(ways)
+        document = {"host": HOST, "runs": args.runs, "figures": figures, "ratios": ratios(figures),
+                    "peer_version": peer_version(peer) if peer else None,
+                    "noop_calls": count_noop_calls(specs[0], fleet.role_vars(), BIG)}
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)
     with open(RESULT, "w") as handle:
         json.dump(document, handle, indent=2, sort_keys=True)
