@@ -2,26 +2,88 @@
 
 The tests that use them run on lab-hv1/lab-hv2 (tests/lab/hypervisors.py) so the single lab's
 libvirtd, which other integration tests share, is never touched.
+
+Every wait here has a bound of its own, far above what the step takes on a machine busy with the other
+lane's TCG boots, and fails with what did not happen: a fault test that hangs would otherwise hold the
+whole test command until the Fleet's 1200 s timeout.
 """
 
 import contextlib
 import os
 import signal
+import subprocess
+import threading
 import time
 
 import yaml
 
 from tests.lab import config, hypervisors, namespaces
 
+# One ansible-playbook run of a few non-booting proxies on two hypervisors: 4-15 s here, loaded or not.
+CONVERGE_BOUND = 300
+# One virsh call on a hypervisor's libvirtd that is not frozen.
+VIRSH_BOUND = 60
+# A signalled libvirtd reaching the stopped state (T), once a CPU runs it.
+STOP_BOUND = 10
+# ansible-playbook ending after its module's SIGKILL, or after its own: the module's failure is read at once.
+KILLED_RUN_BOUND = 60
+
+
+def virsh(spec, *args, check=True):
+    """virsh on the hypervisor's own libvirtd (as hypervisors.virsh), within VIRSH_BOUND."""
+    try:
+        completed = subprocess.run(hypervisors.virsh_argv(spec, *args), capture_output=True, text=True,
+                                   timeout=VIRSH_BOUND, check=False)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("virsh %s on %s did not answer within %d s" % (" ".join(args), spec.name, VIRSH_BOUND)) from None
+    assert completed.returncode == 0 or not check, "virsh %s on %s failed: %s" % (
+        " ".join(args), spec.name, completed.stderr.strip())
+    return completed
+
 
 @contextlib.contextmanager
 def frozen_libvirtd(spec):
-    """The hypervisor's libvirtd stopped with SIGSTOP for the block: it accepts connections, never answers."""
+    """The hypervisor's libvirtd stopped with SIGSTOP for the block: it accepts connections, never answers.
+
+    The block starts once libvirtd is stopped, not just signalled: on a busy machine the stop lands
+    milliseconds later, and hypervisors.thaw sends SIGCONT only to a stopped daemon, so a short block would
+    leave libvirtd stopped for good. After SIGCONT it answers again (virsh version) before the test goes on."""
     hypervisors.freeze(spec)
     try:
+        pid = hypervisors.daemon_pid(spec, "libvirtd")
+        deadline = time.monotonic() + STOP_BOUND
+        while not namespaces.is_frozen(pid):
+            assert time.monotonic() < deadline, "libvirtd %d of %s did not stop within %d s of SIGSTOP" % (
+                pid, spec.name, STOP_BOUND)
+            time.sleep(0.001)
         yield
     finally:
         hypervisors.thaw(spec)
+        virsh(spec, "version")
+
+
+@contextlib.contextmanager
+def promptly():
+    """The calling thread scheduled SCHED_FIFO for the block, so a poll in it reacts within its interval.
+
+    Beside the other lane's TCG boots a normal thread wakes up late, later than the module takes from
+    creating the seed volume to defining the domain; a real-time one preempts them at once. Processes it
+    starts run as normal ones (SCHED_RESET_ON_FORK)."""
+    os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(10))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+class Phases:
+    """One timestamped line per phase of a fault test, for pytest -s and for the output a failure shows."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+
+    def __call__(self, what):
+        print("%s +%.1f s: %s" % (time.strftime("%H:%M:%S"), time.monotonic() - self.started, what), flush=True)
 
 
 def kill_libvirtd(spec):
@@ -102,18 +164,40 @@ class ProxySets:
         return options
 
     def converge(self, sets, **changes):
-        """One ansible-playbook run converging ``sets`` ({host: [proxy entries]}) -> FleetRun."""
+        """One ansible-playbook run converging ``sets`` ({host: [proxy entries]}) -> FleetRun, within CONVERGE_BOUND."""
         full = {host: list(sets.get(host, ())) for host in self.specs}
-        return self.fleet.playbook(self.playbook, self.inventory, {"options": self.options(**changes), "sets": full})
+        try:
+            return self.fleet.playbook(self.playbook, self.inventory, {"options": self.options(**changes), "sets": full},
+                                       timeout=CONVERGE_BOUND)
+        except subprocess.TimeoutExpired:
+            self.kill_controller()
+            raise AssertionError("ansible-playbook converging %s did not end within %d s" % (full, CONVERGE_BOUND)) from None
 
     def converge_into(self, outcome, sets, **changes):
         """converge() for a thread: the FleetRun lands in outcome["run"]."""
         outcome["run"] = self.converge(sets, **changes)
 
+    def in_background(self, sets, **changes):
+        """converge() started in a thread, for a test that acts while it runs -> BackgroundConverge."""
+        return BackgroundConverge(self, sets, changes)
+
+    def controller_pids(self):
+        """Every ansible-playbook process of this test's runs (forks included), found by its playbook path."""
+        return [int(pid) for pid in os.listdir("/proc") if pid.isdigit()
+                and self.playbook in namespaces.cmdline_text(int(pid))]
+
+    def kill_controller(self):
+        """SIGKILL every ansible-playbook process of this test's runs; their pids."""
+        pids = self.controller_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
     def domains(self, spec):
         """{name: state} of this test's domains on the hypervisor."""
         states = {}
-        for line in hypervisors.virsh(spec, "list", "--all").stdout.splitlines():
+        for line in virsh(spec, "list", "--all").stdout.splitlines():
             fields = line.split(None, 2)
             if len(fields) == 3 and fields[1].startswith(self.prefix):
                 states[fields[1]] = fields[2].strip()
@@ -122,8 +206,8 @@ class ProxySets:
     @staticmethod
     def volumes(spec):
         """{volume name: path} of the hypervisor's pool, refreshed."""
-        hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
-        lines = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.splitlines()
+        virsh(spec, "pool-refresh", config.HV_POOL_NAME)
+        lines = virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.splitlines()
         return dict(line.split(None, 1) for line in lines if line.strip())
 
     def own_volumes(self, spec):
@@ -134,8 +218,35 @@ class ProxySets:
         for spec in self.specs.values():
             restore_libvirtd(spec)
             for name in self.domains(spec):
-                hypervisors.virsh(spec, "destroy", name, check=False)
-                hypervisors.virsh(spec, "undefine", name, "--managed-save", "--snapshots-metadata", "--nvram")
+                virsh(spec, "destroy", name, check=False)
+                virsh(spec, "undefine", name, "--managed-save", "--snapshots-metadata", "--nvram")
             for volume in self.volumes(spec):
                 if volume.startswith((self.prefix, "base-" + self.image)):
-                    hypervisors.virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
+                    virsh(spec, "vol-delete", volume, "--pool", config.HV_POOL_NAME)
+
+
+class BackgroundConverge:
+    """ProxySets.converge in a daemon thread; joined within a bound, its FleetRun or the error it raised."""
+
+    def __init__(self, proxy_sets, sets, changes):
+        self._outcome = {}
+        self._thread = threading.Thread(target=self._converge, args=(proxy_sets, sets, changes), daemon=True)
+        self._thread.start()
+
+    def _converge(self, proxy_sets, sets, changes):
+        try:
+            self._outcome["run"] = proxy_sets.converge(sets, **changes)
+        except (AssertionError, ValueError) as error:  # ValueError: a killed run's JSON ends mid-document
+            self._outcome["error"] = error
+
+    def is_alive(self):
+        return self._thread.is_alive()
+
+    def join(self, bound, after):
+        """The FleetRun (None when the run raised); asserts that it ended within ``bound`` s ``after`` what."""
+        self._thread.join(bound)
+        assert not self._thread.is_alive(), "ansible-playbook did not end within %d s %s" % (bound, after)
+        return self._outcome.get("run")
+
+    def error(self):
+        return self._outcome.get("error")
