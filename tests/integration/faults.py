@@ -229,6 +229,7 @@ class BackgroundConverge:
     """ProxySets.converge in a daemon thread; joined within a bound, its FleetRun or the error it raised."""
 
     def __init__(self, proxy_sets, sets, changes):
+        self._proxy_sets = proxy_sets
         self._outcome = {}
         self._thread = threading.Thread(target=self._converge, args=(proxy_sets, sets, changes), daemon=True)
         self._thread.start()
@@ -245,7 +246,9 @@ class BackgroundConverge:
     def join(self, bound, after):
         """The FleetRun (None when the run raised); asserts that it ended within ``bound`` s ``after`` what."""
         self._thread.join(bound)
-        assert not self._thread.is_alive(), "ansible-playbook did not end within %d s %s" % (bound, after)
+        if self._thread.is_alive():
+            self._proxy_sets.kill_controller()  # so the test's cleanup does not race the run
+            raise AssertionError("ansible-playbook did not end within %d s %s" % (bound, after))
         return self._outcome.get("run")
 
     def error(self):
