@@ -13,10 +13,12 @@ import os
 import sys
 
 import pytest
+from ansible import template as ansible_template
 from ansible.errors import AnsibleParserError
 from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import inventory_loader
+from ansible.template import Templar
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
@@ -340,3 +342,17 @@ keyed_groups:
         parse(config + "strict: true\n")
     inventory = parse(config.replace("key: kvm_proxy_vcpus", "key: kvm_proxy_vcpus | string")).inventory
     assert sorted(name for name in inventory.groups if name.startswith("vcpus_")), "no vcpus_<n> group"
+
+
+def test_what_a_hypervisor_reports_is_never_rendered_as_a_template(parse, hypervisors):
+    """A domain's metadata is written by whoever can define domains on the hypervisor: a host variable
+    holding template text must come out as that text, on every ansible-core (2.19 and later trust no
+    plugin data; older releases get it marked unsafe)."""
+    managed_domain(hypervisors[NAS1], "proxy-odd", "{{ 6 * 7 }}")
+    host = parse(TWO_HYPERVISORS).inventory.get_host("proxy-odd")
+    templar = Templar(loader=DataLoader(), variables=host.get_vars())
+    # The expression is the playbook's own, trusted (2.19 and later template only trusted text).
+    expression = "{{ kvm_proxy_uid }}"
+    if hasattr(ansible_template, "trust_as_template"):
+        expression = ansible_template.trust_as_template(expression)
+    assert templar.template(expression) == "{{ 6 * 7 }}"
