@@ -536,11 +536,11 @@ def b2_section(results, b2, plots):
             action, row, loop, loop / row, met(loop / row >= 5), peer, peer / row, met(peer > row)))
     lines += ["", "The whole playbook, as a user waits for it (wall seconds, ping included):", ""]
     lines += table_head(["playbook", "the role", "kvm_proxy loop", "community.libvirt"], "lrrr")
-    for label, entry in [("no-op %d" % count, {way: noop[way][str(count)] for way in ("set", "loop", "peer")})
-                         for count in counts] + [("%s %s" % (action, big), figures["%s_%s" % (action, big)])
-                                                 for action in ("create", "destroy")]:
-        lines.append("| %s | %.1f | %.1f | %.1f |" % ((label,) + tuple(entry[way]["playbook"]["median"]
-                                                                      for way in ("set", "loop", "peer"))))
+    ways = ("set", "loop", "peer")
+    playbooks = [("no-op %d" % count, {way: noop[way][str(count)] for way in ways}) for count in counts]
+    playbooks += [("%s %s" % (action, big), figures["%s_%s" % (action, big)]) for action in ("create", "destroy")]
+    for label, entry in playbooks:
+        lines.append("| %s | %.1f | %.1f | %.1f |" % ((label,) + tuple(entry[way]["playbook"]["median"] for way in ways)))
     by_method = ", ".join("%s %d" % item for item in sorted(calls["by_method"].items(), key=lambda item: -item[1]))
     lines += ["", "libvirt calls of a no-op set of %d, counted through a wrapper around the seam (the set's flow in "
               "this process over qemu+ssh to %s): %.2f per proxy, %d in all (%s), %.2f s for the whole flow." % (
