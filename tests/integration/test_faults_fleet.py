@@ -49,7 +49,7 @@ def _assert_exactly(proxy_sets, sets, state="running"):
 
 def test_two_runs_of_the_same_sets_at_once_end_converged(proxy_sets):
     sets = _sets(proxy_sets, 2)
-    runners = [proxy_sets.in_background(sets) for _ in range(2)]
+    runners = [proxy_sets.in_background(sets), proxy_sets.in_background(sets)]
     for runner in runners:
         run = runner.join(CONVERGE_BOUND + 30, "beside a second run of the same sets")
         assert run, runner.error()
