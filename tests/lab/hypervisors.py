@@ -30,6 +30,9 @@ import time
 from tests.lab import config, lab_ssh, libvirt_host, namespaces, network, origin
 from tests.lab.shell import LabError, read_pidfile, report, run, succeeds
 
+# A SIGSTOPped process shows as stopped once a CPU runs it again: far below this, even beside TCG boots.
+STOP_BOUND = 10
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST_LIBVIRT_ETC = "/etc/libvirt"
 MIRROR_HOST = "127.0.0.1"  # inside each hypervisor's namespace
@@ -292,13 +295,21 @@ def stop_sshd(spec):
 
 
 def freeze(spec):
-    """SIGSTOP the hypervisor's libvirtd: it accepts connections and never answers."""
+    """SIGSTOP the hypervisor's libvirtd, and return once it is stopped: it accepts connections and never answers.
+
+    The stop lands when a CPU next runs the daemon, milliseconds later on a busy machine. thaw() resumes
+    only a stopped daemon, so a freeze that returned at once and a quick thaw would leave it stopped."""
     pid = daemon_pid(spec, "libvirtd")
     if pid is None:
         raise LabError("libvirtd of %s is not running" % spec.name)
     if namespaces.is_frozen(pid):
         return []
     os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + STOP_BOUND
+    while not namespaces.is_frozen(pid):
+        if time.monotonic() > deadline:
+            raise LabError("libvirtd of %s (pid %d) did not stop within %d s of SIGSTOP" % (spec.name, pid, STOP_BOUND))
+        time.sleep(0.001)
     return ["froze libvirtd (pid %d)" % pid]
 
 
