@@ -541,22 +541,43 @@ def b2_section(results, b2, plots):
     playbooks += [("%s %s" % (action, big), figures["%s_%s" % (action, big)]) for action in ("create", "destroy")]
     for label, entry in playbooks:
         lines.append("| %s | %.1f | %.1f | %.1f |" % ((label,) + tuple(entry[way]["playbook"]["median"] for way in ways)))
+    def role_tasks(count):
+        return noop["set"][count]["playbook"]["median"] - noop["set"][count]["task"]["median"]
+
+    lines += ["", "The role's playbook carries its own tasks besides the converge (validation, the connection check, "
+              "the image cache, the report): %.1f s of the no-op at %d proxy and %.1f s at %s, where the loop's and "
+              "the peer's playbooks grow by the proxy." % (role_tasks(str(counts[0])), counts[0], role_tasks(big), big)]
     by_method = ", ".join("%s %d" % item for item in sorted(calls["by_method"].items(), key=lambda item: -item[1]))
     lines += ["", "libvirt calls of a no-op set of %d, counted through a wrapper around the seam (the set's flow in "
               "this process over qemu+ssh to %s): %.2f per proxy, %d in all (%s), %.2f s for the whole flow." % (
                   calls["proxies"], b2["host"], calls["per_proxy"], calls["calls"], by_method, calls["seconds"])]
     if missed_noop or missed_actions or slower:
-        first, last = noop["set"][str(counts[0])]["task"]["median"], noop["set"][big]["task"]["median"]
-        per_proxy = (last - first) / (counts[-1] - counts[0])
-        lines += ["", "**Where a target is missed** (no-op over ping at %s proxies%s%s): the per-proxy cost is not the "
-                  "module's libvirt work. The flow of a no-op of %d takes %.2f s over qemu+ssh, while the role's converge "
-                  "task takes %.1f s, %.2f s more per proxy from %d to %d. That time is outside the flow: the task's span "
-                  "on the controller also covers templating its arguments and shipping them with the module to the "
-                  "host. Create is that plus the builds, up to 8 at a time (`WORKERS` in `_proxy_set.py`)." % (
-                      ", ".join(str(count) for count in missed_noop) or "none",
-                      "; loop over set: " + ", ".join(missed_actions) if missed_actions else "",
-                      "; not faster than community.libvirt: " + ", ".join(slower) if slower else "",
-                      calls["proxies"], calls["seconds"], last, per_proxy, counts[0], counts[-1])]
+        first, last = noop["set"][str(counts[0])], noop["set"][big]
+        create = figures["create_%s" % big]["set"]["task"]["median"]
+        lines += ["", "**Where a target is missed** (no-op over ping at %s proxies%s%s):" % (
+            ", ".join(str(count) for count in missed_noop) or "none",
+            "; loop over set: " + ", ".join(missed_actions) if missed_actions else "",
+            "; not faster than community.libvirt: " + ", ".join(slower) if slower else ""), ""]
+        if missed_noop:
+            lines.append(
+                "- No-op: the role's converge task is flat in the number of proxies (%.2f s at %d, %.2f s at %s), "
+                "and the set's whole flow for %d proxies takes %.2f s in this process, so what is over the ping "
+                "(%.2f s at %d) is the cost of one module task over SSH rather than work per proxy. That cost is "
+                "sending the module and its module_utils (AnsiballZ), starting Python on the hypervisor with "
+                "libvirt and lxml, and opening the connection. What would close it: a smaller payload and fewer "
+                "imports at the module's start. Neither is measured apart yet; `python3 -X importtime` of the "
+                "module on the hypervisor is the next step." % (
+                    first["task"]["median"], counts[0], last["task"]["median"], big, calls["proxies"], calls["seconds"],
+                    first["ping"]["median"], counts[0]))
+        if missed_actions:
+            lines.append(
+                "- Create of %s: the set takes %.1f s, %.2f s per proxy, with up to 8 proxies built at a time "
+                "(`WORKERS` in `_proxy_set.py`). Each build is an overlay, a seed, a define and a QEMU start; on "
+                "this 2-vCPU machine, lab-hv1's libvirtd and the QEMU processes it starts share the two cores with "
+                "the controller. What would close it: a profile of the builds against `virsh start` of as many "
+                "defined domains, the floor of the starts alone." % (big, create, create / int(big)))
+        if slower:
+            lines.append("- community.libvirt was as fast or faster at: %s." % ", ".join(slower))
     runs = ["no-op %s: set %s, loop %s, peer %s" % ((count,) + tuple(
         runs_text(noop[way][str(count)]["task"]) for way in ("set", "loop", "peer"))) for count in counts]
     lines += ["", "Runs (task s): " + "; ".join(runs)]
