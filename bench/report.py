@@ -556,12 +556,11 @@ def b2_section(results, b2, plots):
     playbooks += [("%s %s" % (action, big), figures["%s_%s" % (action, big)]) for action in ("create", "destroy")]
     for label, entry in playbooks:
         lines.append("| %s | %.1f | %.1f | %.1f |" % ((label,) + tuple(entry[way]["playbook"]["median"] for way in ways)))
-    def role_tasks(count):
-        return noop["set"][count]["playbook"]["median"] - noop["set"][count]["task"]["median"]
-
+    role_tasks = {count: noop["set"][count]["playbook"]["median"] - noop["set"][count]["task"]["median"]
+                  for count in (str(counts[0]), big)}
     lines += ["", "The role's playbook carries its own tasks besides the converge (validation, the connection check, "
               "the image cache, the report): %.1f s of the no-op at %d proxy and %.1f s at %s, where the loop's and "
-              "the peer's playbooks grow by the proxy." % (role_tasks(str(counts[0])), counts[0], role_tasks(big), big)]
+              "the peer's playbooks grow by the proxy." % (role_tasks[str(counts[0])], counts[0], role_tasks[big], big)]
     by_method = ", ".join("%s %d" % item for item in sorted(calls["by_method"].items(), key=lambda item: -item[1]))
     lines += ["", "libvirt calls of a no-op set of %d, counted through a wrapper around the seam (the set's flow in "
               "this process over qemu+ssh to %s): %.2f per proxy, %d in all (%s), %.2f s for the whole flow." % (
