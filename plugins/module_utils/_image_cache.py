@@ -281,7 +281,7 @@ class ImageCache:
         cached = observe_base(self.hv, pool, request.volume)
         if cached.ready(request.sha256):
             return ImageObservation(pool, cached)
-        cached = with_users(self.hv, pool, cached)
+        cached = with_users(self.hv, pool, request.pool, cached)
         # A base in use fails the plan whatever the header says, so then the image is not asked for.
         header = self.downloader.read_header(request.spec) if read_header and not cached.users else None
         return ImageObservation(pool, cached, header)

@@ -11,7 +11,8 @@
   digest when a checksum is given) is what "ready" means; anything else is
   the leftover of an interrupted attempt.
 - A base is in use while another volume of the pool names it as its backing
-  store (found by reading every volume's XML); no flow deletes it then.
+  store, or a domain has it as a disk (_storage.find_users); no flow deletes
+  it then.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,7 +29,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     marker_volume_name,
     parse_base_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import find_volume, volume_info
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import (
+    VolumeUsers,
+    find_users,
+    find_volume,
+    volume_info,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, to_string
 
@@ -44,7 +50,7 @@ class CachedBase:
 
     ``base`` and ``marker`` are volume handles (None when absent),
     ``marker_digest`` the digest a well-formed marker records, ``info`` the
-    base's parsed XML and ``users`` the volumes of the pool backing onto it.
+    base's parsed XML and ``users`` its _storage.VolumeUsers (read only where needed).
     """
 
     volume: str
@@ -52,7 +58,7 @@ class CachedBase:
     marker: Any = None
     marker_digest: Optional[str] = None
     info: Any = None
-    users: tuple = ()
+    users: VolumeUsers = VolumeUsers()
 
     @property
     def marker_name(self):
@@ -86,12 +92,12 @@ def observe_base(hypervisor, pool, volume):
     return CachedBase(volume, base, marker, digest, volume_info(hypervisor, base) if base is not None else None)
 
 
-def with_users(hypervisor, pool, cached):
-    """``cached`` with its base's XML and the volumes of ``pool`` backing onto it read (unchanged without a base)."""
+def with_users(hypervisor, pool, pool_name, cached):
+    """``cached`` with its base's XML and its users in ``pool`` (named ``pool_name``) read (unchanged without a base)."""
     if cached.base is None:
         return cached
     info = cached.info if cached.info is not None else volume_info(hypervisor, cached.base)
-    return replace(cached, info=info, users=tuple(find_users(hypervisor, pool, info.path)))
+    return replace(cached, info=info, users=find_users(hypervisor, pool, pool_name, info))
 
 
 def read_marker(hypervisor, marker):
@@ -102,19 +108,6 @@ def read_marker(hypervisor, marker):
     except UnicodeDecodeError:
         return None
     return text.lower() if SHA256_HEX.fullmatch(text) else None
-
-
-def find_users(hypervisor, pool, base_path):
-    """Names of the pool's volumes whose backing store is ``base_path``, sorted."""
-    users = []
-    for vol in hypervisor.list_volumes(pool):
-        try:
-            info = volume_info(hypervisor, vol)
-        except NotFoundError:
-            continue  # deleted while we were listing: it uses nothing any more
-        if info.backing_path is not None and info.backing_path == base_path:
-            users.append(info.name)
-    return sorted(users)
 
 
 def image_volumes(hypervisor, pool, image):
@@ -131,10 +124,10 @@ def image_volumes(hypervisor, pool, image):
 
 
 def in_use_error(volume, pool_name, users, what):
+    """The refusal of ``what`` for a base that ``users`` (VolumeUsers) use."""
     return PermanentError(
-        "%s: base volume '%s' in pool '%s' is the backing store of %s; delete the VMs whose disks use it first "
-        "(a base volume is never removed while an overlay backs onto it)"
-        % (what, volume, pool_name, ", ".join("'%s'" % u for u in users)))
+        "%s: base volume '%s' in pool '%s' is %s; delete the VMs whose disks use it first "
+        "(a base volume is never removed while a VM uses it)" % (what, volume, pool_name, users.describe()))
 
 
 def raw_volume_xml(name, capacity):

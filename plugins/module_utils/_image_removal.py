@@ -95,7 +95,7 @@ class RemovalObservation:
 class RemovalResult(Result):
     """What remove_image or prune_images removed, and the bases kept because volumes use them.
 
-    ``kept`` lists ``{"volume": base, "used_by": [volume, ...]}``.
+    ``kept`` lists ``{"volume": base, "used_by": [volume, ...], "used_by_domains": [domain, ...]}``.
     ``bases_before``/``bases_after`` are the image's base volumes in the pool.
     """
 
@@ -128,7 +128,7 @@ def observe_removal(hypervisor, request):
     pool = require_pool(hypervisor, request.pool)
     bases = {}
     for name, cached in sorted(image_volumes(hypervisor, pool, request.image).items()):
-        bases[name] = with_users(hypervisor, pool, cached) if request.targets(name) else cached
+        bases[name] = with_users(hypervisor, pool, request.pool, cached) if request.targets(name) else cached
     return RemovalObservation(pool, bases)
 
 
@@ -138,7 +138,7 @@ def plan_removal(request, observation):
     Raises PermanentError when ``request.strict`` and a targeted base is in use.
     """
     targets = {name: cached for name, cached in observation.bases.items() if request.targets(name)}
-    users = {name: [user for user in cached.users if user not in request.departing] for name, cached in targets.items()}
+    users = {name: cached.users.without(request.departing) for name, cached in targets.items()}
     in_use = {name: users[name] for name in sorted(targets) if users[name]}
     if request.strict and in_use:
         name = sorted(in_use)[0]
@@ -153,7 +153,8 @@ def plan_removal(request, observation):
             steps.append(Step(DELETE, "delete base volume %s" % name, cached.base))
         removed.append(name)
     return Plan.of(steps, RemovalResult(
-        removed=removed, kept=[{"volume": name, "used_by": users} for name, users in sorted(in_use.items())],
+        removed=removed, kept=[{"volume": name, "used_by": list(users.volumes), "used_by_domains": list(users.domains)}
+                               for name, users in sorted(in_use.items())],
         bases_before=sorted(observation.bases), bases_after=sorted(name for name in observation.bases if name not in removed),
         pruning=not request.strict))
 
@@ -168,7 +169,7 @@ def apply_removal(hypervisor, request, observation, plan, lock_timeout=DEFAULT_L
         with volume_lock(hypervisor.uri, request.pool, name, lock_timeout, lock_dir):
             # Re-read under the lock: a run may have finished this download or
             # created an overlay on it while we were looking at other volumes.
-            cached = with_users(hypervisor, observation.pool, observe_base(hypervisor, observation.pool, name))
+            cached = with_users(hypervisor, observation.pool, request.pool, observe_base(hypervisor, observation.pool, name))
             again = plan_removal(request, RemovalObservation(observation.pool, {name: cached}))
             result = result.then(execute(again, operations))
     return result

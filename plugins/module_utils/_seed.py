@@ -8,13 +8,13 @@ Public API (kvm_seed and kvm_proxy call it)::
 
     files = seed_files(name, user_data, meta_data, vendor_data, network_config)   # _nocloud
     result = ensure_seed(hypervisor, pool_name, name, files, check_mode=False)    # a SeedResult
-    removed = remove_seed(hypervisor, pool_name, name, check_mode=False)          # True when it existed
+    removal = seed_removal(hypervisor, pool_name, name, check_mode=False)         # a SeedRemovalResult
 
     # the same, step by step (_plan): observe, plan, then apply unless in check mode
     request = SeedRequest.of(pool_name, name, files)                              # the image built
     plan = plan_seed(request, observe_seed(hypervisor, request))
     result = plan.result if check_mode else apply_seed(hypervisor, request, plan)
-    plan = plan_seed_removal(observe_seed_removal(hypervisor, pool_name, name))   # its result a SeedRemovalResult
+    plan = plan_seed_removal(observe_seed_removal(hypervisor, pool_name, name), pool_name)
     result = plan.result if check_mode else apply_seed_removal(hypervisor, plan)
 
 The files are rendered in _nocloud, the image built and read in _iso9660.
@@ -24,6 +24,10 @@ leave it untouched. Different files, or a volume that is not a complete seed
 (an upload cut off earlier leaves one), are replaced: delete, create a raw
 volume of the image's size, upload. A truncated seed is never kept, since a
 VM booted from it would come up without its cloud-init configuration.
+
+A seed that a domain has as a disk is never removed (_storage.find_users,
+the check that keeps a base image its overlays use): the VM could not start
+again, and kvm_proxy would rebuild it on a wiped disk.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,7 +39,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
     UnreadableSeedError,
     build_iso,
@@ -52,7 +56,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._plan import Plan, Result, Step, execute
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import (
+    VolumeUsers,
     find_pool,
+    find_users,
     find_volume,
     require_pool_found,
     volume_deleter,
@@ -120,6 +126,7 @@ class SeedObservation:
 
     ``vol`` is that volume's handle (None: absent), ``files`` what it was read
     back as (None when absent or unreadable, ``problem`` then says why).
+    ``users`` (_storage.VolumeUsers) are read for a removal only.
     """
 
     volume: str
@@ -129,6 +136,7 @@ class SeedObservation:
     capacity: Optional[int] = None
     files: Optional[dict] = None
     problem: Optional[str] = None
+    users: VolumeUsers = VolumeUsers()
 
 
 @dataclass(frozen=True)
@@ -249,18 +257,28 @@ def plan_seed(request, observation):
 
 
 def observe_seed_removal(hypervisor, pool_name, name):
-    """The SeedObservation removal needs: the pool and the volume, if they exist (nothing is read)."""
+    """The SeedObservation removal needs: the pool and the volume, if they exist, and who uses it (files are not read)."""
     validate_pool_name(pool_name)
     volume = seed_volume_name(name)
     pool = find_pool(hypervisor, pool_name)
-    return SeedObservation(volume, pool, find_volume(hypervisor, pool, volume) if pool is not None else None)
+    vol = find_volume(hypervisor, pool, volume) if pool is not None else None
+    if vol is None:
+        return SeedObservation(volume, pool)
+    info = volume_info(hypervisor, vol)
+    return SeedObservation(volume, pool, vol, info.path, info.capacity_bytes,
+                           users=find_users(hypervisor, pool, pool_name, info))
 
 
-def plan_seed_removal(observation):
-    """Delete the seed volume when there is one."""
+def plan_seed_removal(observation, pool_name):
+    """Delete the seed volume when there is one; a PermanentError naming the domains that use it, before anything is deleted."""
     volume, vol = observation.volume, observation.vol
     if vol is None:
         return Plan((), SeedRemovalResult(volume))
+    if observation.users:
+        raise PermanentError(
+            "cannot delete seed volume '%s' in pool '%s': it is %s, which could not boot without it; remove the VM "
+            "first (kvm_proxy state=absent removes a proxy with its seed, virsh undefine another domain), or keep "
+            "the seed. Nothing was deleted" % (volume, pool_name, observation.users.describe()))
     return Plan.of([Step(DELETE, "delete volume %s" % volume, vol)],
                    SeedRemovalResult(volume, reason="volume %s exists and state is absent" % volume))
 
@@ -314,14 +332,12 @@ def ensure_seed(hypervisor, pool_name, name, files, check_mode=False):
 
 
 def seed_removal(hypervisor, pool_name, name, check_mode=False):
-    """Delete volume ``<name>-seed.iso`` (a SeedRemovalResult). A missing pool or volume is nothing to do."""
-    plan = plan_seed_removal(observe_seed_removal(hypervisor, pool_name, name))
+    """Delete volume ``<name>-seed.iso`` (a SeedRemovalResult). A missing pool or volume is nothing to do.
+
+    A seed a domain uses is refused (PermanentError naming it), in check mode too.
+    """
+    plan = plan_seed_removal(observe_seed_removal(hypervisor, pool_name, name), pool_name)
     return plan.result if check_mode else apply_seed_removal(hypervisor, plan)
-
-
-def remove_seed(hypervisor, pool_name, name, check_mode=False):
-    """Delete volume ``<name>-seed.iso``; True when it existed. A missing pool or volume is nothing to do."""
-    return seed_removal(hypervisor, pool_name, name, check_mode).changed
 
 
 def _text(content):

@@ -101,7 +101,8 @@ options:
       - V(present) caches the image.
       - V(absent) removes cached copies of the image with their markers; with O(checksum) only that content's base
         in O(format), without it every base of O(name) whatever its checksum or format. It fails without removing
-        anything when a base to remove is the backing store of a volume in the pool, and names those volumes.
+        anything when a base to remove is the backing store of a volume in the pool, or a disk of a domain, and names
+        those volumes and domains.
     type: str
     choices: [present, absent]
     default: present
@@ -126,8 +127,8 @@ notes:
   - The lock that makes concurrent runs download once lives on the machine the module runs on (under C(/run/lock)).
     Runs from different machines against the same hypervisor over C(qemu+ssh://) do not see each other's lock;
     run the module on the hypervisor itself, or serialise those runs, when they may cache the same image at once.
-  - Only the volumes of O(pool) are checked for a backing store on a base volume. A base used by a disk in another
-    pool, or attached to a VM directly, is not seen as in use.
+  - A base volume is in use while a volume of O(pool) has it as its backing store or a domain has it as a disk. A
+    volume of another pool backing onto it is not seen.
   - The base volume is created with the size of the download and libvirt's upload writes the image into it verbatim,
     so the cached volume is byte for byte the published image; RV(size) is its virtual size after the pool refresh.
 seealso:
@@ -258,7 +259,7 @@ removed:
   elements: str
   sample: [base-ubuntu-24.04-0a41b2e6a9d2c7f3.qcow2]
 kept:
-  description: Other cached copies of the image kept because volumes of the pool use them as backing store.
+  description: Other cached copies of the image kept because volumes of the pool use them as backing store, or domains as a disk.
   returned: O(prune=true)
   type: list
   elements: dict
@@ -272,6 +273,11 @@ kept:
       type: list
       elements: str
       sample: [proxy-1.qcow2]
+    used_by_domains:
+      description: The domains that have it as a disk (attached directly, not through an overlay).
+      type: list
+      elements: str
+      sample: []
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._base_image import BaseImageTask

@@ -55,6 +55,9 @@ options:
     description:
       - V(present) makes the seed volume hold exactly the rendered files.
       - V(absent) deletes the seed volume. A missing pool or volume is nothing to do.
+      - A seed volume that a domain (defined or running) has as a disk, by pool and volume name or by path, is not
+        deleted with V(absent): the task fails naming the domain, and check mode predicts the same failure. Remove
+        the domain first (M(egress_proxies.kvm.kvm_proxy) with O(state=absent) removes a proxy and its seed).
     type: str
     choices: [present, absent]
     default: present
@@ -188,7 +191,7 @@ EXAMPLES = r"""
   check_mode: true
   diff: true
 
-- name: Remove the seed of a VM that is gone
+- name: Remove the seed of a VM that is gone (fails, naming the domain, while a domain has it as a disk)
   egress_proxies.kvm.kvm_seed:
     name: proxy-1
     state: absent

@@ -38,6 +38,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES, ImageHeader
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import VolumeUsers, find_users, volume_info
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
@@ -893,19 +894,19 @@ def test_plan_takes_the_virtual_size_from_the_header_and_refuses_what_the_downlo
 def test_plan_refuses_to_refetch_a_base_in_use_and_a_ready_base_that_backs_onto_a_file():
     with pytest.raises(PermanentError, match="cannot refetch image .* backing store of 'proxy-1.qcow2'"):
         cache.plan_image(replace(planned_request(), sha256=None),
-                         observed(base="base", info=base_info(), users=("proxy-1.qcow2",)))
+                         observed(base="base", info=base_info(), users=VolumeUsers(("proxy-1.qcow2",))))
     with pytest.raises(PermanentError, match="has the backing store '/etc/shadow'"):
         cache.plan_image(planned_request(), observed(base="base", marker="marker", marker_digest=IMAGE_SHA,
                                                      info=base_info("/etc/shadow")))
 
 
 def test_removal_plan_keeps_bases_in_use_when_pruning_and_refuses_them_when_removing():
-    bases = {"base-debian-13.raw": image_pool.CachedBase("base-debian-13.raw", base="raw", users=("vm.qcow2",)),
+    bases = {"base-debian-13.raw": image_pool.CachedBase("base-debian-13.raw", base="raw", users=VolumeUsers(("vm.qcow2",))),
              "base-debian-13.qcow2": image_pool.CachedBase("base-debian-13.qcow2", base="qcow2", marker="marker")}
     observation = image_removal.RemovalObservation("pool handle", bases)
     pruned = image_removal.plan_removal(image_removal.RemovalRequest("default", "debian-13"), observation)
     assert [step.target for step in pruned.steps] == ["marker", "qcow2"]
-    assert pruned.result.kept == [{"volume": "base-debian-13.raw", "used_by": ["vm.qcow2"]}]
+    assert pruned.result.kept == [{"volume": "base-debian-13.raw", "used_by": ["vm.qcow2"], "used_by_domains": []}]
     assert pruned.result.bases_after == ["base-debian-13.raw"]
     with pytest.raises(PermanentError, match="cannot remove image: base volume 'base-debian-13.raw'"):
         image_removal.plan_removal(image_removal.RemovalRequest("default", "debian-13", strict=True), observation)
@@ -995,7 +996,7 @@ def test_prune_removes_unused_copies_and_keeps_those_in_use(hv, three_releases, 
     old, new = three_releases
     pruned = image_removal.prune_images(hv, "default", "debian-13", keep=(new,), lock_dir=str(tmp_path))
     assert pruned.removed == ["base-debian-13-00000000000000ff.qcow2", "base-debian-13.raw"]
-    assert pruned.kept == [{"volume": old, "used_by": ["proxy-1.qcow2"]}]
+    assert pruned.kept == [{"volume": old, "used_by": ["proxy-1.qcow2"], "used_by_domains": []}]
     assert volume_names(hv) == sorted(["base-debian-12.qcow2", "proxy-1-seed.iso", "proxy-1.qcow2",
                                        old, old + ".sha256", new, new + ".sha256"])
     assert pruned.bases_after == sorted([old, new])
@@ -1036,7 +1037,7 @@ def test_prune_rechecks_users_under_the_lock(hv, three_releases, tmp_path, monke
     monkeypatch.setattr(image_removal, "volume_lock", lock_then_overlay)
     pruned = image_removal.prune_images(hv, "default", "debian-13", keep=(three_releases[1],), lock_dir=str(tmp_path))
     assert raw not in pruned.removed
-    assert {"volume": raw, "used_by": ["late.qcow2"]} in pruned.kept
+    assert {"volume": raw, "used_by": ["late.qcow2"], "used_by_domains": []} in pruned.kept
     assert raw in volume_names(hv)
 
 
@@ -1047,7 +1048,8 @@ def test_users_are_found_by_backing_path_only_in_the_pool(hv):
     hv.add_volume("default", "c.qcow2", fmt="qcow2", capacity=1, backing_path="/elsewhere/base-debian-13.qcow2",
                   backing_format="qcow2")
     pool = hv.pools["default"]
-    assert image_pool.find_users(hv, pool, hv.volume("default", "base-debian-13.qcow2").path) == ["a.qcow2", "b.qcow2"]
+    users = find_users(hv, pool, "default", volume_info(hv, hv.volume("default", "base-debian-13.qcow2")))
+    assert users == VolumeUsers(("a.qcow2", "b.qcow2"))
 
 
 def test_users_are_read_from_the_real_volume_xml(hv):
@@ -1055,7 +1057,22 @@ def test_users_are_read_from_the_real_volume_xml(hv):
     pool = hv.pools["default"]
     base = hv.add_volume("default", "base-debian-13.qcow2", content=IMAGE)
     hv.create_volume(pool, build_volume_xml(VolumeSpec("vm.qcow2", VIRTUAL_SIZE, "qcow2", base.path, "qcow2")))
-    assert image_pool.find_users(hv, pool, base.path) == ["vm.qcow2"]
+    assert find_users(hv, pool, "default", volume_info(hv, base)) == VolumeUsers(("vm.qcow2",))
+
+
+def test_a_base_a_domain_has_as_a_disk_is_not_removed_and_the_refusal_names_the_domain(hv):
+    """A base attached to a VM directly (by path, as virt-install does) is in use like one an overlay backs onto."""
+    hv.add_volume("default", "base-debian-13.qcow2", content=IMAGE)
+    hv.add_volume("default", "base-debian-13.qcow2.sha256", content=IMAGE_SHA.encode("ascii"))
+    hv.add_domain("direct", "<domain type='kvm'><name>direct</name><devices><disk type='file' device='disk'>"
+                            "<source file='%s'/></disk></devices></domain>" % hv.volume("default", "base-debian-13.qcow2").path)
+    for check_mode in (True, False):
+        with pytest.raises(PermanentError, match="base volume 'base-debian-13.qcow2' in pool 'default' is a disk of "
+                                                 "domain 'direct'"):
+            image_removal.remove_image(hv, "default", ImageSpec("debian-13"), check_mode=check_mode)
+    pruned = image_removal.prune_images(hv, "default", "debian-13")
+    assert pruned.kept == [{"volume": "base-debian-13.qcow2", "used_by": [], "used_by_domains": ["direct"]}]
+    assert "base-debian-13.qcow2" in volume_names(hv)
 
 
 # --- the lock ------------------------------------------------------------------------------------------

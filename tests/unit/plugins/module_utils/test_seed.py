@@ -3,12 +3,13 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The reference's seed tests and more: the files, the image (read back by pycdlib, genisoimage's images
-read by ours), and ensure_seed/remove_seed over the fake seam."""
+read by ours), and ensure_seed/seed_removal over the fake seam."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import hashlib
 import io
 import json
@@ -24,12 +25,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
     SEED_LABEL,
     UnreadableSeedError,
     build_iso,
     read_iso,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
     DEFAULT_VENDOR_DATA,
     render_meta_data,
@@ -43,7 +47,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
     ensure_seed,
     plan_seed,
     plan_seed_removal,
-    remove_seed,
+    seed_removal,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 
@@ -396,7 +400,7 @@ def test_changed_file_names_lists_added_removed_and_modified():
     assert changed_file_names({"a": b""}, {"a": b""}) == []
 
 
-# --- ensure_seed and remove_seed over the fake ---------------------------------------------------
+# --- ensure_seed and seed_removal over the fake --------------------------------------------------
 
 
 @pytest.fixture
@@ -605,14 +609,49 @@ def test_invalid_pool_name_fails_before_any_call(hv):
     assert hv.calls == []
 
 
-def test_remove_seed(hv):
+def test_seed_removal(hv):
     ensure_seed(hv, "default", NAME, seed_files(NAME, USER_DATA))
-    assert remove_seed(hv, "default", NAME, check_mode=True)
+    assert seed_removal(hv, "default", NAME, check_mode=True).changed
     assert hv.volume("default", SEED_VOLUME) is not None
-    assert remove_seed(hv, "default", NAME)
+    assert seed_removal(hv, "default", NAME).changed
     assert hv.volume("default", SEED_VOLUME) is None
-    assert not remove_seed(hv, "default", NAME)
-    assert not remove_seed(hv, "missing-pool", NAME)
+    assert not seed_removal(hv, "default", NAME).changed
+    assert not seed_removal(hv, "missing-pool", NAME).changed
+
+
+def proxy_domain_xml(name, pool="default"):
+    """A domain as kvm_proxy defines it: its overlay and its seed as volumes of ``pool``."""
+    return build_domain_xml(DomainParams(
+        name=name, metadata=build_instance_element("uid", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)),
+        vcpus=1, memory_mib=512, pool=pool, overlay_volume=name + ".qcow2", seed_volume=seed_volume_name(name),
+        bridge="br0"))
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_the_seed_of_a_defined_domain_is_not_removed_and_the_refusal_names_it(hv, check_mode):
+    ensure_seed(hv, "default", NAME, seed_files(NAME, USER_DATA))
+    hv.add_domain(NAME, proxy_domain_xml(NAME))
+    hv.calls.clear()
+    with pytest.raises(errors.PermanentError) as refused:
+        seed_removal(hv, "default", NAME, check_mode=check_mode)
+    assert refused.value.message.startswith(
+        "cannot delete seed volume '%s' in pool 'default': it is a disk of domain '%s'" % (SEED_VOLUME, NAME))
+    assert "kvm_proxy state=absent" in refused.value.message
+    assert hv.volume("default", SEED_VOLUME) is not None and NAME in hv.domains
+    assert mutating(hv.calls) == []
+
+
+def test_a_seed_attached_by_path_counts_as_used_and_one_of_another_pool_does_not(hv):
+    hv.add_pool("other")
+    ensure_seed(hv, "default", NAME, seed_files(NAME, USER_DATA))
+    path = hv.volume("default", SEED_VOLUME).path
+    hv.add_domain("by-path", "<domain type='kvm'><name>by-path</name><devices><disk type='file' device='cdrom'>"
+                             "<source file='%s'/></disk></devices></domain>" % path)
+    hv.add_domain("elsewhere", proxy_domain_xml(NAME, pool="other"))
+    with pytest.raises(errors.PermanentError, match="it is a disk of domain 'by-path', which could not boot"):
+        seed_removal(hv, "default", NAME)
+    del hv.domains["by-path"]
+    assert seed_removal(hv, "default", NAME).changed
 
 
 def test_genisoimage_seed_with_the_same_files_is_kept(hv, genisoimage):
@@ -646,9 +685,9 @@ def test_seed_plan_replaces_a_volume_in_one_write_step_that_reports_create_and_u
 
 
 def test_seed_removal_plan():
-    assert plan_seed_removal(seed_observation()).result.as_dict() == {
+    assert plan_seed_removal(seed_observation(), "default").result.as_dict() == {
         "changed": False, "volume": SEED_VOLUME, "volume_path": None, "reason": None, "actions": []}
-    plan = plan_seed_removal(seed_observation(vol="vol"))
+    plan = plan_seed_removal(seed_observation(vol="vol"), "default")
     assert [step.target for step in plan.steps] == ["vol"]
     assert plan.result.diff() == {"before": {"volume": SEED_VOLUME, "state": "present"},
                                   "after": {"volume": SEED_VOLUME, "state": "absent"}}

@@ -191,7 +191,7 @@ def test_new_checksum_with_prune_keeps_the_base_in_use(run, server, hypervisor):
     done = run(new_args, diff=True)
     for result in (predicted, done):
         assert (result["changed"], result["volume"], result["removed"]) == (True, new, [])
-        assert result["kept"] == [{"volume": old, "used_by": ["proxy-1.qcow2"]}]
+        assert result["kept"] == [{"volume": old, "used_by": ["proxy-1.qcow2"], "used_by_domains": []}]
         assert result["diff"]["before"]["bases"] == [old]
         assert result["diff"]["after"]["bases"] == sorted([old, new])
     assert old in hypervisor.pools["default"].volumes

@@ -227,6 +227,17 @@ def test_absent_check_real_idempotent(run, hypervisor):
     assert not run(dict(name="proxy-1", state="absent", pool="no-such-pool"))["changed"]
 
 
+def test_absent_refuses_the_seed_of_a_defined_domain_in_check_mode_too(run, hypervisor):
+    run(dict(name="proxy-1", user_data=USER_DATA))
+    hypervisor.add_domain("proxy-1", "<domain type='kvm'><name>proxy-1</name><devices><disk type='volume' "
+                                     "device='cdrom'><source pool='default' volume='%s'/></disk></devices></domain>" % VOLUME)
+    for check_mode in (True, False):
+        result = run(dict(name="proxy-1", state="absent"), check_mode=check_mode)
+        assert result["failed"] and result["error_kind"] == "permanent"
+        assert "seed volume '%s' in pool 'default': it is a disk of domain 'proxy-1'" % VOLUME in result["msg"]
+    assert hypervisor.volume("default", VOLUME) is not None and "proxy-1" in hypervisor.domains
+
+
 @pytest.mark.parametrize("args, message", [
     (dict(name="Proxy_1"), "not a valid VM name"),
     (dict(name="proxy-1", pool="../etc"), "not a valid storage pool name"),
