@@ -46,8 +46,8 @@ FILE_STAT_KEYS = {"path", "uid", "gid", "owner", "group", "mode", "state"}
 
 @pytest.fixture(autouse=True)
 def clean(lab_cleanup):
-    """No seed volume before a test, nor after it."""
-    lab_cleanup(volumes=[VOLUME])
+    """No domain of the seed's name nor seed volume before a test, nor after it."""
+    lab_cleanup(domains=[NAME], volumes=[VOLUME])
 
 
 @pytest.fixture
@@ -189,6 +189,28 @@ def test_absent_check_real_idempotent(lab, hypervisor, task):
     for check in (True, False):
         again, _stdout = task(seed_state="absent", check=check, diff=True)
         assert not again["changed"] and again["diff"]["before"] == again["diff"]["after"], again
+
+
+def test_absent_refuses_the_seed_of_a_defined_domain_and_keeps_both(lab, hypervisor, task):
+    created, _stdout = task(user_data=USER_DATA)
+    assert created["changed"], created
+    # Defined, never started: the seed as a cdrom of the pool, as kvm_proxy attaches it.
+    hypervisor.define_domain(
+        "<domain type='%s'><name>%s</name><memory unit='MiB'>128</memory><vcpu>1</vcpu>"
+        "<os><type arch='x86_64' machine='q35'>hvm</type></os><devices>"
+        "<disk type='volume' device='cdrom'><driver name='qemu' type='raw'/><source pool='%s' volume='%s'/>"
+        "<target dev='sda' bus='scsi'/><readonly/></disk><controller type='scsi' index='0' model='virtio-scsi'/>"
+        "</devices></domain>" % (lab.virt_type, NAME, lab.pool, VOLUME))
+    image = volume_bytes(hypervisor, lab)
+
+    for check in (True, False):
+        refused, _stdout = task(seed_state="absent", check=check)
+        assert refused["failed"] and not refused.get("changed"), refused
+        assert refused["error_kind"] == "permanent"
+        assert "cannot delete seed volume '%s' in pool '%s': it is a disk of domain '%s'" % (
+            VOLUME, lab.pool, NAME) in refused["msg"]
+    hypervisor.lookup_domain(NAME)
+    assert volume_bytes(hypervisor, lab) == image
 
 
 def test_missing_pool_fails_clearly(lab, task):
