@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import ensure_image
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_cache import GIB, ensure_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_removal import prune_images, remove_image
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_pool_name
 
 STATE_ABSENT = "absent"
@@ -34,6 +34,9 @@ class BaseImageTask:
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
         if params["departing_volumes"] and params["state"] != STATE_ABSENT:
             raise ValidationError("departing_volumes applies to state=absent, the removal it is counted for")
+        if not 1 <= params["max_virtual_size_gb"] <= MAX_DISK_SIZE_GB:
+            raise ValidationError("max_virtual_size_gb must be from 1 to %d (the largest disk_size_gb of a VM), got %d"
+                                  % (MAX_DISK_SIZE_GB, params["max_virtual_size_gb"]))
         validate_pool_name(params["pool"])
         self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
 
@@ -43,7 +46,8 @@ class BaseImageTask:
                        ca_path=params["ca_path"], lock_timeout=params["lock_timeout"], check_mode=check_mode)
         if params["state"] == STATE_ABSENT:
             return remove_image(hypervisor, params["pool"], self.spec, departing=params["departing_volumes"], **options)
-        image = ensure_image(hypervisor, params["pool"], self.spec, **options)
+        image = ensure_image(hypervisor, params["pool"], self.spec, max_virtual_size=params["max_virtual_size_gb"] * GIB,
+                             size_limit_name="max_virtual_size_gb", **options)
         if not params["prune"]:
             return image
         return replace(image, pruned=prune_images(hypervisor, params["pool"], self.spec.name, keep=(image.volume,),

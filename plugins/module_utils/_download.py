@@ -48,6 +48,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header i
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._locks import DEFAULT_LOCK_TIMEOUT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import ascii_decimal, control_character, quoted
 
 requests, REQUESTS_REQUIREMENT = optional_import(
     "requests", "requests", "python3-requests on Debian/Ubuntu/RHEL, requests from PyPI")
@@ -108,7 +109,8 @@ def require_ca_path(ca_path):
 
 
 def find_in_checksum_file(text, file_name):
-    """The sha256 listed for ``file_name`` in the text of a SHA256SUMS file, or None."""
+    """The distinct sha256 digests listed for ``file_name`` in the text of a SHA256SUMS file, in their order."""
+    digests = []
     for line in text.splitlines():
         line = line.strip()
         match = _GNU_SUM_LINE.fullmatch(line) or _BSD_SUM_LINE.fullmatch(line)
@@ -117,9 +119,10 @@ def find_in_checksum_file(text, file_name):
         listed = match.group("file").strip()
         if listed.startswith("./"):
             listed = listed[2:]
-        if listed == file_name:
-            return match.group("digest").lower()
-    return None
+        digest = match.group("digest").lower()
+        if listed == file_name and digest not in digests:
+            digests.append(digest)
+    return digests
 
 
 class Retryable(Exception):
@@ -192,11 +195,17 @@ class Downloader:
             return spec.pinned_sha256
         url = spec.checksum_url
         text = self.retrying(lambda: self._checksum_file(url), "fetching checksum file %s" % url)
-        digest = find_in_checksum_file(text, spec.file_name)
-        if digest is None:
-            raise PermanentError("checksum file %s has no sha256 entry for %r (the file name of %s); check url and "
-                                 "checksum" % (url, spec.file_name, spec.url))
-        return digest
+        digests = find_in_checksum_file(text, spec.file_name)
+        if not digests:
+            raise PermanentError("checksum file %s has no sha256 entry for %s (the file name of %s); check url and "
+                                 "checksum" % (url, quoted(spec.file_name), spec.url))
+        # sha256sum -c checks every entry, so one file listed with two digests can never pass: refused, not guessed.
+        if len(digests) > 1:
+            raise PermanentError("checksum file %s lists %s with different sha256 digests (%s), so which one the "
+                                 "image must have is ambiguous and it was not downloaded; fix the checksum file or "
+                                 "pin the digest (checksum: sha256:<64 hex digits>)"
+                                 % (url, quoted(spec.file_name), " and ".join(digests)))
+        return digests[0]
 
     def read_header(self, spec):
         """The image's header (an ImageHeader), from a request for its first bytes only."""
@@ -271,7 +280,8 @@ class Downloader:
                 if match is None:
                     raise PermanentError("%s answered a request for its first bytes with Content-Range %r"
                                          % (url, content_range))
-                length = None if match.group("length") == "*" else int(match.group("length"))
+                length = None if match.group("length") == "*" else _number_header(match.group("length"), "Content-Range",
+                                                                                    content_range, url)
             else:
                 length = _content_length(response, url)
 
@@ -396,7 +406,8 @@ def _refuse_non_http_redirect(response, *args, **kwargs):
     if response.is_redirect:
         target = urljoin(response.url, response.headers.get("location", ""))
         if urlsplit(target).scheme not in ("http", "https"):
-            raise PermanentError("%s redirects to %s; only http and https redirects are followed" % (response.url, target))
+            raise PermanentError("%s redirects to %s; only http and https redirects are followed"
+                                 % (response.url, quoted(target)))
     return response
 
 
@@ -404,18 +415,34 @@ def _check_status(response, url):
     status = response.status_code
     if 200 <= status < 300:
         return
-    reason = "HTTP %d %s" % (status, response.reason or "")
+    # The reason phrase is the server's own text: quoted when it holds control characters (a terminal escape).
+    phrase = response.reason or ""
+    reason = "HTTP %d %s" % (status, quoted(phrase) if control_character(phrase) else phrase)
     if 400 <= status < 500:
         raise PermanentError("%s answered %s; check the URL" % (url, reason.strip()))
     raise Retryable("%s answered %s" % (url, reason.strip()))
 
 
+def _number_header(text, header, value, url):
+    """``text`` (part of the ``header`` sent as ``value``) as a number of bytes, in ASCII digits only; else a PermanentError.
+
+    int() would read other scripts' digits ('٨٠' is 80) or fail on '²' with a
+    message naming neither the header nor the server.
+    """
+    number = ascii_decimal(text.strip())
+    if number is None:
+        raise PermanentError("%s sent %s: %s, which is not a number of bytes in ASCII digits; serve the image from a "
+                             "server that sends a valid %s" % (url, header, quoted(value), header))
+    return number
+
+
 def _content_length(response, url):
     """The body's length from Content-Length; the base volume is created with exactly that size."""
-    length = response.headers.get("Content-Length")
-    if length is None or not length.isdigit():
+    value = response.headers.get("Content-Length")
+    if value is None:
         raise PermanentError("%s sent no Content-Length; the base volume needs a known size, so serve the image "
                              "from a server that sends it" % url)
-    if int(length) == 0:
+    length = _number_header(value, "Content-Length", value, url)
+    if length == 0:
         raise PermanentError("%s is empty (Content-Length: 0)" % url)
-    return int(length)
+    return length

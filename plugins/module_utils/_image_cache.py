@@ -11,7 +11,7 @@ Public API (used by kvm_base_image and kvm_proxy)::
                      format="qcow2" | "raw")
     result = ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None,
                           timeout=60, retries=3, validate_certs=True, lock_timeout=3600,
-                          max_virtual_size=None, ca_path=None)
+                          max_virtual_size=None, ca_path=None, size_limit_name=None)
 
     # the same, step by step (_plan): observe, plan, then apply unless in check mode
     with open_downloader(http, timeout, retries, validate_certs, ca_path=ca_path) as downloader:
@@ -95,12 +95,14 @@ class ImageRequest:
 
     ``sha256`` is the digest it must have; ImageCache.resolve sets it from
     the spec's checksum (None: whatever was cached first is kept).
+    ``size_limit_name`` is the option that set ``max_virtual_size``, for the refusal.
     """
 
     pool: str
     spec: Any
     sha256: Optional[str] = None
     max_virtual_size: Optional[int] = None
+    size_limit_name: Optional[str] = None
 
     def __post_init__(self):
         self.spec.require_url()
@@ -216,7 +218,7 @@ def plan_image(request, observation):
         return _reverify(request, observation, before)
     header = observation.header
     if header is not None:
-        check_header(header, spec, request.max_virtual_size)
+        check_header(header, request)
     steps = []
     if cached.marker is not None:
         steps.append(Step(DELETE, "delete leftover marker volume %s" % cached.marker_name, cached.marker))
@@ -239,7 +241,7 @@ def _cached_fit(request, cached):
             "self-contained, and every VM on it can read that file of the hypervisor. Delete those VMs, remove the "
             "image (kvm_base_image state=absent) and cache a self-contained one"
             % (cached.volume, request.pool, info.backing_path))
-    check_virtual_size(info.capacity_bytes, request.spec.url, request.max_virtual_size)
+    check_virtual_size(info.capacity_bytes, request)
     return info
 
 
@@ -324,7 +326,7 @@ class ImageCache:
     def _upload(self, request, pool, body):
         """Stream ``body`` (a _download.ImageBody) into a new base volume: (sha256, bytes, seconds)."""
         # Checked before the volume exists, so a refused image writes nothing.
-        check_header(body.read_header(), request.spec, request.max_virtual_size)
+        check_header(body.read_header(), request)
         vol = self.hv.create_volume(pool, raw_volume_xml(request.volume, body.length))
 
         def verify():
@@ -375,7 +377,7 @@ class ImageCache:
 
 def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
                  retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None, ca_path=None):
+                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None, ca_path=None, size_limit_name=None):
     """Make the image ready in the pool and describe its base volume (an ImageResult).
 
     ``http`` is a requests.Session-like object (a new Session when None);
@@ -384,13 +386,14 @@ def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     header is read (a Range request for its first bytes), so the result
     has its virtual size and an image that would be refused is refused.
     With ``max_virtual_size`` (bytes), an image with a larger virtual size
-    raises ValidationError before anything is written.
+    raises ValidationError, naming the option ``size_limit_name``, from its
+    header: before its body is downloaded and anything is written.
     Raises PermanentError for what a retry cannot fix (4xx, no
     Content-Length, checksum mismatch, wrong format, a header naming a
     backing or data file, base in use while its marker is broken) and
     TransientError when retries ran out.
     """
-    request = ImageRequest(pool_name, spec, max_virtual_size=max_virtual_size)
+    request = ImageRequest(pool_name, spec, max_virtual_size=max_virtual_size, size_limit_name=size_limit_name)
     with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
         cache = ImageCache(hypervisor, downloader, lock_timeout, lock_dir)
         request = cache.resolve(request)
@@ -405,10 +408,14 @@ def _gib(size):
     return ("%.2f" % (size / GIB)).rstrip("0").rstrip(".")
 
 
-def check_virtual_size(size, url, max_virtual_size):
-    if max_virtual_size is not None and size is not None and size > max_virtual_size:
-        raise ValidationError("image %s has a virtual size of %d bytes (%s GiB), more than the maximum of %d bytes "
-                              "(%s GiB)" % (url, size, _gib(size), max_virtual_size, _gib(max_virtual_size)))
+def check_virtual_size(size, request):
+    """Refuse a virtual size (bytes; None: unknown) above ``request.max_virtual_size``."""
+    limit = request.max_virtual_size
+    if limit is not None and size is not None and size > limit:
+        named = " (%s)" % request.size_limit_name if request.size_limit_name else ""
+        raise ValidationError("image %s has a virtual size of %d bytes (%s GiB), more than the maximum of %d bytes (%s GiB)%s "
+                              "that a VM's disk may have here; nothing was cached" % (
+                                  request.spec.url, size, _gib(size), limit, _gib(limit), named))
 
 
 def not_self_contained(url, what_it_needs, outcome):
@@ -417,8 +424,9 @@ def not_self_contained(url, what_it_needs, outcome):
             % (url, what_it_needs, outcome))
 
 
-def check_header(header, spec, max_virtual_size):
-    """Refuse an image whose header makes it unfit to be this base, before anything is written."""
+def check_header(header, request):
+    """Refuse an image whose header makes it unfit to be the base ``request`` asks for, before anything is written."""
+    spec = request.spec
     if spec.format == "qcow2" and header.format != "qcow2":
         raise PermanentError("%s is not a qcow2 image (no qcow2 header); set format to raw if it is a raw disk image"
                              % spec.url)
@@ -427,4 +435,4 @@ def check_header(header, spec, max_virtual_size):
     if not header.self_contained:
         raise PermanentError(not_self_contained(
             spec.url, "names %s in its qcow2 header" % " and ".join(header.external_files()), "nothing was cached"))
-    check_virtual_size(header.virtual_size, spec.url, max_virtual_size)
+    check_virtual_size(header.virtual_size, request)

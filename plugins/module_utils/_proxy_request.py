@@ -29,7 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import DEFAULT_RETRIES, DEFAULT_TIMEOUT, validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import interfaces_from_params, interfaces_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
@@ -71,7 +71,6 @@ DEFAULT_MACHINE = "q35"
 DEFAULT_WAIT_TIMEOUT = 300
 DEFAULT_SHUTDOWN_TIMEOUT = 120
 GIB = 1024 ** 3
-MAX_DISK_SIZE_GB = 64 * 1024
 
 # Under kvm the guest sees the host's CPU; TCG cannot emulate "host", and a
 # named model is the safest choice on any QEMU.

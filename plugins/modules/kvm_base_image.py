@@ -71,7 +71,8 @@ options:
     description:
       - Where to download the image from. Only C(http://) and C(https://) URLs are accepted, and redirects to any
         other scheme are refused.
-      - The server must send C(Content-Length), which every distro mirror does.
+      - The server must send C(Content-Length) in ASCII digits, which every distro mirror does.
+      - Control characters and blanks must be percent-encoded (C(%20)); a port must be written in ASCII digits.
       - The image must be self-contained (see the description).
       - Required with O(state=present), and with O(state=absent) when O(checksum) names a checksum file.
     type: str
@@ -80,6 +81,11 @@ options:
       - The image's expected sha256, as V(sha256:<64 hex digits>), or V(sha256:<URL>) of a C(SHA256SUMS) file as distro
         mirrors publish them; the entry for the file name of O(url) is used.
       - Only sha256 is supported. Debian publishes C(SHA512SUMS) only, so pin its images with V(sha256:<64 hex digits>).
+      - A digest of the wrong length or with a character that is not a hex digit fails before anything is fetched,
+        saying how many of the 64 hex digits it has, or which character is wrong.
+      - A checksum file that lists the image's file name twice with different digests is ambiguous (C(sha256sum -c)
+        would fail one of them): the task fails naming both digests before the image is downloaded. The same digest
+        listed twice is one entry.
       - With a checksum file that follows a C(current) or C(latest) release, a new release is downloaded into a new base
         volume on the next run; the old one stays until pruned (O(prune)).
       - Without a checksum the first download is kept forever, whatever the URL serves later.
@@ -115,6 +121,17 @@ options:
     type: list
     elements: str
     default: []
+    version_added: 0.2.0
+  max_virtual_size_gb:
+    description:
+      - The largest virtual size, in GiB, an image may have to be cached. An image whose qcow2 header (or, for a raw
+        image, whose length) says more is refused from its first bytes, before its body is downloaded, and the task
+        fails naming both sizes; a cached base larger than this fails the task too and is kept.
+      - The default is the largest O(egress_proxies.kvm.kvm_proxy#module:disk_size_gb) a VM may have, so an image no
+        VM could boot from is never cached. Set it to the disk size of the VMs you create to refuse larger images.
+      - 1 to 65536.
+    type: int
+    default: 65536
     version_added: 0.2.0
   prune:
     description:
@@ -285,6 +302,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._download impor
     REQUESTS_REQUIREMENT,
     download_argument_spec,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import MAX_DISK_SIZE_GB
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
 
 ARGUMENT_SPEC = dict(
@@ -296,6 +314,7 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     prune=dict(type="bool", default=False),
     departing_volumes=dict(type="list", elements="str", default=[]),
+    max_virtual_size_gb=dict(type="int", default=MAX_DISK_SIZE_GB),
     **download_argument_spec()
 )
 

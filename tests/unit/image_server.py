@@ -37,7 +37,7 @@ class Route:
         self.body = body
         self.source = source  # a file served instead of ``body``, read as it is sent
         self.status = status
-        self.content_length = content_length
+        self.content_length = content_length  # True: the body's size; False: none; a string: sent as it is
         self.ranges = ranges  # answer "Range: bytes=0-N" with a 206; False ignores it, as some servers do
         self.range_length = range_length  # "total", or "*" for a 206 that does not tell the length
         self.delay = delay
@@ -119,8 +119,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         size = route.size()
         self.send_response(200)
         if route.content_length:
-            self.send_header("Content-Length", str(size))
-        if not route.content_length or route.cut_after is not None:
+            self.send_header("Content-Length", route.content_length if isinstance(route.content_length, str) else str(size))
+        if route.content_length is not True or route.cut_after is not None:
             # The body ends where the connection does.
             self.send_header("Connection", "close")
             self.close_connection = True

@@ -30,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
     add_overlay,
     base_name,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_pool_and_uri_are_used(run, server, hypervisor, opened):
 
 @pytest.mark.parametrize("args, message", [
     (dict(name="debian-13", url="file:///srv/debian.qcow2"), "url 'file:///srv/debian.qcow2' is not an http(s) URL"),
-    (dict(name="debian-13", url="https://x/d.qcow2", checksum="md5:abc"), "checksum 'md5:abc' is not supported"),
+    (dict(name="debian-13", url="https://x/d.qcow2", checksum="md5:abc"), "checksum 'md5:abc' is not supported: it is md5, and only sha256 is"),
     (dict(name="Debian 13", url="https://x/d.qcow2"), "image name 'Debian 13' is not valid"),
     (dict(name="debian-13", url="https://x/d.qcow2", pool="../etc"), "pool '../etc' is not a valid storage pool name"),
     (dict(name="debian-13", url="https://x/d.qcow2", timeout=0), "timeout must be a positive number"),
@@ -145,6 +146,10 @@ def test_pool_and_uri_are_used(run, server, hypervisor, opened):
      "departing_volumes applies to state=absent"),
     (dict(name="debian-13", url="https://x/d.qcow2", ca_path="/nonexistent/ca.pem"),
      "ca_path /nonexistent/ca.pem does not exist on the host that runs the module"),
+    (dict(name="debian-13", url="https://x/d.qcow2", checksum="sha256:" + "a" * 63),
+     "the sha256 digest has 63 of 64 hex digits"),
+    (dict(name="debian-13", url="https://x/d.qcow2", max_virtual_size_gb=0), "max_virtual_size_gb must be from 1 to 65536"),
+    (dict(name="debian-13", url="https://x/d.qcow2", max_virtual_size_gb=65537), "max_virtual_size_gb must be from 1 to 65536"),
 ])
 def test_bad_input_fails_before_connecting(run, args, message, opened):
     result = run(args)
@@ -267,3 +272,33 @@ def test_check_mode_never_mutates(run, server, hypervisor):
     run(dict(name="debian-13", state="absent"), check_mode=True)
     assert not MUTATING.intersection(hypervisor.calls)
     assert server.ranges_asked("/debian-13-generic-amd64.qcow2") == [PROBE_RANGE]  # the header only
+
+
+PIB = 1024 ** 5
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_an_image_larger_than_any_vm_disk_is_refused_from_its_header_naming_both_sizes(run, server, hypervisor, check_mode):
+    huge = qcow2_header(PIB) + b"\0" * (3 * 1024 * 1024)
+    result = run(dict(name="debian-13", url=server.add("/huge.qcow2", huge)), check_mode=check_mode)
+    assert result["failed"] and result["error_kind"] == "invalid_input"
+    assert "has a virtual size of %d bytes (1048576 GiB), more than the maximum of %d bytes (65536 GiB) " \
+           "(max_virtual_size_gb)" % (PIB, 65536 * 1024 ** 3) in result["msg"]
+    assert "create_volume" not in hypervisor.calls
+
+
+def test_max_virtual_size_gb_refuses_what_is_larger_than_the_vms_it_is_for(run, server, hypervisor):
+    result = run(image_args(server, max_virtual_size_gb=1))
+    assert result["failed"] and "more than the maximum of 1073741824 bytes (1 GiB) (max_virtual_size_gb)" in result["msg"]
+    assert run(image_args(server, max_virtual_size_gb=VIRTUAL_SIZE // 1024 ** 3))["size"] == VIRTUAL_SIZE
+
+
+@pytest.mark.parametrize("content_length", ["\u00b2", "\u00b9\u00b2", "-1", "1e3", "12345678901234567890123"])
+def test_a_content_length_not_in_ascii_digits_fails_naming_the_header_and_the_url(run, server, hypervisor, content_length):
+    url = server.add("/debian-13-generic-amd64.qcow2", IMAGE, content_length=content_length, ranges=False)
+    for check_mode in (True, False):
+        result = run(dict(name="debian-13", url=url), check_mode=check_mode)
+        assert result["failed"] and result["error_kind"] == "permanent", result
+        assert "%s sent Content-Length: %r, which is not a number of bytes in ASCII digits" % (url, content_length) \
+            in result["msg"]
+    assert "create_volume" not in hypervisor.calls
