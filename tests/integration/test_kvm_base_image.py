@@ -339,6 +339,21 @@ def test_check_mode_reports_the_virtual_size_from_the_header(lab, hypervisor, se
     assert server.ranges_asked("/v2.qcow2") == ["bytes=0-2097151", None]
 
 
+def test_an_image_larger_than_any_vm_disk_is_refused_from_its_header(lab, hypervisor, server, task, tmp_path):
+    """qemu-img's 1 PiB qcow2 (16 MiB of tables): no VM could have that disk, so it is never cached."""
+    image, path = "eptest-img-huge", str(tmp_path / "huge.qcow2")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", path, "1P"], check=True)
+    url = server.serve("/huge.qcow2", path)
+    sizes = "has a virtual size of %d bytes (1048576 GiB), more than the maximum of %d bytes (65536 GiB) " \
+            "(max_virtual_size_gb)" % (1024 ** 5, 65536 * 1024 ** 3)
+    for check in (True, False):
+        refused = task(image, url=url, check=check)
+        assert refused.get("failed") is True and refused["error_kind"] == "invalid_input", refused
+        assert "image %s %s" % (url, sizes) in refused["msg"]
+    assert server.ranges_asked("/huge.qcow2") == ["bytes=0-2097151", None]
+    assert image_volumes(hypervisor, lab, image) == []
+
+
 @pytest.mark.parametrize("source_name, named", [
     ("backing", "names the backing file '/etc/hostname' in its qcow2 header"),
     ("data-file", "names the external data file '{directory}/data.raw' in its qcow2 header"),
