@@ -215,6 +215,12 @@ class Fleet:
         """{name: state} of this test's domains, entering the hypervisor's namespaces (no SSH needed)."""
         return _states(hypervisors.virsh(spec, "list", "--all").stdout)
 
+    @staticmethod
+    def others_local(spec):
+        """Every domain on the hypervisor that no test made (no eptest- prefix), such as scripts/demo's egress-demo-N."""
+        listed = hypervisors.virsh(spec, "list", "--all", "--name").stdout.split()
+        return sorted(name for name in listed if not name.startswith(config.TEST_DOMAIN_PREFIX))
+
     def volumes_local(self, spec):
         hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
         listed = hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
@@ -267,13 +273,21 @@ def fleet_lab():
 
 @pytest.fixture
 def hv_fleet(fleet_lab, tmp_path):
-    """A Fleet on a clean lab: nothing of these tests before or after, every sshd up, nothing frozen."""
+    """A Fleet on a clean lab: nothing of these tests before or after, every sshd up, nothing frozen.
+
+    Whatever else runs on the lab (scripts/demo's egress-demo-1 and egress-demo-2, a user's own domains) is left
+    alone: a test owns its names and owner and asserts on those; here, at the end, every domain that no test made
+    is still there.
+    """
     hypervisor_fleet = Fleet(fleet_lab, tmp_path)
     hypervisor_fleet.clean()
+    others = {spec.name: Fleet.others_local(spec) for spec in fleet_lab}
     try:
         yield hypervisor_fleet
     finally:
         hypervisor_fleet.clean()
+    gone = {spec.name: sorted(set(others[spec.name]) - set(Fleet.others_local(spec))) for spec in fleet_lab}
+    assert not any(gone.values()), "the test removed domains it did not make: %s" % gone
 
 
 @pytest.fixture

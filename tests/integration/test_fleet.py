@@ -28,6 +28,8 @@ CONVERGE_TASK = "Converge the proxies of this hypervisor"
 PROBE_TASK = "Check that libvirt answers on the hypervisor"
 TOUCHING_TASKS = (PROBE_TASK, "Cache the base image in the pool", CONVERGE_TASK)
 HV1, HV2 = "lab-hv1", "lab-hv2"
+# Another deployment on the lab, as scripts/demo's: outside this module's names (PREFIX) and owner.
+BYSTANDER, BYSTANDER_OWNER = config.TEST_DOMAIN_PREFIX + "bystander", "eptest-bystander-owner"
 with open(os.path.join(REPO_ROOT, "roles", "egress_proxy", "defaults", "main.yml")) as _defaults:
     # The role's default bound on its first libvirt call: the modules' keepalive bound.
     CONNECT_TIMEOUT = yaml.safe_load(_defaults)["egress_proxy_connect_timeout"]
@@ -95,7 +97,21 @@ def test_a_misplaced_fleet_entry_fails_before_any_hypervisor_is_touched(hv_fleet
         assert hv_fleet.domains_local(spec) == {}
 
 
-def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_returns(hv_fleet):
+@pytest.fixture
+def bystander(hv_fleet):
+    """Another deployment's proxy on lab-hv1, as scripts/demo's egress-demo-1 is: another name and owner; removed after."""
+    inventory = hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_uid=BYSTANDER_OWNER),
+                                   {HV1: {"egress_proxy_instances": [{"name": BYSTANDER}]}})
+    # A bystander left by a run that died is removed first: its overlay's base went with hv_fleet's clean.
+    assert hv_fleet.playbook("destroy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}).rc == 0
+    run = hv_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1})
+    assert run.rc == 0, run
+    yield BYSTANDER
+    assert hv_fleet.playbook("destroy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}).rc == 0
+
+
+def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_returns(hv_fleet, bystander):
+    """With another deployment's proxy on lab-hv1 (the demo's, issue 31 item 0): the test asserts on its own proxies."""
     assert hv_fleet.playbook("deploy.yml", spread(hv_fleet)).rc == 0
     before = (hv_fleet.domains_local(hv_fleet.hv2), hv_fleet.volumes_local(hv_fleet.hv2))
     grown = hv_fleet.role_vars(egress_proxy_fleet=[
@@ -128,6 +144,9 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(hv_fleet.hv2.address), line) for line in lines), lines
     for proxy in (name("a"), name("b"), name("e")):
         assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +eptest-fleet +\d+[smhd] +yes$" % proxy, line) for line in lines), lines
+    # The other deployment's proxy is listed as the inventory does not want it, and left alone.
+    assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +%s +\d+[smhd] +no$" % (bystander, BYSTANDER_OWNER), line)
+               for line in lines), lines
     # Aligned: every proxy's name and DESIRED under their headers.
     for proxy in (name("a"), name("b"), name("e")):
         (line,) = [line for line in lines if " %s " % proxy in line]
@@ -137,7 +156,7 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     for row in rows["status_rows"]:
         by_host.setdefault(row["hypervisor"], []).append(row)
     assert [row["state"] for row in by_host[HV2]] == ["UNREACHABLE"] and by_host[HV2][0]["error"]
-    assert sorted(row["name"] for row in by_host[HV1]) == [name("a"), name("b"), name("e")]
+    assert sorted(row["name"] for row in by_host[HV1] if row["owner"] == "eptest-fleet") == [name("a"), name("b"), name("e")]
 
     hypervisors.start_sshd(hv_fleet.hv2)
     back = hv_fleet.playbook("deploy.yml", inventory)
@@ -145,6 +164,7 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     assert back.stats(HV1)["changed"] == 0, back
     assert back.items(CONVERGE_TASK, HV2)[name("f")]["changed"]
     assert hv_fleet.domains_over_ssh(hv_fleet.hv2) == dict(EXPECTED[HV2], **{name("f"): "running"})
+    assert bystander in hv_fleet.ssh(hv_fleet.hv1, "virsh", "-q", "-c", config.LIBVIRT_URI, "list", "--name").stdout.split()
 
 
 def test_a_hypervisor_whose_libvirtd_is_frozen_fails_within_the_bound_naming_it(hv_fleet):
