@@ -2,7 +2,7 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The guest's IPv4 address, from the host's ARP table first and the guest agent second.
+"""The guest's IPv4 address, from the host's ARP table first and the guest agent second, and the one wait for it.
 
 Both sources fail routinely while a guest boots: the ARP table has no entry
 until the guest has sent traffic, and the agent is not connected until
@@ -18,7 +18,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import socket
 from collections import OrderedDict, namedtuple
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
     VIR_ERR_AGENT_UNRESPONSIVE,
@@ -28,12 +31,20 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import 
     VIR_ERR_NO_SUPPORT,
     VIR_ERR_OPERATION_INVALID,
     KvmError,
+    NotFoundError,
+    PermanentError,
+    TransientError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import first_routable_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
+    VIR_DOMAIN_NOSTATE,
+    first_routable_ipv4,
+    is_active,
+    libvirt_state_name,
+)
 
 SOURCE_ARP = "arp"
 SOURCE_AGENT = "agent"
@@ -128,3 +139,88 @@ def nic_ipv4s(hypervisor, dom, macs):
             # (the agent needs it running, ARP needs it active).
             break
     return lookups
+
+
+# How often a wait asks libvirt again (address, shutdown): each ask is one or two cheap calls, and a wait
+# ends at most this long after what it waits for.
+POLL_INTERVAL = 1
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """A started proxy whose address is awaited: its name, its domain, its first NIC's MAC and where that NIC is."""
+
+    name: str
+    dom: Any
+    mac: Optional[str]
+    attached: str  # the first NIC's bridge or network as a message says it ("bridge br0")
+
+
+def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
+    """Poll every Awaited under one deadline until each runs with a routable IPv4 (answering on ``port`` if given).
+
+    The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
+    guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
+    At ``timeout`` the wait fails naming every proxy still without one, with what each address source said.
+    ``timing`` gives ``monotonic`` and ``sleep`` (_proxy_execute.Timing).
+    """
+    deadline = timing.monotonic() + timeout
+    pending = OrderedDict((one.name, one) for one in awaited)
+    said = {}  # name -> (libvirt state, its last AddressLookup or None, the address that did not answer on port)
+    while pending:
+        stopped = []
+        for name, one in list(pending.items()):
+            try:
+                state = hypervisor.domain_state(one.dom)
+            except NotFoundError as error:
+                raise PermanentError("proxy '%s': its domain was undefined while its address was awaited" % name,
+                                     error.code, error.libvirt_message) from error
+            previous = said.get(name, (None, None, None))[1]
+            if not (is_active(state) or state == VIR_DOMAIN_NOSTATE):
+                said[name] = (state, previous, None)
+                stopped.append(name)
+                continue
+            # nostate: libvirt could not tell; neither source answers for it, the next poll decides.
+            lookup = domain_ipv4(hypervisor, one.dom, mac=one.mac) if is_active(state) else previous
+            silent = None
+            if lookup is not None and lookup.ip is not None:
+                if port is None or _answers(lookup.ip, port):
+                    del pending[name]
+                    continue
+                silent = lookup.ip
+            said[name] = (state, lookup, silent)
+        if stopped:
+            raise PermanentError(
+                "%s stopped while %s address was awaited: %s. The console (virsh console <name>) or the QEMU log on "
+                "the hypervisor tells why" % (", ".join(stopped), "its" if len(stopped) == 1 else "their",
+                                              "; ".join(_what_was_said(name, pending[name], said[name], port)
+                                                        for name in stopped)))
+        if not pending:
+            return
+        if timing.monotonic() >= deadline:
+            raise TransientError(
+                "%s got no routable IPv4%s within wait_timeout (%d s): %s. A guest may still be booting (raise "
+                "wait_timeout), or its first NIC gets no address where it is attached" % (
+                    ", ".join(pending), " answering on port %d" % port if port else "", timeout,
+                    "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
+        timing.sleep(POLL_INTERVAL)
+
+
+def _what_was_said(name, one, said, port):
+    """``name`` (state shutoff, bridge br0; arp: no address yet, agent: ...): one proxy's part of a wait's message."""
+    state, lookup, silent = said
+    if silent is not None:
+        answers = "%s does not answer on port %d" % (silent, port)
+    elif lookup is not None:
+        answers = ", ".join("%s: %s" % item for item in lookup.sources.items())
+    else:
+        answers = "no address source asked (the domain was not running)"
+    return "%s (state %s, %s; %s)" % (name, libvirt_state_name(state), one.attached, answers)
+
+
+def _answers(ip, port):
+    try:
+        socket.create_connection((ip, port), timeout=POLL_INTERVAL).close()
+    except OSError:
+        return False
+    return True

@@ -24,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import nic_ipv4s
@@ -91,8 +92,9 @@ def _domain_id(host, name):
 def _created_at(metadata):
     if metadata is None or metadata.created_at_raw is None:
         return None
-    # A malformed timestamp reads as the oldest possible time, as it does for cleanup ordering.
-    return format_rfc3339(metadata.created_at)
+    # A malformed timestamp, or one further in the future than clock skew explains, reads as the oldest possible time,
+    # as it does for cleanup; one a little ahead reads as now. So an age computed from it is never negative.
+    return format_rfc3339(metadata.created_at_as_of(datetime.datetime.now(datetime.timezone.utc)))
 
 
 def inspect_domain(hypervisor, dom, host, domain_info=None):

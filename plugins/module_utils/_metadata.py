@@ -34,6 +34,9 @@ METADATA_PREFIX = "egressproxy"
 INSTANCE_TAG = "instance"
 
 OLDEST = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+# How far ahead of the reading host's clock a createdAt may lie and still be believed: hosts under NTP differ by
+# far less; more means a clock set wrong or an edited timestamp, which must not protect a VM from cleanup forever.
+CLOCK_SKEW_TOLERANCE = datetime.timedelta(minutes=5)
 
 _RFC3339 = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[Tt](?P<time>\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?"
@@ -60,6 +63,17 @@ class InstanceMetadata:
         corrupt timestamp can never protect a VM from cleanup forever.
         """
         return parse_rfc3339(self.created_at_raw)
+
+    def created_at_as_of(self, now):
+        """createdAt as the host whose clock says ``now`` (aware) counts it: never in the future.
+
+        Up to CLOCK_SKEW_TOLERANCE ahead is another host's clock running fast and reads as ``now``; further ahead
+        is corrupt and reads as OLDEST, as a malformed value does.
+        """
+        created_at = self.created_at
+        if created_at <= now:
+            return created_at
+        return now if created_at - now <= CLOCK_SKEW_TOLERANCE else OLDEST
 
 
 def format_rfc3339(moment):

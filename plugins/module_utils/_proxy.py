@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import describe_interfaces
@@ -31,7 +32,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     overlay_volume_name,
     seed_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import Execution, Timing, wait_for_ip
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import Execution, Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_observe import (
     ImageSource,
     missing_disks,
@@ -143,7 +144,11 @@ class ProxyManager:
             spec = request.spec(probe.sha256 if probe is not None else None)
             digest = spec_digest(spec)
         verdict = assess(request, digest, domain)
-        missing = missing_disks(self.hv, domain) if disks_matter(verdict, domain) else ()
+        missing = missing_disks(self.hv, domain) if request.state != STATE_ABSENT and disks_matter(verdict, domain) else ()
+        if verdict.kind == KEEP and not verdict.drifted:
+            # A seed holds nothing but the request's data: a gone one is written again (seed_stale below) and the
+            # disk kept. Only a gone disk needs a new VM.
+            missing = tuple(disk for disk in missing if disk != (request.pool, seed_volume_name(request.name)))
         if missing:
             verdict = assess(request, digest, domain, missing)
         kept = verdict.kind == KEEP and not verdict.drifted
@@ -169,6 +174,11 @@ class ProxyManager:
         return Observation(domain=domain, spec=spec, digest=digest, own_volumes=own, missing_disks=missing, build=build,
                            seed_stale=seed_stale, base_unverified=base_unverified)
 
+    def awaited(self, dom, info):
+        """The proxy as the address wait (_addresses.await_ipv4) knows it; ``info`` is its domain's parsed XML."""
+        macs = info.macs()
+        return Awaited(self.request.name, dom, macs[0] if macs else None, self.request.interfaces[0].source)
+
     def _describe(self, host, domain, planned, execution, wait):
         """state, ip, uid, created_at, spec_digest, mac and autostart of the domain as the run leaves it.
 
@@ -179,7 +189,7 @@ class ProxyManager:
         absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "uid", "created_at", "spec_digest", "mac",
                                 "autostart"))
         absent.update(ip_sources={}, interfaces=[])
-        if request.state == STATE_ABSENT:
+        if request.state == STATE_ABSENT and planned.verdict.kind != LEAVE:
             return absent
         if self.check_mode:
             if domain is None:
@@ -192,8 +202,7 @@ class ProxyManager:
         dom = domain.handle if planned.kept else execution.dom
         info = domain.info if planned.kept else parse_domain_xml(self.hv.domain_xml(dom))
         if wait and request.wait_for_ip and request.state == STATE_PRESENT and planned.verdict.kind != LEAVE:
-            macs = info.macs()
-            wait_for_ip(self.hv, dom, request, macs[0] if macs else None, self.timing)
+            await_ipv4(self.hv, [self.awaited(dom, info)], request.wait_timeout, self.timing)
         # An adopted domain's new owner is in its metadata, not in the XML read before.
         return _entry(self.hv, host, dom, info, execution.uid)
 
@@ -247,10 +256,10 @@ def _diff(request, planned, domain, uid):
             "spec": domain.spec,
             "autostart": domain.autostart,
         }
-    if request.state == STATE_ABSENT:
-        return {"before": before, "after": {"state": STATE_ABSENT}}
     if planned.verdict.kind == LEAVE:
         after = dict(before)
+    elif request.state == STATE_ABSENT:
+        after = {"state": STATE_ABSENT}
     elif planned.kept:
         after = dict(before, state=request.state, autostart=request.autostart, uid=planned.uid)
     else:

@@ -2,7 +2,7 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""kvm_proxy's steps carried out in the plan's order, and the wait for a started VM's address."""
+"""kvm_proxy's steps carried out in the plan's order."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
     VIR_ERR_ARGUMENT_UNSUPPORTED,
@@ -59,18 +59,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan imp
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import build_metadata_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import ensure_seed
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
-    VIR_DOMAIN_NOSTATE,
-    VIR_DOMAIN_SHUTOFF,
-    is_active,
-    libvirt_state_name,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_DOMAIN_SHUTOFF
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import delete_volume, find_volume
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
-
-# How often a wait asks libvirt again (address, shutdown): each ask is one or two cheap calls, and a wait
-# ends at most this long after what it waits for.
-POLL_INTERVAL = 1
 
 # Tried in turn: an older libvirt rejects a flag it does not know (NVRAM
 # came last, in 1.2.9) with one of _UNSUPPORTED_FLAG_CODES.
@@ -215,23 +206,3 @@ class Execution:
     def _delete(self, vol):
         delete_volume(self.hv, vol)
 
-
-def wait_for_ip(hypervisor, dom, request, mac, timing):
-    """Poll until the domain runs with a routable IPv4; fail at wait_timeout with what each source said."""
-    deadline = timing.monotonic() + request.wait_timeout
-    while True:
-        state = hypervisor.domain_state(dom)
-        if not (is_active(state) or state == VIR_DOMAIN_NOSTATE):
-            raise PermanentError(
-                "domain '%s' is %s while waiting for its IP address; its console (virsh console %s) or the QEMU log "
-                "on the hypervisor tells why it stopped" % (request.name, libvirt_state_name(state), request.name))
-        lookup = domain_ipv4(hypervisor, dom, mac=mac) if is_active(state) else None
-        if lookup is not None and lookup.ip is not None:
-            return
-        if timing.monotonic() >= deadline:
-            said = "; ".join("%s: %s" % item for item in lookup.sources.items()) if lookup else "addresses not asked"
-            raise TransientError(
-                "domain '%s' has no routable IPv4 after %d s (state %s; %s). The guest may still be booting (raise "
-                "wait_timeout), or its first NIC gets no address on %s" % (
-                    request.name, request.wait_timeout, libvirt_state_name(state), said, request.interfaces[0].source))
-        timing.sleep(POLL_INTERVAL)

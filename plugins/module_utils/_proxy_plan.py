@@ -15,11 +15,17 @@ The order and its reasons, ported from the reference provider's lessons:
 - A replacement first fetches and checks everything the new VM needs (the
   base image is content-addressed, so fetching never disturbs the old VM's
   base), and only then removes the old VM.
-- Removal destroys the domain, deletes its overlay and seed, and undefines it
-  last: a run cut off half-way still finds the domain next time and finishes.
+- Removal (for a replacement too) stops the VM gracefully first (ACPI, then a
+  hard stop after shutdown_timeout), so its squid can finish what it serves;
+  then it deletes the overlay and seed, and undefines the domain last: a run
+  cut off half-way still finds the domain next time and finishes.
+- A stopped VM whose seed is gone gets it written again (it holds only the
+  request's data); one whose disk is gone is rebuilt, and reported drifted:
+  a rebuild is never reported as no drift.
 - A domain this collection did not create, or one recorded with another owner,
   is refused for replacement and deletion unless forced or adopted; another
-  owner's VM that already matches is reported and left exactly as it is.
+  owner's VM that already matches is reported and left exactly as it is, and
+  so is one a set (leave_others) was asked to remove.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -64,7 +70,7 @@ ENABLE_AUTOSTART = "enable autostart"
 DISABLE_AUTOSTART = "disable autostart"
 RECORD_OWNER = "record owner"
 # Once one of these ran, a replacement can no longer say it left the old VM as it was.
-REMOVAL_ACTIONS = frozenset((DESTROY_DOMAIN, DELETE_OVERLAY, DELETE_SEED, UNDEFINE_DOMAIN))
+REMOVAL_ACTIONS = frozenset((SHUTDOWN_DOMAIN, DESTROY_DOMAIN, DELETE_OVERLAY, DELETE_SEED, UNDEFINE_DOMAIN))
 
 # States in which an ACPI shutdown request reaches a guest that will act on it.
 SHUTTING_DOWN = (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED, VIR_DOMAIN_SHUTDOWN)
@@ -80,7 +86,7 @@ CREATE = "create"  # none exists: build it
 CLEAN = "clean"  # none exists and none is wanted: delete volumes a dead run left
 REMOVE = "remove"
 KEEP = "keep"  # it stays; state, autostart and owner are made right
-LEAVE = "leave"  # another owner's matching VM: reported, not touched
+LEAVE = "leave"  # another owner's matching VM, or another's (or nobody's) a set removes: reported, not touched
 REPLACE = "replace"
 
 
@@ -154,10 +160,14 @@ def _ownership_problem(request, domain, owner):
     return None
 
 
-def _refusal(problem, what):
+def _refusal(problem, what, foreign_uid):
+    adopt = ""
+    if foreign_uid is not None:
+        adopt = ", add '%s' to adopt_uids to take it over (%s)" % (
+            foreign_uid, "and delete it" if what == "delete" else "it is replaced when its spec differs")
     return PermanentError(
-        "%s; refusing to %s it. Nothing was changed. Choose another name, remove the domain yourself, or set "
-        "force=true to let this task %s it" % (problem, what, what))
+        "%s; refusing to %s it. Nothing was changed. Choose another name, remove the domain yourself%s, or set "
+        "force=true to let this task %s it" % (problem, what, adopt, what))
 
 
 def assess(request, digest, domain, missing=()):
@@ -168,20 +178,36 @@ def assess(request, digest, domain, missing=()):
     problem = _ownership_problem(request, domain, owner)
     what = "delete" if request.state == STATE_ABSENT else "replace"
     matches = domain.managed and domain.metadata.spec_digest == digest
-    if owner == FOREIGN and matches and not missing and not request.force and what == "replace":
+    if problem is not None and not request.force and (
+            request.leave_others if what == "delete" else owner == FOREIGN and matches and not missing):
         return Verdict(LEAVE)
     if problem is not None and not request.force:
-        raise _refusal(problem, what)
+        raise _refusal(problem, what, domain.metadata.uid if owner == FOREIGN else None)
     if what == "delete":
         return Verdict(REMOVE)
     if problem is None and not missing and (matches or request.on_drift == ON_DRIFT_IGNORE):
         return Verdict(KEEP, drifted=not matches, adopt=owner == ADOPTABLE)
-    return Verdict(REPLACE, drifted=problem is None and not matches)
+    # A VM whose disk is gone is rebuilt like a drifted one, and says so.
+    return Verdict(REPLACE, drifted=problem is None and (not matches or bool(missing)))
 
 
 def disks_matter(verdict, domain):
     """Whether the domain's disks must be looked for: a running VM holds them open and keeps working."""
     return verdict.kind in (KEEP, LEAVE) and not is_active(domain.state)
+
+
+def left_alone(request, domain):
+    """Why ``domain``, which the verdict LEAVE spares, was left as it is, and how a user would make the task act on it."""
+    if request.state != STATE_ABSENT:
+        return ("domain '%s' matches this task's spec but is owned by uid '%s', not '%s'; it was left as it is (state "
+                "and autostart included). Add '%s' to adopt_uids to take it over" % (
+                    request.name, domain.metadata.uid, request.uid, domain.metadata.uid))
+    if ownership(request, domain) == FOREIGN:
+        return ("domain '%s' is owned by uid '%s', not by this task's uid '%s'; it was left as it is, not removed. Add "
+                "'%s' to adopt_uids, or set force=true, to remove it" % (
+                    request.name, domain.metadata.uid, request.uid, domain.metadata.uid))
+    return ("domain '%s' was not created by egress_proxies.kvm; it was left as it is, not removed. Remove it yourself, "
+            "or set force=true to let this task remove it" % request.name)
 
 
 def left_as_it_was(message, name, replacing, attempted=()):
@@ -199,10 +225,8 @@ def plan(request, observation):
     if verdict.kind in (REMOVE, CLEAN):
         return Plan(_removal(request, domain, observation.own_volumes), verdict, None)
     if verdict.kind == LEAVE:
-        return Plan((), verdict, domain.metadata.uid, observation.spec, observation.digest, warnings=(
-            "domain '%s' matches this task's spec but is owned by uid '%s', not '%s'; it was left as it is (state and "
-            "autostart included). Add '%s' to adopt_uids to take it over" % (
-                request.name, domain.metadata.uid, request.uid, domain.metadata.uid),))
+        return Plan((), verdict, domain.metadata.uid if domain.metadata else None, observation.spec, observation.digest,
+                    warnings=(left_alone(request, domain),))
     if verdict.kind == KEEP:
         return _keep(request, observation, verdict)
     return _build(request, observation, verdict)
@@ -241,8 +265,12 @@ def _keep(request, observation, verdict):
 
 def _removal(request, domain, volumes):
     steps = []
-    if domain is not None and domain.state != VIR_DOMAIN_SHUTOFF:
-        steps.append(Step(DESTROY_DOMAIN, domain.handle))
+    if domain is not None and domain.state in SHUTTING_DOWN:
+        # A graceful stop lets the proxy's squid finish the connections it holds (shutdown_lifetime) before the VM
+        # goes: a hard stop would cut every one of them.
+        steps.append(Step(SHUTDOWN_DOMAIN, domain.handle))
+    elif domain is not None and domain.state != VIR_DOMAIN_SHUTOFF:
+        steps.append(Step(DESTROY_DOMAIN, domain.handle))  # paused, crashed, ...: no guest to act on ACPI
     overlay = overlay_volume_name(request.name)
     for volume in volumes:
         steps.append(Step(DELETE_OVERLAY if volume.name == overlay else DELETE_SEED, volume.handle))

@@ -155,6 +155,9 @@ class ProxyRequest:
     ca_path: Optional[str] = None
     download_timeout: int = DEFAULT_TIMEOUT
     download_retries: int = DEFAULT_RETRIES
+    # Not a module option: kvm_proxy_set removes what is ours and leaves (and reports) a listed proxy that another
+    # owner, or nobody, created; kvm_proxy refuses it.
+    leave_others: bool = False
 
     @classmethod
     def from_params(cls, params):

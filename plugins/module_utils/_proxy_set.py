@@ -8,18 +8,25 @@ Every proxy goes through kvm_proxy's own observe and plan (_proxy.py), all of
 them before anything changes, so check mode predicts the whole set. Then:
 
 - proxies that are created, started, stopped or removed go first, side by
-  side; their addresses are awaited together, under one deadline;
-- with ``wait_for_ip``, replacements of running proxies roll, at most
-  ``max_unavailable`` at a time: the next starts only when the previous ones have an address (and answer on
-  ``wait_for_port`` when given). One that does not come up in time stops the
-  roll and the task fails naming the proxies still on their old VM, which keep
-  running;
+  side (with the garbage collection of proxies that are not running); their
+  addresses are awaited together, under one deadline (_addresses.await_ipv4,
+  kvm_proxy's own wait);
+- then what takes capacity away rolls, at most ``max_unavailable`` at a time:
+  replacements of running proxies first, then the garbage collection of
+  running ones. With ``wait_for_ip`` the next batch starts only when the
+  previous one's replacements have an address (and answer on
+  ``wait_for_port`` when given). One that does not come up in time, or a new
+  proxy that fails, stops the roll and the task fails naming the proxies still
+  on their old VM and the unlisted ones still running: none of them is touched;
 - garbage collection, with the reference's rules: a managed domain recorded
   with this set's owner, not in the set, created longer ago than the grace
   period, is removed with its overlay and seed. Unmanaged domains and other
   owners' are never touched and are reported as foreign. A hypervisor that
   cannot be listed fails before anything is removed; a domain that cannot be
-  read is skipped, and the sweep goes on.
+  read is skipped, and the sweep goes on. A createdAt further in the future
+  than clock skew explains is corrupt and protects nothing;
+- a listed proxy to remove that another owner (or nobody) created is left
+  and reported (outcome ``left alone ...``, with the reason), not refused.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -27,18 +34,19 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
-import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, TransientError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import CLOCK_SKEW_TOLERANCE
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import format_domain_id
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_observe import SharedImages
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan import (
     CLEAN,
@@ -47,9 +55,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_plan imp
     LEAVE,
     REMOVE,
     REPLACE,
+    UNMANAGED,
+    ownership,
     plan,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import (
+    DEFAULT_SHUTDOWN_TIMEOUT,
     DEFAULT_WAIT_TIMEOUT,
     STATE_ABSENT,
     STATE_PRESENT,
@@ -71,6 +82,8 @@ SET_WIDE_PROXY_OPTIONS = ("uid", "adopt_uids", "host", "force", "wait_for_ip", "
 
 # The summary of what happened to a proxy, by the planner's verdict.
 _OUTCOMES = {CREATE: "created", REPLACE: "replaced", REMOVE: "removed", LEAVE: "left alone (another owner)"}
+# A listed domain to remove that this collection did not create.
+LEFT_UNMANAGED = "left alone (unmanaged)"
 
 
 def _whole_number(option, value, least, most=None):
@@ -90,8 +103,9 @@ class SetRequest:
     gc_grace_period: int = DEFAULT_GC_GRACE_PERIOD
     max_unavailable: int = DEFAULT_MAX_UNAVAILABLE
     wait_for_port: Optional[int] = None
-    wait_for_ip: bool = False
+    wait_for_ip: bool = False  # implied by wait_for_port: a port is asked on the address
     wait_timeout: int = DEFAULT_WAIT_TIMEOUT
+    shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT  # the set's own, for the proxies garbage collection stops
 
     @classmethod
     def from_params(cls, params):
@@ -114,7 +128,7 @@ class SetRequest:
                 raise ValidationError("%s: the name appears more than once in proxies" % label)
             names.add(given.get("name"))
             try:
-                proxies.append(ProxyRequest.from_params(dict(shared, **given, wait_for_ip=False)))
+                proxies.append(ProxyRequest.from_params(dict(shared, **given, wait_for_ip=False, leave_others=True)))
             except ValidationError as error:
                 raise ValidationError("%s: %s" % (label, error.message)) from error
         if params["gc"] and not params["uid"]:
@@ -123,13 +137,18 @@ class SetRequest:
         _whole_number("max_unavailable", params["max_unavailable"], 1)
         if params["wait_for_port"] is not None:
             _whole_number("wait_for_port", params["wait_for_port"], 1, 65535)
+        shutdown_timeout = params.get("shutdown_timeout")
+        if shutdown_timeout is None:
+            shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT
+        _whole_number("shutdown_timeout", shutdown_timeout, 0)
         return cls(proxies=tuple(proxies), uid=params["uid"], pool=params["pool"], gc=params["gc"],
                    gc_grace_period=params["gc_grace_period"], max_unavailable=params["max_unavailable"],
-                   wait_for_port=params["wait_for_port"], wait_for_ip=params["wait_for_ip"],
-                   wait_timeout=params["wait_timeout"])
+                   wait_for_port=params["wait_for_port"],
+                   wait_for_ip=bool(params["wait_for_ip"]) or params["wait_for_port"] is not None,
+                   wait_timeout=params["wait_timeout"], shutdown_timeout=shutdown_timeout)
 
 
-@dataclass
+@dataclass(eq=False)
 class Member:
     """One proxy of the run: its manager, what it found, its plan and its execution."""
 
@@ -139,10 +158,21 @@ class Member:
     execution: object = None
 
     @property
+    def serving(self):
+        """Whether its domain runs: a proxy that may hold connections and whose removal takes capacity away."""
+        domain = self.observation.domain
+        return domain is not None and is_active(domain.state)
+
+    @property
     def rolls(self):
         """A replacement of a running VM: its egress is down until the new one is up."""
-        domain = self.observation.domain
-        return self.plan.verdict.kind == REPLACE and domain is not None and is_active(domain.state)
+        return self.plan.verdict.kind == REPLACE and self.serving
+
+    @property
+    def awaited(self):
+        """Whether its address is awaited: it was created, replaced or started by this run."""
+        return (self.manager.request.state == STATE_PRESENT and bool(self.plan.steps)
+                and self.plan.verdict.kind not in (LEAVE, REMOVE, CLEAN))
 
 
 class SetManager:
@@ -153,22 +183,27 @@ class SetManager:
         self.request = request
         self.check_mode = check_mode
         self.options = dict(options, shared_images=SharedImages())
+        self.timing = Timing(options.get("clock", utcnow), options.get("sleep", time.sleep),
+                             options.get("monotonic", time.monotonic))
         self.host = None
         self.foreign = []
         self.spared = []
+        self.warnings = []
 
     def run(self):
         self.host = resolve_host(self.hv, next((p.host for p in self.request.proxies if p.host), None))
         # One listing for the whole set: each proxy's domain is found in it, and GC sweeps it. A hypervisor that
         # cannot be listed fails here, before anything changes.
         listed = {self.hv.domain_name(dom): dom for dom in self.hv.list_domains()}
-        members = [self._member(proxy, listed) for proxy in self.request.proxies]
-        removals = [self._member(proxy, listed) for proxy in self._sweep(listed)] if self.request.gc else []
+        members = [self._member(proxy, listed, "proxies[%d] (%s)" % (index, proxy.name))
+                   for index, proxy in enumerate(self.request.proxies)]
+        removals = [self._member(proxy, listed, "unlisted proxy '%s' (garbage collection)" % proxy.name)
+                    for proxy in self._sweep(listed)] if self.request.gc else []
         if not self.check_mode:
             self._execute(members, removals)
         results = [self._report(member) for member in members]
         removed = [self._report(member) for member in removals]
-        return {
+        result = {
             "changed": any(r["changed"] for r in results + removed),
             "host": self.host,
             "proxies": results,
@@ -178,17 +213,24 @@ class SetManager:
             "diff": {"before": {r["name"]: r["diff"]["before"] for r in results + removed},
                      "after": {r["name"]: r["diff"]["after"] for r in results + removed}},
         }
+        if self.warnings:
+            result["warnings"] = self.warnings
+        return result
 
-    def _member(self, proxy, listed):
+    def _member(self, proxy, listed, label):
+        """The proxy observed and planned; an error says which entry (``label``) it is about."""
         manager = ProxyManager(self.hv, replace(proxy, host=self.host), check_mode=self.check_mode, **self.options)
-        observation = manager.observe(listed)
-        planned = plan(manager.request, observation)
+        try:
+            observation = manager.observe(listed)
+            planned = plan(manager.request, observation)
+        except KvmError as error:
+            raise error.after("%s: %s" % (label, error.message), error.completed_actions or []) from error
         return Member(manager, observation, planned, manager.execution(planned, observation))
 
     def _sweep(self, listed):
         """Removal requests for this owner's domains that nothing desires any more and that are past the grace period."""
         desired = {proxy.name for proxy in self.request.proxies}
-        now = self.options.get("clock", utcnow)()
+        now = self.timing.clock()
         grace = datetime.timedelta(seconds=self.request.gc_grace_period)
         removable = []
         for name, dom in sorted(listed.items()):  # by name, so reports keep one order
@@ -202,32 +244,42 @@ class SetManager:
             if metadata is None or not metadata.managed or metadata.uid != self.request.uid:
                 self.foreign.append({"name": name, "uid": metadata.uid if metadata is not None else None,
                                      "managed": bool(metadata is not None and metadata.managed)})
-            elif now - metadata.created_at >= grace:
-                removable.append(ProxyRequest(name=name, state=STATE_ABSENT, uid=self.request.uid, pool=self.request.pool))
+            elif now - metadata.created_at_as_of(now) >= grace:
+                removable.append(ProxyRequest(name=name, state=STATE_ABSENT, uid=self.request.uid, pool=self.request.pool,
+                                              shutdown_timeout=self.request.shutdown_timeout))
+                if metadata.created_at > now:
+                    self.warnings.append(
+                        "domain '%s' records createdAt %s, %s ahead of this host's clock: more than clock skew explains "
+                        "(%d s), so it reads as corrupt and did not protect the domain from garbage collection" % (
+                            name, metadata.created_at_raw, _seconds(metadata.created_at - now),
+                            CLOCK_SKEW_TOLERANCE.total_seconds()))
             else:
-                self.spared.append({"name": name, "reason": "created less than gc_grace_period (%d s) ago" % (
-                    self.request.gc_grace_period)})
+                reason = "created less than gc_grace_period (%d s) ago" % self.request.gc_grace_period
+                if metadata.created_at > now:
+                    reason += " (its createdAt %s is %s ahead of this host's clock, within the %d s allowed for clock " \
+                              "skew, and counts as now)" % (metadata.created_at_raw, _seconds(metadata.created_at - now),
+                                                           CLOCK_SKEW_TOLERANCE.total_seconds())
+                self.spared.append({"name": name, "reason": reason})
         return removable
 
     def _execute(self, members, removals):
+        """First what adds capacity or costs none, awaited; then what takes capacity away, ``max_unavailable`` at a time.
+
+        A running proxy that garbage collection removes takes capacity away like a replacement: it goes last, once
+        the proxies that take its place are up, so a set whose new proxies fail keeps its old ones running.
+        """
         done = []
+        rolling = [m for m in members if m.rolls] + [m for m in removals if m.serving]
         try:
-            self._run_together([m for m in members if not m.rolls] + removals, done)
-            self._await([m for m in members if not m.rolls and m.plan.steps])
-            rolling = [m for m in members if m.rolls]
+            self._run_together([m for m in members + removals if m not in rolling], done)
+            self._await([m for m in members if m.awaited and not m.rolls])
             while rolling:
-                batch, rolling = rolling[:self.request.max_unavailable], rolling[self.request.max_unavailable:]
+                batch = rolling[:self.request.max_unavailable]
                 self._run_together(batch, done)
-                try:
-                    self._await(batch)
-                except KvmError as error:
-                    raise error.after("%s; the roll stopped: %s still run%s their old VM" % (
-                        error.message, ", ".join(m.manager.request.name for m in rolling) or "no other proxy",
-                        "s" if len(rolling) == 1 else ""), done) from error
+                rolling = rolling[len(batch):]
+                self._await([m for m in batch if m.awaited])
         except KvmError as error:
-            if error.completed_actions is None:
-                error = error.after(error.message, done)
-            raise error
+            raise error.after(error.message + _untouched(rolling, members), done) from error
 
     def _run_together(self, members, done):
         """Carry out the members' plans side by side, WORKERS at a time; ``done`` gets their actions in request order.
@@ -251,52 +303,51 @@ class SetManager:
             raise first.after("; ".join(failed), done) from first
 
     def _await(self, members):
-        """Wait, under one deadline, until every started proxy of ``members`` has an IPv4 (and answers on the port).
+        """Wait, under one deadline, until every proxy of ``members`` has an IPv4 (and answers on the port).
 
         Without wait_for_ip nothing is awaited, so replacements do not roll: nothing tells when one is up.
         """
-        if not self.request.wait_for_ip:
+        if not self.request.wait_for_ip or not members:
             return
-        timing = members[0].manager.timing if members else None
-        pending = {m.manager.request.name: m for m in members
-                   if m.manager.request.state == STATE_PRESENT and m.plan.verdict.kind not in (LEAVE, REMOVE, CLEAN)}
-        if not pending:
-            return
-        deadline = timing.monotonic() + self.request.wait_timeout
-        while pending:
-            for name, member in list(pending.items()):
-                dom = member.execution.dom or member.observation.domain.handle
-                macs = parse_domain_xml(self.hv.domain_xml(dom)).macs()
-                lookup = domain_ipv4(self.hv, dom, mac=macs[0] if macs else None)
-                if lookup.ip is not None and self._answers(lookup.ip):
-                    del pending[name]
-            if pending and timing.monotonic() >= deadline:
-                raise TransientError("%s got no routable IPv4%s within wait_timeout (%d s)" % (
-                    ", ".join(sorted(pending)), " answering on port %d" % self.request.wait_for_port
-                    if self.request.wait_for_port else "", self.request.wait_timeout))
-            if pending:
-                timing.sleep(POLL_INTERVAL)
-
-    def _answers(self, ip):
-        if self.request.wait_for_port is None:
-            return True
-        try:
-            socket.create_connection((ip, self.request.wait_for_port), timeout=POLL_INTERVAL).close()
-        except OSError:
-            return False
-        return True
+        awaited = []
+        for member in members:
+            dom = member.execution.dom or member.observation.domain.handle
+            awaited.append(member.manager.awaited(dom, parse_domain_xml(self.hv.domain_xml(dom))))
+        await_ipv4(self.hv, awaited, self.request.wait_timeout, self.timing, self.request.wait_for_port)
 
     def _report(self, member):
         result = member.manager.report(self.host, member.observation, member.plan, member.execution, wait=False)
         kind = member.plan.verdict.kind
+        result["reason"] = None
         if kind == KEEP:
             result["outcome"] = "updated" if member.plan.steps else "unchanged"
         elif kind == CLEAN:
             result["outcome"] = "cleaned" if member.plan.steps else "absent"
+        elif kind == LEAVE:
+            domain = member.observation.domain
+            result["outcome"] = LEFT_UNMANAGED if ownership(member.manager.request, domain) == UNMANAGED else _OUTCOMES[kind]
+            result["reason"] = member.plan.warnings[0]
         else:
             result["outcome"] = _OUTCOMES[kind]
         result["id"] = format_domain_id(self.host, member.manager.request.name)
         return result
+
+
+def _untouched(rolling, members):
+    """The end of a failed run's message: the proxies it did not replace and the unlisted ones it did not remove."""
+    replacing = [m.manager.request.name for m in rolling if m in members]
+    unlisted = [m.manager.request.name for m in rolling if m not in members]
+    parts = []
+    if replacing:
+        parts.append("%s still run%s on the old VM" % (", ".join(replacing), "s" if len(replacing) == 1 else ""))
+    if unlisted:
+        parts.append("%s, no longer listed, still run%s: garbage collection removes a running proxy only once the new "
+                     "ones are up" % (", ".join(unlisted), "s" if len(unlisted) == 1 else ""))
+    return "; the roll stopped: %s" % "; ".join(parts) if parts else ""
+
+
+def _seconds(delta):
+    return "%d s" % delta.total_seconds()
 
 
 def _attempt(member):

@@ -23,7 +23,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory impo
     resolve_host,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import METADATA_URI, build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+    METADATA_URI,
+    build_instance_element,
+    parse_rfc3339,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
     BLOCKED,
@@ -199,6 +203,16 @@ def test_malformed_created_at_reads_as_the_oldest_time(hv1):
     metadata = "<instance xmlns='%s'><managed>true</managed><uid>u</uid><createdAt>yesterday</createdAt></instance>" % METADATA_URI
     hand_made_domain(hv1, "proxy-one", metadata=metadata)
     assert get_proxy(hv1, "nas1", "proxy-one")["created_at"] == "0001-01-01T00:00:00Z"
+
+
+def test_a_created_at_in_the_future_never_gives_a_negative_age(hv1):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    managed_domain(hv1, "proxy-ahead", "u", created=now + datetime.timedelta(seconds=60))
+    managed_domain(hv1, "proxy-far", "u", created=now + datetime.timedelta(days=365))
+    ahead = parse_rfc3339(get_proxy(hv1, "nas1", "proxy-ahead")["created_at"])
+    # A minute ahead is clock skew and reads as now; a year ahead is corrupt and reads as the oldest time.
+    assert now - datetime.timedelta(seconds=5) <= ahead <= datetime.datetime.now(datetime.timezone.utc)
+    assert get_proxy(hv1, "nas1", "proxy-far")["created_at"] == "0001-01-01T00:00:00Z"
 
 
 def test_prefixed_metadata_in_the_domain_xml_is_recognised(hv1):

@@ -16,6 +16,7 @@ from lxml import etree
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+    CLOCK_SKEW_TOLERANCE,
     METADATA_PREFIX,
     METADATA_URI,
     OLDEST,
@@ -231,3 +232,14 @@ def test_our_element_is_found_among_others():
 ])
 def test_a_domain_without_our_element_has_no_metadata(raw):
     assert parse_domain_xml(raw).metadata is None
+
+
+@pytest.mark.parametrize("ahead, reads_as", [
+    (datetime.timedelta(0), "recorded"),
+    (CLOCK_SKEW_TOLERANCE, "now"),
+    (CLOCK_SKEW_TOLERANCE + datetime.timedelta(seconds=1), "oldest"),
+    (-datetime.timedelta(days=3), "recorded"),
+])
+def test_created_at_as_of_never_lies_in_the_future(ahead, reads_as):
+    metadata = InstanceMetadata(managed=True, uid="u", created_at_raw=format_rfc3339(CREATED + ahead))
+    assert metadata.created_at_as_of(CREATED) == {"recorded": CREATED + ahead, "now": CREATED, "oldest": OLDEST}[reads_as]

@@ -67,7 +67,7 @@ GIB = 1024 ** 3
 
 MUTATING = FakeHypervisor.MUTATING_METHODS
 CREATE = [steps.CREATE_OVERLAY, steps.WRITE_SEED, steps.DEFINE_DOMAIN, steps.START_DOMAIN, steps.ENABLE_AUTOSTART]
-REMOVE_RUNNING = [steps.DESTROY_DOMAIN, steps.DELETE_OVERLAY, steps.DELETE_SEED, steps.UNDEFINE_DOMAIN]
+REMOVE_RUNNING = [steps.SHUTDOWN_DOMAIN, steps.DELETE_OVERLAY, steps.DELETE_SEED, steps.UNDEFINE_DOMAIN]
 
 
 class FakeTime:
@@ -712,7 +712,7 @@ def test_force_deletes_an_unmanaged_domain(converge):
     hv = ready_host()
     hand_made(hv)
     result = converge(hv, request(state="absent", force=True))
-    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.DELETE_OVERLAY, steps.UNDEFINE_DOMAIN]
+    assert result["actions"] == [steps.SHUTDOWN_DOMAIN, steps.DELETE_OVERLAY, steps.UNDEFINE_DOMAIN]
     assert_gone(hv)
 
 
@@ -721,7 +721,7 @@ def test_force_replaces_a_domain_of_another_uid(converge):
     owned_by(hv, "uid-of-someone-else")
     result = converge(hv, request(force=True))
     assert result["drifted"] is False
-    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN] + CREATE
+    assert result["actions"] == [steps.SHUTDOWN_DOMAIN, steps.UNDEFINE_DOMAIN] + CREATE
     assert domain_of(hv).metadata.uid == UID
 
 
@@ -748,7 +748,7 @@ DELETE_CASES = {
     "domain without volumes": (
         lambda run, hv: (running_proxy(run, hv), hv.delete_volume(hv.volume("default", OVERLAY)),
                          hv.delete_volume(hv.volume("default", SEED))),
-        [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN]),
+        [steps.SHUTDOWN_DOMAIN, steps.UNDEFINE_DOMAIN]),
     "nothing exists": (lambda run, hv: None, []),
 }
 
@@ -773,7 +773,7 @@ def test_delete_with_a_missing_pool_still_removes_the_domain(run, converge):
     run(hv, request())
     del hv.pools["default"]
     result = converge(hv, absent())
-    assert result["actions"] == [steps.DESTROY_DOMAIN, steps.UNDEFINE_DOMAIN]
+    assert result["actions"] == [steps.SHUTDOWN_DOMAIN, steps.UNDEFINE_DOMAIN]
     assert NAME not in hv.domains
 
 
@@ -860,6 +860,28 @@ def test_stopped_stops_hard_after_the_timeout(run, fake_time):
     assert "did not power off within 30 s" in result["warnings"][0]
 
 
+@pytest.mark.parametrize("changes", [dict(state="absent"), dict(vcpus=4)], ids=["removed", "replaced"])
+def test_a_running_vm_is_shut_down_gracefully_before_it_is_removed_or_replaced(run, converge, fake_time, changes):
+    hv = running_proxy(run, ready_host())
+    stopped_at = []
+    original_delete = hv.delete_volume
+    hv.delete_volume = lambda vol: (stopped_at.append(hv.domains[NAME].state), original_delete(vol))
+    result = converge(hv, request(**changes))
+    assert result["actions"][0] == steps.SHUTDOWN_DOMAIN
+    # The ACPI request alone powered it off: nothing hard-stopped it, and its disks went only once it was off.
+    assert "destroy_domain" not in hv.calls and "warnings" not in result
+    assert stopped_at and set(stopped_at) == {SHUTOFF}
+
+
+def test_a_guest_that_ignores_acpi_is_stopped_hard_after_shutdown_timeout_then_removed(run, fake_time):
+    hv = running_proxy(run, ready_host())
+    hv.domains[NAME].honours_acpi = False
+    result = run(hv, absent(shutdown_timeout=20))
+    assert result["actions"] == REMOVE_RUNNING
+    assert sum(fake_time.slept) == 20 and NAME not in hv.domains
+    assert "did not power off within 20 s of the ACPI shutdown request and was stopped hard" in result["warnings"][0]
+
+
 def test_stopped_destroys_a_paused_guest(run, converge):
     hv = running_proxy(run, ready_host())
     hv.domains[NAME].state = PAUSED
@@ -889,17 +911,19 @@ def test_wait_for_ip_gives_up_with_what_each_source_said(run, fake_time):
     with pytest.raises(errors.TransientError) as raised:
         run(hv, request(wait_for_ip=True, wait_timeout=10))
     message = raised.value.message
-    assert "no routable IPv4 after 10 s" in message and "state running" in message
-    assert "arp: no address yet" in message and "agent: guest agent not responding" in message
-    assert "bridge br0" in message
+    assert message.startswith("%s got no routable IPv4 within wait_timeout (10 s): %s (state running, bridge br0; "
+                              "arp: no address yet, agent: guest agent not responding (VIR_ERR_AGENT_UNRESPONSIVE))" % (NAME, NAME)), message
 
 
 def test_wait_for_ip_fails_at_once_when_the_guest_stops(run, fake_time):
     hv = ready_host()
     fake_time.on_sleep = lambda n: setattr(hv.domains[NAME], "state", SHUTOFF)
-    with pytest.raises(errors.PermanentError, match="is shutoff while waiting for its IP"):
+    with pytest.raises(errors.PermanentError) as raised:
         run(hv, request(wait_for_ip=True))
-    assert len(fake_time.slept) == 1
+    assert raised.value.message.startswith(
+        "%s stopped while its address was awaited: %s (state shutoff, bridge br0; arp: no address yet, agent: "
+        "no address yet)" % (NAME, NAME)), raised.value.message
+    assert len(fake_time.slept) == 1 and raised.value.completed_actions == CREATE
 
 
 def test_an_existing_running_domain_reports_its_address(run):
@@ -1062,19 +1086,30 @@ def test_a_connection_without_the_interface_driver_skips_the_bridge_check(conver
 # --- a VM whose own volume is gone is rebuilt ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("volume", [OVERLAY, SEED])
-def test_a_stopped_vm_whose_volume_was_deleted_is_rebuilt(run, converge, volume):
+def test_a_stopped_vm_whose_disk_was_deleted_is_rebuilt_and_reported_drifted(run, converge):
     hv = running_proxy(run, ready_host())
     hv.domains[NAME].state = SHUTOFF
-    del hv.pools["default"].volumes[volume]
+    del hv.pools["default"].volumes[OVERLAY]
     result = converge(hv, request())
-    kept = SEED if volume == OVERLAY else OVERLAY
-    deleted = steps.DELETE_SEED if volume == OVERLAY else steps.DELETE_OVERLAY
-    assert result["actions"] == [deleted, steps.UNDEFINE_DOMAIN] + CREATE
-    assert "volume '%s' of domain '%s' is missing" % (volume, NAME) in result["warnings"][0]
-    assert kept in pool_names(hv)
+    assert result["actions"] == [steps.DELETE_SEED, steps.UNDEFINE_DOMAIN] + CREATE
+    # A rebuild is never reported as no drift; the warning says why.
+    assert result["drifted"] is True
+    assert "volume '%s' of domain '%s' is missing" % (OVERLAY, NAME) in result["warnings"][0]
     assert_created(hv)
     assert domain_of(hv).metadata.uid == UID
+
+
+def test_a_stopped_vm_whose_seed_was_deleted_gets_it_written_again_and_keeps_its_disk(run, converge):
+    hv = running_proxy(run, ready_host())
+    hv.domains[NAME].state = SHUTOFF
+    disk = hv.volume("default", OVERLAY)
+    del hv.pools["default"].volumes[SEED]
+    result = converge(hv, request())
+    # The seed holds only the request's data: written again, the disk stays and nothing drifted.
+    assert result["actions"] == [steps.WRITE_SEED, steps.START_DOMAIN]
+    assert result["drifted"] is False and "warnings" not in result
+    assert hv.volume("default", OVERLAY) is disk
+    assert_created(hv)
 
 
 # --- a SHA256SUMS that moves on is a new image -------------------------------------------------------
@@ -1130,11 +1165,14 @@ def test_a_matching_vm_of_another_owner_is_reported_and_left_alone(run):
     assert not MUTATING.intersection(hv.calls[before:])
 
 
-def test_a_drifted_vm_of_another_owner_is_still_refused(run):
+@pytest.mark.parametrize("state, what", [("present", "replace"), ("absent", "delete")])
+def test_a_drifted_vm_of_another_owner_is_still_refused_naming_adopt_uids(run, state, what):
     hv = ready_host()
     run(hv, request(uid="previous-owner"))
-    with pytest.raises(errors.PermanentError, match="refusing to replace"):
-        run(hv, request(vcpus=4))
+    with pytest.raises(errors.PermanentError) as raised:
+        run(hv, request(vcpus=4, state=state))
+    assert "refusing to %s it" % what in raised.value.message
+    assert "add 'previous-owner' to adopt_uids to take it over" in raised.value.message
 
 
 @pytest.mark.parametrize("adopt_uids", [["previous-owner"], ["*"]])

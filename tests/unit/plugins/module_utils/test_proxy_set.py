@@ -225,8 +225,8 @@ def test_a_replacement_that_gets_no_address_stops_the_roll(run, fake_time):
     run(hv, set_request(["proxy-a", "proxy-b"]))
     with pytest.raises(errors.TransientError) as raised:
         run(hv, set_request(["proxy-a", "proxy-b"], user_data=USER_DATA + "# v2\n", wait_for_ip=True, wait_timeout=10))
-    assert "proxy-a got no routable IPv4 within wait_timeout (10 s)" in raised.value.message
-    assert "the roll stopped: proxy-b still runs their old VM" in raised.value.message
+    assert raised.value.message.startswith("proxy-a got no routable IPv4 within wait_timeout (10 s): proxy-a (state running")
+    assert raised.value.message.endswith("; the roll stopped: proxy-b still runs on the old VM")
     assert raised.value.completed_actions[:len(REMOVE_RUNNING)] == ["proxy-a: " + a for a in REMOVE_RUNNING]
     assert hv.domains["proxy-b"].state == RUNNING and "v2" not in str(domain_of(hv, "proxy-b").metadata)
 
@@ -274,3 +274,153 @@ def test_proxies_built_side_by_side_report_in_request_order_and_every_failure_by
     result = run(hv, set_request(names))
     assert [p["name"] for p in result["proxies"]] == names
     assert [p["name"] for p in result["proxies"] if p["changed"]] == ["proxy-03", "proxy-09"]
+
+
+# --- the one address wait: a member that stops fails the wait at once --------------------------------
+
+
+def test_a_member_that_stops_while_awaited_fails_at_once_naming_it_and_its_state(run, fake_time):
+    hv = ready_host()
+    fake_time.on_sleep = lambda n: setattr(hv.domains["proxy-b"], "state", SHUTOFF) if n == 2 else None
+    with pytest.raises(errors.PermanentError) as raised:
+        run(hv, set_request(["proxy-a", "proxy-b"], wait_for_ip=True))
+    assert raised.value.message.startswith(
+        "proxy-b stopped while its address was awaited: proxy-b (state shutoff, bridge br0; arp: no address yet, "
+        "agent: no address yet)"), raised.value.message
+    # Two polls, not wait_timeout's 300.
+    assert fake_time.slept == [POLL_INTERVAL, POLL_INTERVAL]
+    assert raised.value.to_result()["changed"] is True
+
+
+def test_wait_for_port_implies_wait_for_ip(run, fake_time):
+    assert set_request(["proxy-a"], wait_for_port=3128).wait_for_ip is True
+    with pytest.raises(errors.TransientError, match="proxy-a got no routable IPv4 answering on port 3128 within wait_timeout"):
+        run(hv=ready_host(), req=set_request(["proxy-a"], wait_for_port=3128, wait_timeout=5))
+    assert sum(fake_time.slept) == 5
+
+
+# --- garbage collection of running proxies waits for the new ones ------------------------------------
+
+
+def test_a_renamed_proxy_that_does_not_come_up_keeps_the_old_one_running(run, fake_time):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a"]))
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, set_request(["proxy-b"], gc_grace_period=0, wait_for_ip=True, wait_timeout=10))
+    message = raised.value.message
+    assert message.startswith("proxy-b got no routable IPv4 within wait_timeout (10 s)")
+    assert message.endswith("; the roll stopped: proxy-a, no longer listed, still runs: garbage collection removes a "
+                            "running proxy only once the new ones are up")
+    assert hv.domains["proxy-a"].state == RUNNING
+    assert not [action for action in raised.value.completed_actions if action.startswith("proxy-a")]
+
+
+def test_a_new_proxy_that_fails_to_start_keeps_the_unlisted_running_ones_and_removes_the_stopped(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-z"]))
+    hv.domains["proxy-z"].state = SHUTOFF
+    hv.fail("start_domain", errors.VIR_ERR_INTERNAL_ERROR, "no room", when=lambda dom: dom.name == "proxy-b")
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, set_request(["proxy-b"], gc_grace_period=0))
+    assert raised.value.message.endswith("; the roll stopped: proxy-a, no longer listed, still runs: garbage "
+                                         "collection removes a running proxy only once the new ones are up")
+    # A stopped unlisted proxy serves nobody: it goes at once.
+    assert hv.domains["proxy-a"].state == RUNNING and "proxy-z" not in hv.domains
+
+
+def test_running_unlisted_proxies_go_last_one_batch_at_a_time_after_the_roll(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b", "proxy-c"]))
+    lease_all(hv)
+    events = []
+    original_start, original_shutdown = hv.start_domain, hv.shutdown_domain
+
+    def start(dom):
+        events.append(("start", dom.name))
+        original_start(dom)
+        lease_all(hv)
+
+    def shutdown(dom):
+        events.append(("shutdown", dom.name))
+        original_shutdown(dom)
+    hv.start_domain, hv.shutdown_domain = start, shutdown
+    result = run(hv, set_request(["proxy-a", "proxy-d"], user_data=USER_DATA + "# v2\n", gc_grace_period=0,
+                                 wait_for_ip=True))
+    assert [(p["name"], p["outcome"]) for p in result["proxies"]] == [("proxy-a", "replaced"), ("proxy-d", "created")]
+    assert [r["name"] for r in result["removed"]] == ["proxy-b", "proxy-c"]
+    # proxy-d is up before anything running goes; then one at a time (max_unavailable 1): proxy-a's replacement,
+    # then each unlisted proxy.
+    assert events == [("start", "proxy-d"), ("shutdown", "proxy-a"), ("start", "proxy-a"), ("shutdown", "proxy-b"),
+                      ("shutdown", "proxy-c")]
+
+
+# --- createdAt in the future ---------------------------------------------------------------------------
+
+
+def test_a_created_at_far_in_the_future_protects_nothing_and_is_reported(run, converge):
+    hv = ready_host()
+    run(hv, set_request(["proxy-b"]), clock=lambda: NOW + 30000 * DAY)
+    result = converge(hv, set_request(["proxy-a"]))
+    assert [r["name"] for r in result["removed"]] == ["proxy-b"] and "proxy-b" not in hv.domains
+    assert result["spared"] == []
+    assert "domain 'proxy-b' records createdAt 2108-" in result["warnings"][0]
+    assert "more than clock skew explains (300 s), so it reads as corrupt" in result["warnings"][0]
+
+
+def test_a_created_at_a_little_ahead_counts_as_now_and_says_so(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-b"]), clock=lambda: NOW + datetime.timedelta(seconds=90))
+    result = run(hv, set_request(["proxy-a"]))
+    assert result["removed"] == [] and "warnings" not in result
+    assert result["spared"] == [{"name": "proxy-b", "reason": (
+        "created less than gc_grace_period (3600 s) ago (its createdAt 2026-09-08T10:01:30Z is 90 s ahead of this "
+        "host's clock, within the 300 s allowed for clock skew, and counts as now)")}]
+
+
+# --- graceful stops ------------------------------------------------------------------------------------
+
+
+def test_garbage_collection_stops_a_running_proxy_gracefully_within_the_sets_shutdown_timeout(run, fake_time):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b"]))
+    hv.domains["proxy-b"].honours_acpi = False
+    result = run(hv, set_request(["proxy-a"], gc_grace_period=0, shutdown_timeout=7))
+    (removed,) = result["removed"]
+    assert removed["actions"] == REMOVE_RUNNING
+    assert sum(fake_time.slept) == 7 and "did not power off within 7 s" in removed["warnings"][0]
+
+
+# --- what a set is asked to remove but may not ------------------------------------------------------
+
+
+def test_removing_a_listed_proxy_of_another_owner_or_of_nobody_leaves_it_and_removes_ours(run, converge):
+    hv = ready_host()
+    hand_made(hv)
+    unmanaged = next(iter(hv.domains))
+    run(hv, set_request(["proxy-theirs"], uid="someone-else"))
+    run(hv, set_request(["proxy-a"]))
+    result = converge(hv, set_request([{"name": name, "state": "absent"}
+                                       for name in ("proxy-a", "proxy-theirs", unmanaged)]))
+    assert [(p["name"], p["outcome"], p["actions"]) for p in result["proxies"]] == [
+        ("proxy-a", "removed", REMOVE_RUNNING), ("proxy-theirs", "left alone (another owner)", []),
+        (unmanaged, "left alone (unmanaged)", [])]
+    assert result["proxies"][0]["reason"] is None
+    assert result["proxies"][1]["reason"].startswith(
+        "domain 'proxy-theirs' is owned by uid 'someone-else', not by this task's uid '%s'; it was left as it is, not "
+        "removed. Add 'someone-else' to adopt_uids, or set force=true, to remove it" % UID)
+    assert "was not created by egress_proxies.kvm; it was left as it is" in result["proxies"][2]["reason"]
+    assert result["proxies"][1]["state"] == "Provisioning" and result["proxies"][1]["uid"] == "someone-else"
+    assert result["diff"]["after"]["proxy-theirs"] == result["diff"]["before"]["proxy-theirs"]
+    assert {"proxy-theirs", unmanaged} <= set(hv.domains) and "proxy-a" not in hv.domains
+
+
+# --- messages name the entry ---------------------------------------------------------------------------
+
+
+def test_a_bad_bridge_on_one_entry_names_the_entry(run):
+    hv = ready_host()
+    with pytest.raises(errors.PermanentError) as raised:
+        run(hv, set_request(["proxy-a", {"name": "proxy-b", "bridge": "br9"}]))
+    assert raised.value.message.startswith(
+        "proxies[1] (proxy-b): bridge 'br9' (option bridge) is not an interface of the hypervisor")
+    assert not MUTATING.intersection(hv.calls)

@@ -96,7 +96,7 @@ def test_user_data_is_never_printed(run):
 def test_absent_removes_the_vm_and_keeps_the_image(run, hypervisor):
     run(ARGS)
     result, _out, _opened = run(dict(name=NAME, uid=UID, state="absent"), diff=True)
-    assert result["actions"] == ["destroy domain", "delete overlay", "delete seed", "undefine domain"]
+    assert result["actions"] == ["shutdown domain", "delete overlay", "delete seed", "undefine domain"]
     assert result["diff"]["after"] == {"state": "absent"}
     assert not hypervisor.domains
     assert sorted(hypervisor.pools["default"].volumes) == sorted([BASE, MARKER])
