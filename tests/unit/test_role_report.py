@@ -5,22 +5,8 @@ first deploy in --check lists the proxies it would create (not "no proxies ... e
 collection's summary gives each spared proxy the module's own reason (issue 31 item 12).
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
-    - ansible.builtin.include_role:
-        name: egress_proxies.kvm.egress_proxy
-        tasks_from: report
-"""
 HOST = "hosts/hv1/domains/"
 
 
@@ -33,17 +19,7 @@ def entry(name, outcome, state=None, ip=None):
 
 
 def report(tmp_path, converged, check=False):
-    playbook = tmp_path / "report.yml"
-    playbook.write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "build" / "collections"),
-               ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               ANSIBLE_NOCOLOR="true", ANSIBLE_STDOUT_CALLBACK="default")
-    argv = [str(REPO_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", str(playbook),
-            "-e", json.dumps({"egress_proxy__converged": converged, "ansible_python_interpreter": sys.executable})]
-    completed = subprocess.run(argv + (["--check"] if check else []), capture_output=True, text=True, check=False,
-                               env=env, timeout=120)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    return completed.stdout
+    return run_role_tasks(tmp_path, "egress_proxy", "report", {"egress_proxy__converged": converged}, check=check)
 
 
 def test_a_first_deploy_in_check_mode_lists_the_proxies_it_would_create(tmp_path):

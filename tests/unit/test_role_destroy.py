@@ -1,0 +1,51 @@
+"""The egress_proxy role's destroy entry point decides about the image before it removes anything (issue 31 item 10).
+
+destroy.yml with egress_proxy_remove_image and another proxy on the same base used to remove the proxies, then
+fail on the image, skipping the report; check mode predicted that half-done run. The lab test
+(tests/integration/test_role_deploy.py) runs it; this one reads the task list.
+"""
+
+import os
+
+import yaml
+
+ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
+REMOVE_PROXIES = "Remove the proxies and their disks"
+REMOVE_IMAGE = "Remove the cached base image"
+
+
+def removal_block():
+    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
+    return {task["name"]: (index, task) for index, task in enumerate(block["block"])}
+
+
+def module_of(task):
+    (name,) = [key for key in task if key.startswith("egress_proxies.kvm.")]
+    return name
+
+
+def test_the_image_removal_is_predicted_in_check_mode_before_any_proxy_is_removed():
+    tasks = removal_block()
+    remove_index = tasks[REMOVE_PROXIES][0]
+    predictions = [task for index, task in tasks.values() if index < remove_index and task.get("check_mode") is True]
+    assert [module_of(task) for task in predictions] == ["egress_proxies.kvm.kvm_proxy_set", "egress_proxies.kvm.kvm_base_image"]
+    image_prediction = predictions[1]
+    assert image_prediction["egress_proxies.kvm.kvm_base_image"]["state"] == "absent"
+    # The overlays of the proxies the removal takes do not count as the image's users.
+    assert "egress_proxy__removal_predicted" in image_prediction["egress_proxies.kvm.kvm_base_image"]["departing_volumes"]
+    # A base in use is a refusal the next tasks act on, not a failure of the host.
+    assert image_prediction["failed_when"] is False
+
+
+def test_the_image_goes_only_as_predicted_and_otherwise_a_warning_says_why_and_the_report_runs():
+    tasks = removal_block()
+    prediction = tasks["Predict whether the image can go once they are removed"][1]["register"]
+    _index, remove_image = tasks[REMOVE_IMAGE]
+    assert "%s.removed is defined" % prediction in remove_image["when"]
+    _index, warning = tasks["Warn that the image is kept"]
+    assert "%s.removed is not defined" % prediction in warning["when"]
+    assert "%s.msg" % prediction in warning["ansible.builtin.debug"]["msg"]
+    # The report comes last, after every task that touches the image, with no condition.
+    names = sorted(tasks, key=lambda name: tasks[name][0])
+    assert names[-1] == "Report the proxies of this hypervisor" and "when" not in tasks[names[-1]][1]
