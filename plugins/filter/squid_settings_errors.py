@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import ipaddress
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._squid_conf import squid_settings
 
 DOCUMENTATION = r"""
 name: squid_settings_errors
@@ -15,14 +15,18 @@ version_added: 0.2.0
 description:
   - Checks the values the egress_proxy role writes into a proxy's C(squid.conf) as squid reads them, on the controller
     and before anything is touched. squid would otherwise refuse the file in the guest, long after the VM was built.
-  - C(port) must be a TCP port from 1 to 65535; C(allowed_clients) IPv4 or IPv6 addresses or networks (an address
-    with host bits after the prefix is refused too); the safe and CONNECT ports ports or ranges C(low-high) of them.
+  - Each value is checked as text before it is parsed, so that none can write a line or a word of its own into the
+    file (a line feed, a blank, an IPv6 C(%scope), digits of another script, such as superscript or Arabic-Indic ones).
+  - C(name) must be a VM name; C(port) a TCP port from 1 to 65535; C(allowed_clients) IPv4 or IPv6 addresses or
+    networks (an address with host bits after the prefix is refused too); C(address) and C(outside.address), when
+    given, IPv4 addresses with their prefix length; the safe and CONNECT ports ports or ranges C(low-high) of them,
+    in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
-positional: _input, safe_ports, connect_ports
+positional: _input, safe_ports, connect_ports, forwarded_for
 options:
   _input:
-    description: One proxy of the role, with its C(port) and C(allowed_clients).
+    description: One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside).
     type: dict
     required: true
   safe_ports:
@@ -35,6 +39,9 @@ options:
     type: list
     elements: str
     required: true
+  forwarded_for:
+    description: squid's C(forwarded_for) setting; not checked when not given.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -43,7 +50,7 @@ EXAMPLES = r"""
     that: problems | length == 0
     fail_msg: "{{ problems | join('; ') }}"
   vars:
-    problems: "{{ {'port': 3128, 'allowed_clients': ['300.1.1.1/99']} | egress_proxies.kvm.squid_settings_errors(['443'], ['443']) }}"
+    problems: "{{ {'name': 'egress-1', 'port': 3128, 'allowed_clients': ['300.1.1.1/99']} | egress_proxies.kvm.squid_settings_errors(['443'], ['443']) }}"
 """
 
 RETURN = r"""
@@ -53,49 +60,10 @@ _value:
   elements: str
 """
 
-MAX_PORT = 65535
 
-
-def _port(text):
-    return text.isdigit() and 1 <= int(text) <= MAX_PORT
-
-
-def _port_or_range(value):
-    low, separator, high = str(value).partition("-")
-    if not separator:
-        return _port(low)
-    return _port(low) and _port(high) and int(low) <= int(high)
-
-
-def _network(value):
-    try:
-        ipaddress.ip_network(str(value), strict=True)
-    except ValueError:
-        return False
-    return True
-
-
-def squid_settings_errors(proxy, safe_ports, connect_ports):
-    """The problems of ``proxy``'s port and allowed_clients and of the port lists, as sentences ([] when none)."""
-    problems = []
-    port = proxy.get("port")
-    if not _port(str(port)):
-        problems.append("port %s is not between 1 and %d" % (port, MAX_PORT))
-    clients = proxy.get("allowed_clients") or []
-    if not clients:
-        problems.append("allowed_clients is empty (set egress_proxy_allowed_clients, or allowed_clients on the instance)")
-    bad_clients = [client for client in clients if not _network(client)]
-    if bad_clients:
-        problems.append("allowed_clients %s are not IPv4 or IPv6 addresses or networks (address/prefix, no host bits)"
-                        % ", ".join(repr(str(client)) for client in bad_clients))
-    for variable, ports in (("egress_proxy_safe_ports", safe_ports), ("egress_proxy_connect_ports", connect_ports)):
-        if not ports:
-            problems.append("%s is empty" % variable)
-        bad_ports = [port for port in ports if not _port_or_range(port)]
-        if bad_ports:
-            problems.append("%s %s are not ports (1-%d) or ranges such as 1025-65535" % (
-                variable, ", ".join(repr(str(port)) for port in bad_ports), MAX_PORT))
-    return problems
+def squid_settings_errors(proxy, safe_ports, connect_ports, forwarded_for=None):
+    """The problems of the values ``proxy`` and the role's settings write into squid.conf, as sentences ([] when none)."""
+    return squid_settings(proxy, safe_ports, connect_ports, forwarded_for)[1]
 
 
 class FilterModule:

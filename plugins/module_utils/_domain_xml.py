@@ -26,6 +26,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_vm_name,
     validate_volume_name,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import ascii_decimal
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import etree, parse_xml, scaled_bytes, to_string
 
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
@@ -254,10 +255,10 @@ def build_domain_xml(params):
 def _optional_int(text, what):
     if text is None:
         return None
-    text = text.strip()
-    if not text.isascii() or not text.isdigit():
-        raise PermanentError("%s %r is not a whole number" % (what, text))
-    return int(text)
+    number = ascii_decimal(text.strip())
+    if number is None:
+        raise PermanentError("%s %r is not a whole number" % (what, text.strip()))
+    return number
 
 
 def parse_domain_element(domain):

@@ -17,7 +17,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import ipaddress
 import re
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -25,6 +24,7 @@ from typing import Optional
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import normalize_mac
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_bridge_name, validate_network_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import ip_address, ipv4_address, ipv4_interface, quoted
 
 ROLE_INSIDE = "inside"
 ROLE_OUTSIDE = "outside"
@@ -139,35 +139,35 @@ def _validate_static(given):
         if static:
             raise ValidationError("%s needs address: without one the NIC uses DHCP, which gives them" % ", ".join(static))
         return
-    try:
-        interface = ipaddress.IPv4Interface(given["address"]) if "/" in str(given["address"]) else None
-    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError):
-        interface = None
+    interface = ipv4_interface(given["address"])
     if interface is None:
-        raise ValidationError("address %r is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (
-            given["address"],))
+        raise ValidationError("address %s is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (
+            quoted(given["address"]),))
     network = interface.network
     if network.prefixlen < 31 and interface.ip in (network.network_address, network.broadcast_address):
         raise ValidationError("address %s is the %s address of %s; give a host address" % (
             interface, "network" if interface.ip == network.network_address else "broadcast", network))
     given["address"] = str(interface)
     if "gateway" in given:
-        try:
-            gateway = ipaddress.IPv4Address(given["gateway"])
-        except (ipaddress.AddressValueError, ValueError):
-            raise ValidationError("gateway %r is not an IPv4 address" % (given["gateway"],)) from None
+        gateway = ipv4_address(given["gateway"])
+        if gateway is None:
+            raise ValidationError("gateway %s is not an IPv4 address" % quoted(given["gateway"]))
         if gateway not in network or gateway == interface.ip:
             raise ValidationError("gateway %s is %s; it must be another address inside %s" % (
                 gateway, "the NIC's own address" if gateway == interface.ip else "outside the prefix", network))
         given["gateway"] = str(gateway)
+    servers = []
     for server in given.get("nameservers", ()):
-        try:
-            ipaddress.ip_address(server)
-        except ValueError:
-            raise ValidationError("nameservers: %r is not an IP address" % (server,)) from None
+        parsed = ip_address(server)
+        if parsed is None:
+            # A scope id (fe80::1%eth0) is refused too: its text after '%' reaches resolv.conf and ifupdown as is.
+            raise ValidationError("nameservers: %s is not an IP address (without a %%scope)" % quoted(server))
+        servers.append(str(parsed))
+    if "nameservers" in given:
+        given["nameservers"] = tuple(servers)
     for domain in given.get("search", ()):
         if not _DOMAIN.fullmatch(domain):
-            raise ValidationError("search: %r is not a domain name" % (domain,))
+            raise ValidationError("search: %s is not a domain name" % quoted(domain))
 
 
 def _require_distinct(interfaces):

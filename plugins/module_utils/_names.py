@@ -20,6 +20,7 @@ import re
 from collections import namedtuple
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import quoted
 
 DISK_FORMATS = ("qcow2", "raw")
 
@@ -52,7 +53,7 @@ hex digits of the image's sha256 (None for an unchecksummed base), and
 
 def _check(pattern, value, message):
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise ValidationError(message % (value,))
+        raise ValidationError(message % (quoted(value),))
     return value
 
 
@@ -60,7 +61,7 @@ def validate_vm_name(name):
     """Return ``name`` when it is a valid VM name, else raise ValidationError."""
     return _check(
         _VM_NAME, name,
-        "name %r is not a valid VM name: use 1-63 lowercase letters, digits and hyphens, "
+        "name %s is not a valid VM name: use 1-63 lowercase letters, digits and hyphens, "
         "starting and ending with a letter or digit (it becomes the guest's hostname)")
 
 
@@ -68,7 +69,7 @@ def validate_pool_name(name):
     """Return ``name`` when it is a usable storage pool name, else raise ValidationError."""
     return _check(
         _LIBVIRT_OBJECT_NAME, name,
-        "pool %r is not a valid storage pool name: use 1-255 letters, digits, '_', '.', '+' or '-', "
+        "pool %s is not a valid storage pool name: use 1-255 letters, digits, '_', '.', '+' or '-', "
         "not starting with '.', '+' or '-'")
 
 
@@ -76,7 +77,7 @@ def validate_network_name(name):
     """Return ``name`` when it is a usable libvirt network name, else raise ValidationError."""
     return _check(
         _LIBVIRT_OBJECT_NAME, name,
-        "network %r is not a valid libvirt network name: use 1-255 letters, digits, '_', '.', '+' or '-', "
+        "network %s is not a valid libvirt network name: use 1-255 letters, digits, '_', '.', '+' or '-', "
         "not starting with '.', '+' or '-'")
 
 
@@ -84,7 +85,7 @@ def validate_bridge_name(name):
     """Return ``name`` when it is a valid Linux bridge name, else raise ValidationError."""
     return _check(
         _BRIDGE_NAME, name,
-        "bridge %r is not a valid Linux interface name: use 1-15 letters, digits, '_', '.' or '-', "
+        "bridge %s is not a valid Linux interface name: use 1-15 letters, digits, '_', '.' or '-', "
         "not starting with '.' or '-'")
 
 
@@ -92,7 +93,7 @@ def validate_volume_name(name):
     """Return ``name`` when it is a safe storage volume name (a plain file name), else raise ValidationError."""
     return _check(
         _LIBVIRT_OBJECT_NAME, name,
-        "volume %r is not a valid volume name: use 1-255 letters, digits, '_', '.', '+' or '-', "
+        "volume %s is not a valid volume name: use 1-255 letters, digits, '_', '.', '+' or '-', "
         "not starting with '.', '+' or '-'")
 
 
@@ -100,7 +101,7 @@ def validate_host_name(host):
     """Return ``host`` when it can appear in a domain id, else raise ValidationError."""
     return _check(
         _HOST_NAME, host,
-        "host %r is not a valid host name: use 1-253 letters, digits, '.', '_', '-' or ':' "
+        "host %s is not a valid host name: use 1-253 letters, digits, '.', '_', '-' or ':' "
         "(a host name, FQDN or IP address)")
 
 
@@ -108,7 +109,7 @@ def validate_image_name(image):
     """Return ``image`` when it is a valid image cache name, else raise ValidationError."""
     _check(
         _IMAGE_NAME, image,
-        "image name %r is not valid: use 1-128 lowercase letters, digits, '.', '_' or '-', "
+        "image name %s is not valid: use 1-128 lowercase letters, digits, '.', '_' or '-', "
         "starting with a letter or digit")
     if _DIGEST_SUFFIX.fullmatch(image):
         raise ValidationError(

@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import ascii_decimal
 
 etree, LXML_REQUIREMENT = optional_import("lxml.etree", "lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI")
 
@@ -31,7 +32,6 @@ _UNIT_FACTORS = {
     "p": 1024 ** 5, "pib": 1024 ** 5, "pb": 1000 ** 5,
     "e": 1024 ** 6, "eib": 1024 ** 6, "eb": 1000 ** 6,
 }
-_DIGITS = re.compile(r"[0-9]+")
 
 
 # XML 1.0 cannot carry control characters, surrogates or U+FFFE/U+FFFF.
@@ -73,9 +73,10 @@ def scaled_bytes(element, what):
     text = (element.text or "").strip()
     unit = element.get("unit", "bytes")
     factor = _UNIT_FACTORS.get(unit.lower())
-    if factor is None or not _DIGITS.fullmatch(text):
+    count = ascii_decimal(text)
+    if factor is None or count is None:
         raise PermanentError("%s has an unreadable size %r with unit %r" % (what, text, unit))
-    return int(text) * factor
+    return count * factor
 
 
 def child_text(element, tag):

@@ -11,12 +11,8 @@ __metaclass__ = type
 import os
 import re
 
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import REPO_ROOT, render, role_defaults
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ROLE = os.path.join(REPO_ROOT, "roles", "egress_proxy")
 # The proxy the sample describes: the role's defaults, one client network.
 SAMPLE_PROXY = {"name": "egress-a", "port": 3128, "allowed_clients": ["10.20.0.0/16"], "address": "", "outside": {}}
 
@@ -27,10 +23,7 @@ def read(*path):
 
 
 def rendered_squid_conf():
-    variables = yaml.safe_load(read(ROLE, "defaults", "main.yml"))
-    variables["egress_proxy_instance"] = SAMPLE_PROXY
-    templar = Templar(loader=DataLoader(), variables=variables)
-    return templar.template(trust_as_template(read(ROLE, "templates", "squid.conf.j2")))
+    return render("squid.conf.j2", dict(role_defaults(), egress_proxy_instance=SAMPLE_PROXY))
 
 
 def test_the_squid_conf_sample_is_what_the_template_renders():

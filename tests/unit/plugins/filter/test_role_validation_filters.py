@@ -63,22 +63,22 @@ CONNECT = ["443"]
 
 
 def test_usable_squid_settings_give_no_problems():
-    proxy = {"port": 3128, "allowed_clients": ["198.18.0.0/24", "10.1.2.3", "2001:db8::/32", "::1"]}
+    proxy = {"name": "egress-eu-1", "port": 3128, "allowed_clients": ["198.18.0.0/24", "10.1.2.3", "2001:db8::/32", "::1"]}
     assert squid_settings_errors(proxy, SAFE, CONNECT) == []
 
 
 @pytest.mark.parametrize("proxy, safe, connect, words", [
-    ({"port": 70000, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 70000 is not between 1 and 65535"),
-    ({"port": 0, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 0"),
-    ({"port": 3128, "allowed_clients": []}, SAFE, CONNECT, "allowed_clients is empty"),
-    ({"port": 3128, "allowed_clients": ["300.1.1.1/99"]}, SAFE, CONNECT, "'300.1.1.1/99'"),
-    ({"port": 3128, "allowed_clients": ["::::"]}, SAFE, CONNECT, "'::::'"),
-    ({"port": 3128, "allowed_clients": ["10.0.0.1/8"]}, SAFE, CONNECT, "no host bits"),
-    ({"port": 3128, "allowed_clients": ["198.18.0.0/24 all"]}, SAFE, CONNECT, "'198.18.0.0/24 all'"),
-    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["70000"], CONNECT, "egress_proxy_safe_ports '70000'"),
-    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["0-99999"], CONNECT, "'0-99999'"),
-    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["2000-1000"], CONNECT, "'2000-1000'"),
-    ({"port": 3128, "allowed_clients": ["10.0.0.0/8"]}, SAFE, [], "egress_proxy_connect_ports is empty"),
+    ({"name": "egress-eu-1", "port": 70000, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 70000 is not a port between 1 and 65535"),
+    ({"name": "egress-eu-1", "port": 0, "allowed_clients": ["10.0.0.0/8"]}, SAFE, CONNECT, "port 0"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": []}, SAFE, CONNECT, "allowed_clients is empty"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["300.1.1.1/99"]}, SAFE, CONNECT, "'300.1.1.1/99'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["::::"]}, SAFE, CONNECT, "'::::'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["10.0.0.1/8"]}, SAFE, CONNECT, "no host bits"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["198.18.0.0/24 all"]}, SAFE, CONNECT, "'198.18.0.0/24 all'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["70000"], CONNECT, "egress_proxy_safe_ports '70000'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["0-99999"], CONNECT, "'0-99999'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["10.0.0.0/8"]}, ["2000-1000"], CONNECT, "'2000-1000'"),
+    ({"name": "egress-eu-1", "port": 3128, "allowed_clients": ["10.0.0.0/8"]}, SAFE, [], "egress_proxy_connect_ports is empty"),
 ])
 def test_what_squid_would_refuse_is_a_problem(proxy, safe, connect, words):
     (problem,) = squid_settings_errors(proxy, safe, connect)

@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._squid_conf import squid_settings as checked_squid_settings
+
+DOCUMENTATION = r"""
+name: squid_settings
+short_description: The values of one egress proxy's squid.conf, checked and normalised
+version_added: 0.3.0
+description:
+  - The values the egress_proxy role's C(squid.conf) template writes, in their normalised form (C(allowed_clients)
+    as C(ipaddress) writes them, the port an integer, ports in ASCII digits), so the file holds only what was checked.
+  - Fails, naming each value, where P(egress_proxies.kvm.squid_settings_errors#filter) reports a problem (the role
+    runs that check first, with the proxy's and the hypervisor's names in its message).
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+positional: _input, safe_ports, connect_ports, forwarded_for
+options:
+  _input:
+    description: One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside).
+    type: dict
+    required: true
+  safe_ports:
+    description: Destination ports or ranges squid forwards to.
+    type: list
+    elements: str
+    required: true
+  connect_ports:
+    description: Destination ports or ranges CONNECT may tunnel to.
+    type: list
+    elements: str
+    required: true
+  forwarded_for:
+    description: squid's C(forwarded_for) setting.
+    type: str
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Write the client networks squid admits
+  ansible.builtin.copy:
+    content: "acl egress_clients src {{ settings.allowed_clients | join(' ') }}\n"
+    dest: /etc/squid/conf.d/clients.conf
+    mode: "0644"
+  vars:
+    settings: "{{ {'name': 'egress-1', 'port': 3128, 'allowed_clients': ['2001:DB8::/32']}
+                  | egress_proxies.kvm.squid_settings(['443'], ['443'], 'delete') }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(name), C(port) (an integer), C(allowed_clients), C(safe_ports) and C(connect_ports) (lists of strings) and
+      C(forwarded_for) as squid.conf gets them; C(listen_address) (the inside address) and C(outgoing_address) (the
+      outside one) for a proxy with an outside NIC, else null.
+  type: dict
+"""
+
+
+def squid_settings(proxy, safe_ports, connect_ports, forwarded_for):
+    """The values squid.conf gets for ``proxy`` and the role's settings, normalised; fails on any problem."""
+    settings, problems = checked_squid_settings(proxy, safe_ports, connect_ports, forwarded_for)
+    if problems:
+        raise AnsibleFilterError("squid.conf of %s cannot be written: %s" % (settings["name"] or "a proxy", "; ".join(problems)))
+    return settings
+
+
+class FilterModule:
+    def filters(self):
+        return {"squid_settings": squid_settings}

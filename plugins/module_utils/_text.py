@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Values checked as text before they are parsed, for the files other programs read (squid.conf, cloud-config, XML).
+
+Python's parsers are generous: ``int()`` takes any Unicode digit (``int('٨٠')``
+is 80) while ``str.isdigit()`` also says yes to ``'²'``, which ``int()``
+refuses; ``ipaddress`` takes an IPv6 scope id of any characters after ``%``,
+line feeds included, and ``str()`` of the result gives them back. So a value
+is first checked as text (ASCII digits, no control characters, no blanks),
+then parsed, and written in its parsed, normalised form.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import re
+
+# 20 digits hold any 64-bit number; a longer run of digits is no count or size anyone means.
+MAX_DECIMAL_DIGITS = 20
+_ASCII_DECIMAL = re.compile(r"[0-9]{1,%d}" % MAX_DECIMAL_DIGITS)
+# Control characters (C0, DEL, and C1, which holds U+0085 NEXT LINE) and the Unicode line and paragraph
+# separators: each ends a line for some reader (squid, YAML, a shell) or makes the text binary.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# What an IP address or network is written with; the longest, an IPv4-mapped IPv6 network in full, has 49.
+_IP_TEXT = re.compile(r"[0-9A-Fa-f:./]{1,49}")
+# How much of a refused value a message quotes: enough to find it, never a whole document.
+_QUOTE_CHARS = 60
+
+
+def ascii_decimal(text):
+    """The int that ``text`` writes in 1-20 ASCII digits (nothing else: no sign, blank or other script), else None."""
+    if not isinstance(text, str) or not _ASCII_DECIMAL.fullmatch(text):
+        return None
+    return int(text)
+
+
+def control_character(text):
+    """The first control character or line separator in ``text`` as ``U+000A at offset 3``, or None when it has none."""
+    found = _CONTROL.search(text)
+    if found is None:
+        return None
+    return "U+%04X at offset %d" % (ord(found.group()), found.start())
+
+
+def quoted(value):
+    """``value`` for a message: its repr (control characters escaped), cut after 60 characters."""
+    shown = repr(value)
+    return shown if len(shown) <= _QUOTE_CHARS else shown[:_QUOTE_CHARS] + "..."
+
+
+def _ip_text(text):
+    return isinstance(text, str) and _IP_TEXT.fullmatch(text) is not None
+
+
+def ip_address(text):
+    """``text`` as an IPv4Address or IPv6Address when it is one in plain ASCII (no scope id), else None."""
+    if not _ip_text(text):
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def ip_network(text):
+    """``text`` as an IPv4Network or IPv6Network (no host bits, no scope id, plain ASCII), else None."""
+    if not _ip_text(text):
+        return None
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError:
+        return None
+
+
+def ipv4_interface(text):
+    """``text`` as an IPv4Interface when it is an IPv4 address with its prefix length (198.18.11.50/24), else None."""
+    if not _ip_text(text) or "/" not in text:
+        return None
+    try:
+        return ipaddress.IPv4Interface(text)
+    except ValueError:
+        return None
+
+
+def ipv4_address(text):
+    """``text`` as an IPv4Address when it is one in plain ASCII, else None."""
+    if not _ip_text(text):
+        return None
+    try:
+        return ipaddress.IPv4Address(text)
+    except ValueError:
+        return None

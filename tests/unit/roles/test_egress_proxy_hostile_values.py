@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Hostile values through every egress_proxy variable the role renders into a file (issue 31 items 1 and 4).
+
+Each value is either refused, by the role's check and by the template itself, with a message naming the
+variable, or rendered inert: the proxy's user-data still parses to exactly the value, and its squid.conf has
+exactly the directives the template writes, none of a value's own.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+
+import pytest
+import yaml
+
+from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import ROLE, render_each, role_defaults
+
+# Line breaks for squid, YAML or a shell; a comment; quotes; blanks; digits int() takes or refuses that are not
+# ASCII (superscript two, Arabic-Indic 80, fullwidth 80); an IPv6 scope; a value far longer than any real one.
+HOSTILE = ["\n", "\r", "\x00", "\u2028", "\u0085", "%1", "#", '"', "'", " ", "\t", "\u00b2", "\u0668\u0660",
+           "\uff18\uff10", "9" * 5000]
+INJECTED = "http_access allow all"
+
+# (variable, how a hostile text becomes its value): a valid value with the text inside it, where it can hide.
+SQUID_VALUES = [
+    ("allowed_clients", lambda text: {"egress_proxy_allowed_clients": ["10.0.0.0/8", "::1%1" + text + INJECTED]}),
+    ("allowed_clients", lambda text: {"egress_proxy_allowed_clients": ["10.0.0.0/8" + text]}),
+    ("allowed_clients", lambda text: {"instance": {"allowed_clients": ["2001:db8::/32" + text + INJECTED]}}),
+    ("port", lambda text: {"instance": {"port": "3128" + text}}),
+    ("port", lambda text: {"instance": {"port": text + "3128"}}),
+    ("egress_proxy_safe_ports", lambda text: {"egress_proxy_safe_ports": ["80", "443" + text + INJECTED]}),
+    ("egress_proxy_safe_ports", lambda text: {"egress_proxy_safe_ports": [text]}),
+    ("egress_proxy_connect_ports", lambda text: {"egress_proxy_connect_ports": ["1025-" + text]}),
+    ("egress_proxy_forwarded_for", lambda text: {"egress_proxy_forwarded_for": "delete" + text + INJECTED}),
+    ("address", lambda text: {"instance": {"address": "198.18.0.5/24" + text, "outside": OUTSIDE}}),
+    ("outside.address", lambda text: {"instance": {"address": "198.18.0.5/24",
+                                                   "outside": dict(OUTSIDE, address="198.19.0.5/24" + text)}}),
+    ("name", lambda text: {"instance": {"name": "egress-1" + text}}),
+]
+OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
+# The directives squid.conf.j2 writes, by their first word, for the proxy below.
+DIRECTIVES = ["http_port", "acl", "acl", "acl", "acl", "http_access", "http_access", "http_access", "http_access",
+              "forwarded_for", "via", "cache", "reply_header_add", "coredump_dir", "shutdown_lifetime"]
+
+
+def instance(**overrides):
+    """One entry of egress_proxy__instances as validate_names.yml fills it in."""
+    entry = {"name": "egress-1", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10, "mac": "",
+             "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
+             "dns": [], "search": [], "outside": {}}
+    entry.update(overrides)
+    return entry
+
+
+def role_vars():
+    with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
+        return yaml.safe_load(handle)
+
+
+def role_variables(overrides):
+    variables = dict(role_defaults(), inventory_hostname="hv1", egress_proxy_bridge="br0",
+                     egress_proxy_allowed_clients=["10.0.0.0/8"])
+    entry = instance(**overrides.get("instance", {}))
+    variables.update((key, value) for key, value in overrides.items() if key != "instance")
+    if "egress_proxy_allowed_clients" in overrides:
+        entry["allowed_clients"] = overrides["egress_proxy_allowed_clients"]
+    variables["egress_proxy__instances"] = [entry]
+    return variables, entry
+
+
+def squid_conf(rendered):
+    """The squid.conf of the one proxy rendered by proxies.json.j2: its user-data parsed, then the file it writes."""
+    text = rendered["text"]
+    (proxy,) = json.loads(text) if isinstance(text, str) else text
+    user_data = yaml.safe_load(proxy["user_data"])
+    (squid,) = [entry["content"] for entry in user_data["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
+    return user_data, squid
+
+
+def directives(squid):
+    return [line.split()[0] for line in squid.splitlines() if line.strip() and not line.startswith("#")]
+
+
+# (variable, hostile value's overrides) of every case, one render each.
+CASES = [(variable, make(text)) for variable, make in SQUID_VALUES for text in HOSTILE]
+
+
+@pytest.fixture(scope="module")
+def rendered_cases():
+    """Every case rendered through proxies.json.j2 (which includes user-data.yml.j2 and squid.conf.j2), in one go."""
+    return render_each([("proxies.json.j2", role_variables(overrides)[0]) for _variable, overrides in CASES])
+
+
+def test_the_template_writes_exactly_its_own_directives_for_a_usable_proxy():
+    variables, _entry = role_variables({"egress_proxy_allowed_clients": ["10.0.0.0/8", "2001:DB8::/32", "10.1.2.3/32"],
+                                        "egress_proxy_safe_ports": ["80", "0443", "1025-65535"]})
+    (rendered,) = render_each([("proxies.json.j2", variables)])
+    _user_data, squid = squid_conf(rendered)
+    assert directives(squid) == DIRECTIVES
+    # Written in their normalised form: what was checked is what squid reads.
+    assert "acl egress_clients src 10.0.0.0/8 2001:db8::/32 10.1.2.3\n" in squid
+    assert "acl safe_ports port 80 443 1025-65535\n" in squid
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=["%s-%d" % (case[0], index) for index, case in enumerate(CASES)])
+def test_a_hostile_squid_value_is_refused_by_the_check_and_the_template_naming_it(rendered_cases, index):
+    variable, overrides = CASES[index]
+    variables, entry = role_variables(overrides)
+    if variable == "name":
+        # validate_names.yml refuses the name first, by the role's own pattern.
+        assert not re.match(role_vars()["egress_proxy__name_pattern"], entry["name"]), entry["name"]
+    checked = dict(entry, outside=dict(variables["egress_proxy_outside"], **entry["outside"]))
+    problems = squid_settings_errors(checked, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+                                     variables["egress_proxy_forwarded_for"])
+    assert len(problems) == 1 and variable in problems[0], problems
+    assert len(problems[0]) < 400, problems[0]
+    rendered = rendered_cases[index]
+    assert "error" in rendered, squid_conf(rendered)[1]
+    assert variable in rendered["error"]
+
+
+
+def test_hostile_ssh_keys_are_written_as_yaml_strings_that_read_back_whole():
+    keys = ["ssh-ed25519 AAAAC3Nza key%d" % index + text for index, text in enumerate(HOSTILE) if text != "\x00"]
+    variables, _entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
+    (rendered,) = render_each([("proxies.json.j2", variables)])
+    user_data, squid = squid_conf(rendered)
+    assert user_data["ssh_authorized_keys"] == keys
+    assert directives(squid) == DIRECTIVES
+
+
+STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "nameservers": ["198.18.0.1"],
+              "search": ["example.com"]}
+
+
+@pytest.mark.parametrize("option, value", [
+    ("nameservers", ["fe80::1%1\nup touch /tmp/injected"]),
+    ("nameservers", ["198.18.0.1 198.18.0.2"]),
+    ("nameservers", ["\u0661\u0669\u0668.18.0.1"]),
+    ("search", ["example.com\nexample.org"]),
+    ("address", "198.18.0.5/24\n"),
+    ("address", "198.18.0.5/\u0662\u0664"),
+    ("gateway", "198.18.0.1\n"),
+    ("bridge", "br0\n"),
+    ("mac", "52:54:00:00:00:01\n"),
+])
+def test_a_hostile_nic_value_is_refused_by_the_modules_check_naming_it(option, value):
+    arguments = {"uid": "egress-eu", "image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"},
+                 "proxies": [{"name": "egress-eu-1", "interfaces": [dict(STATIC_NIC, **{option: value})]}]}
+    (error,) = kvm_proxy_set_errors(arguments)
+    assert "interfaces[0]: %s" % option in error or "interfaces[0]: MAC" in error, error
+    assert "\n" not in error
+
+
+def test_vendor_data_with_a_control_character_is_refused_without_quoting_it():
+    (error,) = cloud_init_data_errors("#cloud-config\nbootcmd: [echo token-1234\x00]\n", "egress_proxy_vendor_data")
+    assert error.startswith("egress_proxy_vendor_data holds binary data") and "token-1234" not in error
