@@ -58,17 +58,18 @@ def interface_options():
 def cloud_init_options(user_data_default=None):
     """The seed's files.
 
-    no_log keeps user-data out of the invocation Ansible returns with -v and
-    out of the hypervisor's journal. raw, not str: Ansible would turn a
-    dictionary into its Python repr, which cloud-init ignores; seed_files
-    writes one as cloud-config.
+    no_log keeps user-data and vendor-data (a bootcmd with a token) out of
+    the invocation Ansible returns with -v, out of results and messages, and
+    out of the hypervisor's journal.
+    raw, not str: Ansible would turn a dictionary into its Python repr, which
+    cloud-init ignores; seed_files writes one as cloud-config.
     """
     user_data = dict(type="raw", no_log=True)
     if user_data_default is not None:
         user_data["default"] = user_data_default
     return dict(
         user_data=user_data,
-        vendor_data=dict(type="raw"),
+        vendor_data=dict(type="raw", no_log=True),
         meta_data=dict(type="dict"),
         network_config=dict(type="raw"),
     )

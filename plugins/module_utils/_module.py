@@ -81,11 +81,14 @@ class KvmModule:
         Ansible masks each value of a no_log dictionary wherever it appears in
         the result: a cloud-config naming "default" or 1 would turn the pool
         name, the volume name and every size into "********". As the document
-        string the option is masked whole, as a string always was. Safe only
-        for a module's sole no_log option: no other option's secret can share
-        one of the values unmasked here.
+        string the option is masked whole, as a string always was. A value
+        that another no_log option holds too stays masked.
         """
-        self.module.no_log_values.difference_update(_masked_strings(self.params[option]))
+        others = set()
+        for name, spec in self.module.argument_spec.items():
+            if spec.get("no_log") and name != option:
+                others.update(_masked_strings(self.params[name]))
+        self.module.no_log_values.difference_update(set(_masked_strings(self.params[option])) - others)
         self.params[option] = document
         self.module.no_log_values.add(document)
 

@@ -51,6 +51,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_vm_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
+    CLOUD_DATA_OPTIONS,
     render_cloud_data,
     seed_files,
 )
@@ -369,8 +370,8 @@ def content_diff(volume, current, desired):
 class SeedTask:
     """One kvm_seed task: ``validate(mask_document)`` before connecting, then ``run(hypervisor, check_mode)``.
 
-    ``mask_document(option, text)`` is KvmModule.mask_as_document: a user_data
-    dictionary is masked as the one document it is written as.
+    ``mask_document(option, text)`` is KvmModule.mask_as_document: a user_data or
+    vendor_data dictionary is masked as the one document it is written as.
     """
 
     def __init__(self, params):
@@ -381,8 +382,9 @@ class SeedTask:
         params = self.params
         validate_vm_name(params["name"])
         validate_pool_name(params["pool"])
-        if isinstance(params["user_data"], dict):
-            mask_document("user_data", render_cloud_data(params["user_data"], "user_data").decode("utf-8"))
+        for option in CLOUD_DATA_OPTIONS:
+            if isinstance(params[option], dict):
+                mask_document(option, render_cloud_data(params[option], option).decode("utf-8"))
         network_config = params["network_config"]
         if network_config is not None and not isinstance(network_config, (str, dict)):
             raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)

@@ -93,6 +93,7 @@ options:
         is refused.
       - When not set, a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
         read before the host has seen its traffic. An empty string writes an empty vendor-data.
+      - It may hold secrets (a C(bootcmd) with a token), so it is declared C(no_log), like O(user_data).
     type: raw
   network_config:
     description:
@@ -278,13 +279,14 @@ ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
     pool=dict(type="str", default="default"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
-    # no_log keeps user-data out of the invocation Ansible returns with -v and
-    # out of the hypervisor's journal, and masks it wherever it would appear.
-    # raw, not str: Ansible would turn a dictionary into its Python repr,
-    # which cloud-init ignores. seed_files writes one as cloud-config.
+    # no_log keeps user-data and vendor-data out of the invocation Ansible
+    # returns with -v and out of the hypervisor's journal, and masks them
+    # wherever they would appear. raw, not str: Ansible would turn a
+    # dictionary into its Python repr, which cloud-init ignores. seed_files
+    # writes one as cloud-config.
     user_data=dict(type="raw", default="", no_log=True),
     meta_data=dict(type="dict"),
-    vendor_data=dict(type="raw"),
+    vendor_data=dict(type="raw", no_log=True),
     network_config=dict(type="raw"),
     diff_content=dict(type="bool", default=False),
 )
