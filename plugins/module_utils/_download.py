@@ -280,8 +280,8 @@ class Downloader:
                 if match is None:
                     raise PermanentError("%s answered a request for its first bytes with Content-Range %r"
                                          % (url, content_range))
-                length = None if match.group("length") == "*" else _number_header(match.group("length"), "Content-Range",
-                                                                                    content_range, url)
+                length = match.group("length")
+                length = None if length == "*" else _number_header(length, "Content-Range", content_range, url)
             else:
                 length = _content_length(response, url)
 

@@ -83,8 +83,8 @@ options:
       - Only sha256 is supported. Debian publishes C(SHA512SUMS) only, so pin its images with V(sha256:<64 hex digits>).
       - A digest of the wrong length or with a character that is not a hex digit fails before anything is fetched,
         saying how many of the 64 hex digits it has, or which character is wrong.
-      - A checksum file that lists the image's file name twice with different digests is ambiguous (C(sha256sum -c)
-        would fail one of them): the task fails naming both digests before the image is downloaded. The same digest
+      - A checksum file that lists the image's file name twice with different digests is ambiguous, as C(sha256sum -c)
+        would fail one of them, so the task fails naming both digests before the image is downloaded. The same digest
         listed twice is one entry.
       - With a checksum file that follows a C(current) or C(latest) release, a new release is downloaded into a new base
         volume on the next run; the old one stays until pruned (O(prune)).

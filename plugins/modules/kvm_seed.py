@@ -56,7 +56,7 @@ options:
       - V(present) makes the seed volume hold exactly the rendered files.
       - V(absent) deletes the seed volume. A missing pool or volume is nothing to do.
       - A seed volume that a domain (defined or running) has as a disk, by pool and volume name or by path, is not
-        deleted with V(absent): the task fails naming the domain, and check mode predicts the same failure. Remove
+        deleted with V(absent); the task fails naming the domain, and check mode predicts the same failure. Remove
         the domain first (M(egress_proxies.kvm.kvm_proxy) with O(state=absent) removes a proxy and its seed).
     type: str
     choices: [present, absent]
@@ -124,8 +124,8 @@ notes:
   - pycdlib stamps the build time into the image, so two builds of the same files are not byte-identical. The module
     compares files, never image bytes.
 requirements:
-  - pycdlib (Debian/Ubuntu package C(python3-pycdlib)) on the host that runs the module.
-  - lxml (package C(python3-lxml)) on the host that runs the module.
+  - pycdlib (Debian/Ubuntu package C(python3-pycdlib), RHEL from EPEL, or C(pycdlib) from PyPI) on the host that runs
+    the module.
 seealso:
   - module: egress_proxies.kvm.kvm_proxy
     description: Creates egress proxy VMs, including their seed volume.
