@@ -23,6 +23,7 @@ options:
     default: qemu:///system
 requirements:
   - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt)) on the host that runs the module.
+  - lxml (Debian/Ubuntu/RHEL package C(python3-lxml)) on the host that runs the module.
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return the changed status it predicts without modifying the hypervisor.

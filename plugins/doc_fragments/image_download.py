@@ -10,6 +10,8 @@ __metaclass__ = type
 class ModuleDocFragment:
     # The options of every module that caches a base image (kvm_base_image, kvm_proxy).
     DOCUMENTATION = r"""
+requirements:
+  - requests (Debian/Ubuntu/RHEL package C(python3-requests)) on the host that runs the module, to download the image.
 options:
   validate_certs:
     description:

@@ -10,6 +10,9 @@ __metaclass__ = type
 class ModuleDocFragment:
     # The options of one proxy VM: kvm_proxy's, and kvm_proxy_set's for every proxy of the set.
     DOCUMENTATION = r"""
+requirements:
+  - pycdlib (Debian/Ubuntu package C(python3-pycdlib), RHEL from EPEL, or C(pycdlib) from PyPI) on the host that runs
+    the module, to build the seed.
 options:
   state:
     description:
