@@ -7,12 +7,15 @@ the settings it takes from the egress_proxy role's variables, and what it refuse
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = """
@@ -153,3 +156,12 @@ def test_what_the_role_cannot_do_fails_before_any_change_naming_why(tmp_path, va
     assert completed.returncode != 0 and selection is None
     for word in words:
         assert word in completed.stdout, completed.stdout
+
+
+def test_a_host_with_every_package_installed_updates_no_package_index_and_installs_nothing(tmp_path):
+    """The lab's hypervisors have no way to a mirror: a prepared host must not need one (issue 31 item 11)."""
+    out = run_role_tasks(tmp_path, "hypervisor", "packages", {
+        "hypervisor_package_manager": "apt", "hypervisor_package_list": ["dpkg", "python3"], "hypervisor_epel_package": "",
+        "hypervisor_epel": True}, check=True)
+    assert re.search(r"TASK \[egress_proxies.kvm.hypervisor : Install QEMU, libvirt and the modules' Python libraries "
+                     r"\(apt\)\] \**\nskipping: \[localhost\]", out), out
