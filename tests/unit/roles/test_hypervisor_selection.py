@@ -165,3 +165,19 @@ def test_a_host_with_every_package_installed_updates_no_package_index_and_instal
         "hypervisor_epel": True}, check=True)
     assert re.search(r"TASK \[egress_proxies.kvm.hypervisor : Install QEMU, libvirt and the modules' Python libraries "
                      r"\(apt\)\] \**\nskipping: \[localhost\]", out), out
+
+
+def test_prepare_yml_refuses_a_local_host_whose_uri_names_another_machine_before_installing(tmp_path):
+    """inventories/example's nas1: ansible_connection local, qemu+ssh:// (issue 31 item 17). In check mode, for safety."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"hypervisors": {"hosts": {"nas1.home.example.net": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "egress_proxy_uri": "qemu+ssh://virt@nas1.home.example.net/system", "egress_proxy_bridge": "br0"}}}}))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "build" / "collections"),
+               ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="true")
+    completed = subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "--check",
+         str(REPO_ROOT / "playbooks" / "prepare.yml")], capture_output=True, text=True, check=False, env=env, timeout=120)
+    assert completed.returncode != 0, completed.stdout
+    assert "nas1.home.example.net is reached with ansible_connection local" in completed.stdout, completed.stdout
+    assert "Install QEMU" not in completed.stdout, completed.stdout
