@@ -150,6 +150,7 @@ class ProxySets:
                       "checksum": "sha256:" + mirror + config.SHA256SUMS},
             "virt_type": config.VIRT_TYPE, "cpu_mode": config.CPU_MODE, "memory_mib": 128, "disk_size_gb": 1,
             "vendor_data": "", "wait_for_ip": False, "gc": True, "gc_grace_period": 0,
+            "shutdown_timeout": config.TINY_SHUTDOWN_TIMEOUT,
         }
         options.update(changes)
         return options

@@ -35,6 +35,7 @@ def hypervisor_inventory(image_name=TINY_IMAGE_NAME):
         "egress_proxy_install_packages": False,
         "egress_proxy_vendor_data": "",
         "egress_proxy_allowed_clients": ["198.18.0.0/15"],
-        # The small image never boots: no address to wait for.
+        # The small image never boots: no address to wait for, no guest to act on an ACPI shutdown.
         "egress_proxy_wait_for_ip": False,
+        "egress_proxy_shutdown_timeout": config.TINY_SHUTDOWN_TIMEOUT,
     }}}}}
