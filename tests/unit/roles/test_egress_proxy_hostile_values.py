@@ -129,7 +129,6 @@ def test_a_hostile_squid_value_is_refused_by_the_check_and_the_template_naming_i
     assert variable in rendered["error"]
 
 
-
 def test_hostile_ssh_keys_are_written_as_yaml_strings_that_read_back_whole():
     keys = ["ssh-ed25519 AAAAC3Nza key%d" % index + text for index, text in enumerate(HOSTILE) if text != "\x00"]
     variables, _entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
