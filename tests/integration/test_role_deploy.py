@@ -12,7 +12,9 @@ import os
 import subprocess
 
 import pytest
+import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
 from tests.lab import config
 
 pytestmark = pytest.mark.integration
@@ -28,6 +30,14 @@ STOPPED = config.TEST_DOMAIN_PREFIX + "role-2"
 IMAGE_NAME = "tiny-role"
 
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
+# What squid -k parse reads from the role's squid.conf for role_vars(): the template's directives, none of a value's.
+SQUID_DIRECTIVES = [
+    "http_port 3128", "acl egress_clients src 198.18.0.0/24", "acl safe_ports port 80 443 1025-65535",
+    "acl connect_ports port 443", "acl CONNECT method CONNECT", "http_access deny !safe_ports",
+    "http_access deny CONNECT !connect_ports", "http_access allow egress_clients", "http_access deny all",
+    "forwarded_for delete", "via off", "cache deny all", 'reply_header_add X-Egress-Proxy "%s" all' % STOPPED,
+    "coredump_dir /var/spool/squid", "shutdown_lifetime 3 seconds",
+]
 REMOVE_TASK = "Remove the proxies and their disks"
 
 
@@ -81,6 +91,24 @@ def domain_state(name):
     return completed.stdout.strip() if completed.returncode == 0 else None
 
 
+def seeded_squid_conf(lab, name):
+    """The squid.conf the role's user-data writes, as the proxy's seed volume holds it."""
+    seed = subprocess.run(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-download", "--pool", lab.pool, name + "-seed.iso",
+                           "/dev/stdout"], capture_output=True, check=True).stdout
+    user_data = yaml.safe_load(read_iso(seed)["user-data"])
+    (squid_conf,) = [entry["content"] for entry in user_data["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
+    return squid_conf
+
+
+def squid_parsed_directives(squid_conf, tmp_path):
+    """The directives squid itself reads from ``squid_conf`` (squid -k parse), failing on a file squid refuses."""
+    path = tmp_path / "squid.conf"
+    path.write_text(squid_conf)
+    parsed = subprocess.run(["squid", "-k", "parse", "-f", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert parsed.returncode == 0, parsed.stderr
+    return [line.split("Processing: ", 1)[1] for line in parsed.stderr.splitlines() if "Processing: " in line]
+
+
 def pool_volumes(lab):
     virsh("pool-refresh", lab.pool)
     return set(virsh("vol-list", lab.pool).stdout.split()[0::2])
@@ -101,7 +129,7 @@ def clean(lab, run_playbook):
     destroy()
 
 
-def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab, run_playbook, clean):
+def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab, run_playbook, clean, tmp_path):
     predicted = run_playbook(DEPLOY, role_vars(lab), check=True)
     assert predicted.rc == 0, predicted
     planned = item_results(predicted, CONVERGE_TASK)
@@ -123,6 +151,8 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     assert converged[RUNNING]["id"] == "hosts/localhost/domains/" + RUNNING
     assert domain_state(RUNNING) == "running"
     assert domain_state(STOPPED) == "shut off"
+    # squid reads exactly the template's directives from the seed the role wrote (issue 31 item 1).
+    assert squid_parsed_directives(seeded_squid_conf(lab, STOPPED), tmp_path) == SQUID_DIRECTIVES
     # The role's report: the fact other plays use, and what it printed.
     (recorded,) = results(deployed, "Record the proxies of this hypervisor in egress_proxy_proxies")
     proxies = {proxy["name"]: proxy for proxy in recorded["ansible_facts"]["egress_proxy_proxies"]}
@@ -231,6 +261,11 @@ def test_owner_is_stable_another_owner_is_reported_and_adoption_is_explicit(lab,
     # What only the modules checked before (issue 12 point 5, issue 17): now refused before libvirt too.
     ({"egress_proxy_allowed_clients": ["300.1.1.1/99", "::::"]}, "'300.1.1.1/99', '::::' are not IPv4 or IPv6"),
     ({"egress_proxy_safe_ports": ["70000", "0-99999"]}, "egress_proxy_safe_ports '70000', '0-99999' are not ports"),
+    # Issue 31: a scope id carrying a directive of its own, and digits of another script.
+    ({"egress_proxy_allowed_clients": ["198.18.0.0/24", "::1%1\nhttp_access allow all\n#"]},
+     "allowed_clients '::1%1\\nhttp_access allow all\\n#' are not IPv4 or IPv6"),
+    ({"egress_proxy_safe_ports": ["\u0668\u0660"]}, "egress_proxy_safe_ports '\u0668\u0660' are not ports"),
+    ({"egress_proxy_safe_ports": ["\u00b2"]}, "egress_proxy_safe_ports '\u00b2' are not ports"),
     ({"egress_proxy_memory_mib": 64}, "memory_mib"),
     ({"egress_proxy_shutdown_timeout": -1}, "shutdown_timeout"),
     ({"egress_proxy_max_unavailable": 0}, "max_unavailable"),
