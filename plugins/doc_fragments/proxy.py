@@ -20,7 +20,8 @@ options:
       - V(stopped) makes it exist and shut off, creating it without starting it when it does not exist. A running guest
         gets an ACPI shutdown request and O(shutdown_timeout) seconds to power off before it is stopped hard.
         O(autostart) still applies; set it to V(false) to keep the VM off when the hypervisor reboots.
-      - V(absent) deletes it with its overlay and seed volumes.
+      - V(absent) deletes it with its overlay and seed volumes, after a graceful stop of a running VM (see
+        O(shutdown_timeout)).
     type: str
     choices: [present, stopped, absent]
     default: present
@@ -225,7 +226,9 @@ options:
     description:
       - With O(state=present), wait until the VM runs with a routable IPv4 address, asking the host's ARP table first
         and the guest agent second, and return it in RV(egress_proxies.kvm.kvm_proxy#module:ip).
-      - Fails after O(wait_timeout) seconds with the VM's state and what each address source said.
+      - Fails after O(wait_timeout) seconds with the VM's state and what each address source said, and at once when
+        the VM stops (crashes, is destroyed, is powered off by its guest) while its address is awaited, naming its
+        state.
     type: bool
     default: false
   wait_timeout:
@@ -235,7 +238,10 @@ options:
     default: 300
   shutdown_timeout:
     description:
-      - Seconds a guest gets to power off after the ACPI shutdown request of O(state=stopped) before it is stopped hard.
+      - Seconds a guest gets to power off after an ACPI shutdown request before it is stopped hard (with a warning).
+      - A running VM gets that request when it is stopped (O(state=stopped)), and before it is replaced or removed
+        (O(state=absent), a change of spec, garbage collection), so that its squid finishes the connections it holds
+        (squid's C(shutdown_lifetime), 30 s by default) instead of having them cut.
     type: int
     default: 120
   on_drift:

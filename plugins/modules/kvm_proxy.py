@@ -23,9 +23,11 @@ description:
     truncated seed), and the domain is defined with this collection's metadata, started and set to autostart.
   - The spec digest, a sha256 over everything that shapes the VM (pool, disk size, image, the cloud-init data, the NIC,
     vCPUs, memory, virt type, CPU mode, machine type), is stored in the domain's metadata. When the request's digest
-    differs the VM has drifted; by default it is replaced (destroyed, its overlay and seed deleted, undefined, then
-    created again), since an egress proxy keeps no state. O(on_drift=ignore) leaves it alone and returns RV(drifted).
-  - O(state=absent) destroys the domain, deletes its overlay and seed by name, and undefines it (with its managed save
+    differs the VM has drifted; by default it is replaced (shut down gracefully, its overlay and seed deleted,
+    undefined, then created again), since an egress proxy keeps no state. O(on_drift=ignore) leaves it alone and
+    returns RV(drifted).
+  - O(state=absent) stops the domain (an ACPI shutdown request first, a hard stop after O(shutdown_timeout)), deletes
+    its overlay and seed by name, and undefines it (with its managed save
     image, snapshot metadata and NVRAM). Volumes left behind by a run that died before the domain was defined are found
     by name and deleted too. A missing pool means there is nothing left to clean. Base images are never deleted.
   - A domain of the same name that this collection did not create, or that records another owner O(uid), is never
@@ -71,8 +73,9 @@ notes:
   - The image must be self-contained, as M(egress_proxies.kvm.kvm_base_image) requires. Planning reads the header of an
     image that is not cached yet (one ranged request), so a disk smaller than the image fails before any download,
     in check mode too.
-  - A VM that is not running and whose overlay or seed volume is gone (deleted outside this collection) cannot boot; it
-    is rebuilt, with a warning.
+  - A VM that is not running and whose seed volume is gone (deleted outside this collection) gets its seed written
+    again before it starts (action V(write seed)); its disk is kept. One whose overlay is gone cannot boot; it is
+    rebuilt, with a warning naming the volume, and RV(drifted) is true.
   - A failed task that completed steps before failing returns C(changed=true) and those steps in RV(actions).
   - The base image is held under a lock on the machine the module runs on while the overlay is created on it, so a
     concurrent M(egress_proxies.kvm.kvm_base_image) prune on the same machine cannot remove it in between.
@@ -301,13 +304,18 @@ actions:
     - V(verify base image) is a kept VM's base, whose marker is missing or does not match, hashed where it lies and
       marked again (see M(egress_proxies.kvm.kvm_base_image)).
     - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
+      A running VM gets it before it is replaced or removed too; V(destroy domain) stops at once a VM that cannot act
+      on it (paused, crashed).
     - When the task fails, the steps completed before the failure.
   returned: always
   type: list
   elements: str
   sample: [create overlay, write seed, define domain, start domain, enable autostart]
 drifted:
-  description: Whether the existing VM had been built from a different spec (it was replaced unless O(on_drift=ignore)).
+  description:
+    - Whether the existing VM had been built from a different spec (it was replaced unless O(on_drift=ignore)).
+    - Also true when it was rebuilt because its disk was gone (a warning names the volume): a rebuild is never
+      reported as no drift.
   returned: always
   type: bool
   sample: false

@@ -17,16 +17,29 @@ description:
   - The options of M(egress_proxies.kvm.kvm_proxy) apply to every proxy; an entry of O(proxies) sets its own where it
     differs. All proxies are looked at and planned before anything changes, so check mode predicts the whole set.
   - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
-    awaited together under one O(wait_timeout).
+    awaited together under one O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s: a proxy whose VM
+    stops while awaited fails the task at once, naming it and its state.
   - With O(wait_for_ip), replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at
     a time. The next replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port),
     answer on that port from where the module runs). A replacement that does not come up in time stops the roll; the
     proxies not yet replaced keep running on their old VM, and the task fails naming them. Without O(wait_for_ip)
     nothing tells when a replacement is up, so all of them are replaced at once.
+  - A running proxy is stopped gracefully before it is replaced or removed (an ACPI shutdown request, then a hard
+    stop after O(shutdown_timeout)).
   - With O(gc), a managed domain recorded with this set's owner O(uid) that is not in O(proxies) and was created more
     than O(gc_grace_period) seconds ago is removed with its overlay and seed. Unmanaged domains and other owners'
     proxies are never touched; they are returned in RV(foreign). A hypervisor that cannot be listed fails the task
     before anything is removed; a domain that cannot be read is left (RV(spared)) and the sweep goes on.
+  - Garbage collection of a running proxy takes capacity away, like a replacement: it comes after the new and started
+    proxies are up and after the replacements, counted against O(max_unavailable). When a new proxy fails (or, with
+    O(wait_for_ip), gets no address in time) the unlisted proxies still running are kept, and the message names them.
+    Unlisted proxies that are not running are removed at once.
+  - A C(createdAt) more than 5 minutes ahead of the hypervisor's clock is corrupt, as a malformed one is: it does not
+    protect a proxy from garbage collection (a warning names it). Up to 5 minutes ahead is clock skew and counts as
+    now (RV(spared) says so).
+  - A proxy of O(proxies) with O(proxies[].state=absent) that another owner, or nobody, created is left as it is and
+    reported (outcome V(left alone (another owner)) or V(left alone (unmanaged)), with the reason and a warning); the
+    set's own are removed and the task does not fail. M(egress_proxies.kvm.kvm_proxy) refuses such a domain instead.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
@@ -176,8 +189,9 @@ options:
     default: 1
   wait_for_port:
     description:
-      - With it, a replaced (and, with O(wait_for_ip), a started) proxy counts as up only when a TCP connection to this
-        port of its address succeeds from the host the module runs on, squid's 3128 for example.
+      - With it, a created, started or replaced proxy counts as up only when a TCP connection to this port of its
+        address succeeds from the host the module runs on, squid's 3128 for example.
+      - Implies O(wait_for_ip): the port is asked on the address that wait finds.
     type: int
 attributes:
   check_mode:
@@ -240,7 +254,11 @@ proxies:
     - One entry per proxy of O(proxies), in their order, with the keys M(egress_proxies.kvm.kvm_proxy) returns
       (C(id), C(name), C(state), C(ip), C(uid), C(actions), C(drifted), ...) plus C(outcome).
     - C(outcome) is one of V(created), V(replaced), V(updated) (state, autostart or owner made right), V(unchanged),
-      V(removed), V(absent), V(cleaned) (leftover volumes of a dead run deleted) or V(left alone (another owner)).
+      V(removed), V(absent), V(cleaned) (leftover volumes of a dead run deleted), V(left alone (another owner)) (a
+      matching proxy of another owner, or one of another owner to remove) or V(left alone (unmanaged)) (a domain to
+      remove that this collection did not create).
+    - C(reason) says why a proxy was left alone and how to make the set act on it (O(adopt_uids), O(force)); null for
+      the other outcomes.
   returned: always
   type: list
   elements: dict
