@@ -205,4 +205,3 @@ class Execution:
 
     def _delete(self, vol):
         delete_volume(self.hv, vol)
-

@@ -248,17 +248,12 @@ class SetManager:
                 removable.append(ProxyRequest(name=name, state=STATE_ABSENT, uid=self.request.uid, pool=self.request.pool,
                                               shutdown_timeout=self.request.shutdown_timeout))
                 if metadata.created_at > now:
-                    self.warnings.append(
-                        "domain '%s' records createdAt %s, %s ahead of this host's clock: more than clock skew explains "
-                        "(%d s), so it reads as corrupt and did not protect the domain from garbage collection" % (
-                            name, metadata.created_at_raw, _seconds(metadata.created_at - now),
-                            CLOCK_SKEW_TOLERANCE.total_seconds()))
+                    self.warnings.append("domain '%s' records %s: more than clock skew explains, so it reads as corrupt "
+                                         "and did not protect the domain from garbage collection" % (name, _ahead(metadata, now)))
             else:
                 reason = "created less than gc_grace_period (%d s) ago" % self.request.gc_grace_period
                 if metadata.created_at > now:
-                    reason += " (its createdAt %s is %s ahead of this host's clock, within the %d s allowed for clock " \
-                              "skew, and counts as now)" % (metadata.created_at_raw, _seconds(metadata.created_at - now),
-                                                           CLOCK_SKEW_TOLERANCE.total_seconds())
+                    reason += " (%s: within clock skew, it counts as now)" % _ahead(metadata, now)
                 self.spared.append({"name": name, "reason": reason})
         return removable
 
@@ -346,8 +341,10 @@ def _untouched(rolling, members):
     return "; the roll stopped: %s" % "; ".join(parts) if parts else ""
 
 
-def _seconds(delta):
-    return "%d s" % delta.total_seconds()
+def _ahead(metadata, now):
+    """What a createdAt after ``now`` says, for a message."""
+    return "createdAt %s, %d s ahead of this host's clock (clock skew up to %d s is allowed)" % (
+        metadata.created_at_raw, (metadata.created_at - now).total_seconds(), CLOCK_SKEW_TOLERANCE.total_seconds())
 
 
 def _attempt(member):
