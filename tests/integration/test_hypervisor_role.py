@@ -6,6 +6,9 @@ UTS namespaces, own sshd, bridge br0 and LAN. Over SSH, prepare.yml installs and
 egress_proxy role deploys a proxy onto it, which boots and forwards a request from the bare host's LAN. While
 the guest configures squid, a second run and a check-mode run change nothing, and a run asking for a libvirt
 network instead of the bridge defines and starts it.
+
+The lab's own hypervisors, prepared by `scripts/lab up`, take prepare.yml on the inventory deploy.yml uses
+(inventories/lab, which sets only the egress_proxy role's variables): it changes nothing.
 """
 
 import os
@@ -23,6 +26,7 @@ from tests.lab import bare_host, config  # noqa: E402
 from tests.lab import lab as lab_control  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.hypervisors]
+pytest_plugins = ["tests.integration.fleet_fixtures"]
 
 HOST = config.BARE_HOST_NAME
 BARE_HOSTS = os.path.join(REPO_ROOT, "inventories", "bare", "hosts.yml")
@@ -142,3 +146,20 @@ def test_prepare_makes_a_bare_host_a_hypervisor_that_runs_a_proxy_forwarding_fro
         prepared.seconds, again.seconds, checked.seconds, deployed.seconds, sorted(
             ((round(end - start), task) for task, (start, end) in
              ((record["task"], (record["start"], record["end"])) for record in deployed.timeline)), reverse=True)[:3]))
+
+
+def test_prepare_on_the_labs_deploy_inventory_changes_nothing_on_its_prepared_hypervisors(fleet_lab, tmp_path):
+    """prepare.yml -i inventories/lab, as deploy.yml takes it: the role's pool, bridge and URI come from the egress_proxy
+    role's variables (issue 31 item 11), a check run and a real run change nothing, and nothing is installed."""
+    lab = Fleet(fleet_lab, tmp_path)
+    command = ["ansible-playbook", "-i", "inventories/lab", "playbooks/prepare.yml"]
+    for words in (command + ["--check"], command):
+        run = lab.command(REPO_ROOT, words, timeout=600)
+        assert run.rc == 0, run
+        for host in ("lab-hv1", "lab-hv2"):
+            assert run.stats(host)["changed"] == 0, (host, run)
+            (ready,) = run.results("Report the prepared host", host)
+            assert "%s is ready: libvirt answers on qemu:///system, pool egress, bridge br0," % host in ready["msg"], ready
+            (install,) = run.results("Install QEMU, libvirt and the modules' Python libraries (apt)", host)
+            assert install.get("skipped"), install
+    print("prepare.yml on inventories/lab: %.0f s" % run.seconds)
