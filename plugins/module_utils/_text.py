@@ -52,45 +52,31 @@ def quoted(value):
     return shown if len(shown) <= _QUOTE_CHARS else shown[:_QUOTE_CHARS] + "..."
 
 
-def _ip_text(text):
-    return isinstance(text, str) and _IP_TEXT.fullmatch(text) is not None
+def _parsed_ip(text, parse):
+    """``parse(text)`` when ``text`` is written with an address's characters only (no scope id, no blank), else None."""
+    if not isinstance(text, str) or not _IP_TEXT.fullmatch(text):
+        return None
+    try:
+        return parse(text)
+    except ValueError:
+        return None
 
 
 def ip_address(text):
     """``text`` as an IPv4Address or IPv6Address when it is one in plain ASCII (no scope id), else None."""
-    if not _ip_text(text):
-        return None
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
+    return _parsed_ip(text, ipaddress.ip_address)
 
 
 def ip_network(text):
     """``text`` as an IPv4Network or IPv6Network (no host bits, no scope id, plain ASCII), else None."""
-    if not _ip_text(text):
-        return None
-    try:
-        return ipaddress.ip_network(text, strict=True)
-    except ValueError:
-        return None
+    return _parsed_ip(text, lambda network: ipaddress.ip_network(network, strict=True))
 
 
 def ipv4_interface(text):
     """``text`` as an IPv4Interface when it is an IPv4 address with its prefix length (198.18.11.50/24), else None."""
-    if not _ip_text(text) or "/" not in text:
-        return None
-    try:
-        return ipaddress.IPv4Interface(text)
-    except ValueError:
-        return None
+    return _parsed_ip(text, ipaddress.IPv4Interface) if "/" in str(text) else None
 
 
 def ipv4_address(text):
     """``text`` as an IPv4Address when it is one in plain ASCII, else None."""
-    if not _ip_text(text):
-        return None
-    try:
-        return ipaddress.IPv4Address(text)
-    except ValueError:
-        return None
+    return _parsed_ip(text, ipaddress.IPv4Address)
