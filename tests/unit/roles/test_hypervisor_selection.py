@@ -181,3 +181,12 @@ def test_prepare_yml_refuses_a_local_host_whose_uri_names_another_machine_before
     assert completed.returncode != 0, completed.stdout
     assert "nas1.home.example.net is reached with ansible_connection local" in completed.stdout, completed.stdout
     assert "Install QEMU" not in completed.stdout, completed.stdout
+
+
+def test_a_pid_directory_with_shell_syntax_stays_a_path(tmp_path):
+    """hypervisor_pid_dir goes into the probe's shell command quoted: a value never runs as a command."""
+    marker = tmp_path / "ran"
+    out = run_role_tasks(tmp_path, "hypervisor", "daemons_pidfile", {
+        "hypervisor_pid_dir": '%s/run"; touch %s; echo "' % (tmp_path, marker), "hypervisor_plan": []}, check=True)
+    assert "ok: [localhost] => (item=virtlogd)" in out, out
+    assert not marker.exists(), out
