@@ -314,7 +314,7 @@ actions:
 drifted:
   description:
     - Whether the existing VM had been built from a different spec (it was replaced unless O(on_drift=ignore)).
-    - Also true when it was rebuilt because its disk was gone (a warning names the volume): a rebuild is never
+    - Also true when it was rebuilt because its disk was gone (a warning names the volume); a rebuild is never
       reported as no drift.
   returned: always
   type: bool

@@ -17,7 +17,7 @@ description:
   - The options of M(egress_proxies.kvm.kvm_proxy) apply to every proxy; an entry of O(proxies) sets its own where it
     differs. All proxies are looked at and planned before anything changes, so check mode predicts the whole set.
   - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
-    awaited together under one O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s: a proxy whose VM
+    awaited together under one O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s; a proxy whose VM
     stops while awaited fails the task at once, naming it and its state.
   - With O(wait_for_ip), replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at
     a time. The next replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port),
@@ -30,11 +30,11 @@ description:
     than O(gc_grace_period) seconds ago is removed with its overlay and seed. Unmanaged domains and other owners'
     proxies are never touched; they are returned in RV(foreign). A hypervisor that cannot be listed fails the task
     before anything is removed; a domain that cannot be read is left (RV(spared)) and the sweep goes on.
-  - Garbage collection of a running proxy takes capacity away, like a replacement: it comes after the new and started
+  - Garbage collection of a running proxy takes capacity away, like a replacement; it comes after the new and started
     proxies are up and after the replacements, counted against O(max_unavailable). When a new proxy fails (or, with
     O(wait_for_ip), gets no address in time) the unlisted proxies still running are kept, and the message names them.
     Unlisted proxies that are not running are removed at once.
-  - A C(createdAt) more than 5 minutes ahead of the hypervisor's clock is corrupt, as a malformed one is: it does not
+  - A C(createdAt) more than 5 minutes ahead of the hypervisor's clock is corrupt, as a malformed one is, and does not
     protect a proxy from garbage collection (a warning names it). Up to 5 minutes ahead is clock skew and counts as
     now (RV(spared) says so).
   - A proxy of O(proxies) with O(proxies[].state=absent) that another owner, or nobody, created is left as it is and
@@ -191,7 +191,7 @@ options:
     description:
       - With it, a created, started or replaced proxy counts as up only when a TCP connection to this port of its
         address succeeds from the host the module runs on, squid's 3128 for example.
-      - Implies O(wait_for_ip): the port is asked on the address that wait finds.
+      - Implies O(wait_for_ip); the port is asked on the address that wait finds.
     type: int
 attributes:
   check_mode:
