@@ -148,11 +148,14 @@ options:
       url:
         description:
           - Where to download the image from (C(http://) or C(https://)); the server must send C(Content-Length).
+          - A password in the URL (V(https://user:password@host/...)) is masked (C(********)) in the task's arguments,
+            results and messages.
         type: str
         required: true
       checksum:
         description:
           - Expected sha256, as V(sha256:<64 hex digits>) or V(sha256:<URL of a SHA256SUMS file>).
+          - A password in the URL is masked as in O(image.url).
           - Strongly recommended; without it the first download is kept forever.
         type: str
       format:
@@ -188,10 +191,18 @@ options:
         is refused.
       - Defaults to a cloud-config that installs and starts qemu-guest-agent, through which the VM's address can be
         read before the host has seen its traffic. An empty string writes an empty vendor-data.
+      - It may hold secrets (a C(bootcmd) with a token), so, like O(user_data), it is C(no_log) and never returned or
+        logged; the diff shows its sha256 only.
     type: raw
   meta_data:
     description:
       - Extra meta-data keys, merged over C(instance-id) and C(local-hostname), which both default to O(egress_proxies.kvm.kvm_proxy#module:name).
+      - It may hold secrets (a token the guest reads), so, like O(user_data), it is C(no_log) and never returned or
+        logged; the diff shows its sha256 only.
+      - A C(no_log) dictionary (here, or as O(user_data) or O(vendor_data)) is masked whole, as one document, where the
+        task's arguments are shown. Ansible would otherwise mask each of its values wherever it appears in the
+        result, so that a value such as V(proxy) or V(1) would turn proxy names, volume names and sizes into
+        C(********).
     type: dict
   network_config:
     description:

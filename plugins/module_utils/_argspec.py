@@ -58,9 +58,10 @@ def interface_options():
 def cloud_init_options(user_data_default=None):
     """The seed's files.
 
-    no_log keeps user-data and vendor-data (a bootcmd with a token) out of
-    the invocation Ansible returns with -v, out of results and messages, and
-    out of the hypervisor's journal.
+    no_log keeps user-data, vendor-data (a bootcmd with a token) and meta-data
+    (a token) out of the invocation Ansible returns with -v, out of results
+    and messages, and out of the hypervisor's journal; _module.KvmModule masks
+    a dictionary among them as one document.
     raw, not str: Ansible would turn a dictionary into its Python repr, which
     cloud-init ignores; seed_files writes one as cloud-config.
     """
@@ -70,7 +71,7 @@ def cloud_init_options(user_data_default=None):
     return dict(
         user_data=user_data,
         vendor_data=dict(type="raw", no_log=True),
-        meta_data=dict(type="dict"),
+        meta_data=dict(type="dict", no_log=True),
         network_config=dict(type="raw"),
     )
 

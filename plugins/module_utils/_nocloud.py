@@ -31,9 +31,6 @@ from collections import OrderedDict
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_vm_name
 
-# The options written as a user-data or vendor-data file: text, or a dictionary written as one cloud-config document.
-CLOUD_DATA_OPTIONS = ("user_data", "vendor_data")
-
 USER_DATA = "user-data"
 META_DATA = "meta-data"
 VENDOR_DATA = "vendor-data"

@@ -43,12 +43,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._network_config import static_network_config
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
-    CLOUD_DATA_OPTIONS,
     META_DATA,
     NETWORK_CONFIG,
     USER_DATA,
     VENDOR_DATA,
-    render_cloud_data,
     seed_files,
 )
 
@@ -92,17 +90,14 @@ RENAMED_OPTIONS = {"timeout": "download_timeout", "retries": "download_retries"}
 
 
 def module_params(kvm):
-    """A proxy module's parameters as ProxyRequest names them: download options checked (ca_path too: this is the
-    module's host), a user-data or vendor-data dictionary masked whole.
+    """A proxy module's parameters as ProxyRequest names them, download options checked (ca_path too: this is the
+    module's host).
 
     ``kvm`` is the _module.KvmModule of kvm_proxy or kvm_proxy_set.
     """
     params = kvm.params
     validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
-    for option in CLOUD_DATA_OPTIONS:
-        if isinstance(params[option], dict):
-            kvm.mask_as_document(option, render_cloud_data(params[option], option).decode("utf-8"))
-    return {RENAMED_OPTIONS.get(key, key): value for key, value in kvm.params.items()}
+    return {RENAMED_OPTIONS.get(key, key): value for key, value in params.items()}
 
 
 def utcnow():

@@ -50,11 +50,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
     validate_pool_name,
     validate_vm_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
-    CLOUD_DATA_OPTIONS,
-    render_cloud_data,
-    seed_files,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import seed_files
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._plan import Plan, Result, Step, execute
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import (
     VolumeUsers,
@@ -368,23 +364,16 @@ def content_diff(volume, current, desired):
 
 
 class SeedTask:
-    """One kvm_seed task: ``validate(mask_document)`` before connecting, then ``run(hypervisor, check_mode)``.
-
-    ``mask_document(option, text)`` is KvmModule.mask_as_document: a user_data or
-    vendor_data dictionary is masked as the one document it is written as.
-    """
+    """One kvm_seed task: ``validate()`` before connecting, then ``run(hypervisor, check_mode)``."""
 
     def __init__(self, params):
         self.params = params
         self.files = None
 
-    def validate(self, mask_document):
+    def validate(self):
         params = self.params
         validate_vm_name(params["name"])
         validate_pool_name(params["pool"])
-        for option in CLOUD_DATA_OPTIONS:
-            if isinstance(params[option], dict):
-                mask_document(option, render_cloud_data(params[option], option).decode("utf-8"))
         network_config = params["network_config"]
         if network_config is not None and not isinstance(network_config, (str, dict)):
             raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)

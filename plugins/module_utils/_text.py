@@ -29,6 +29,11 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _IP_TEXT = re.compile(r"[0-9A-Fa-f:./]{1,49}")
 # How much of a refused value a message quotes: enough to find it, never a whole document.
 _QUOTE_CHARS = 60
+# A URL's authority, which ends at its path, query or fragment (RFC 3986 3.2), and within a line. Its user
+# information (user:password) runs to the authority's last "@", as urllib3 (requests) splits it.
+_URL_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\r\n]*)")
+# What a URL's password is shown as, the mark Ansible masks a no_log value with.
+HIDDEN = "********"
 
 
 def ascii_decimal(text):
@@ -46,9 +51,35 @@ def control_character(text):
     return "U+%04X at offset %d" % (ord(found.group()), found.start())
 
 
+def _url_password(authority):
+    """The password in a URL's authority (``user:password@host``), None when it has none; and the authority split at it."""
+    userinfo, at, host = authority.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    return (password or None), user + colon, at + host
+
+
+def url_passwords(text):
+    """The passwords written into the URLs in ``text`` (``https://user:password@host/...``), as they are written."""
+    passwords = (_url_password(match.group(1))[0] for match in _URL_AUTHORITY.finditer(text))
+    return [password for password in passwords if password is not None]
+
+
+def without_url_passwords(text):
+    """``text`` with the password of each URL in it shown as ********: ``https://user:********@host/...``."""
+    def hide(match):
+        password, before, after = _url_password(match.group(1))
+        if password is None:
+            return match.group()
+        return match.group()[:match.start(1) - match.start()] + before + HIDDEN + after
+    return _URL_AUTHORITY.sub(hide, text)
+
+
 def quoted(value):
-    """``value`` for a message: its repr (control characters escaped), cut after 60 characters."""
-    shown = repr(value)
+    """``value`` for a message: its repr (control characters escaped, URL passwords hidden), cut after 60 characters.
+
+    A password is hidden before the repr escapes or the cut shortens it, where Ansible could no longer find it.
+    """
+    shown = repr(without_url_passwords(value) if isinstance(value, str) else value)
     return shown if len(shown) <= _QUOTE_CHARS else shown[:_QUOTE_CHARS] + "..."
 
 

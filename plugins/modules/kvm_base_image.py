@@ -75,6 +75,8 @@ options:
       - Control characters and blanks must be percent-encoded (C(%20)); a port must be written in ASCII digits.
       - The image must be self-contained (see the description).
       - Required with O(state=present), and with O(state=absent) when O(checksum) names a checksum file.
+      - A password in the URL (V(https://user:password@host/...), sent as HTTP basic authentication) is masked
+        (C(********)) in the task's arguments, results and messages, as it is in a checksum file's URL.
     type: str
   checksum:
     description:

@@ -85,6 +85,12 @@ options:
       - A stable C(instance-id) is what keeps cloud-init from taking a reboot for a new instance; changing it makes
         cloud-init run its per-instance modules again on the next boot.
       - Written as JSON with sorted keys, which cloud-init reads as YAML.
+      - It may hold secrets (a token the guest reads), so, like O(user_data), it is C(no_log): never returned or
+        logged, and in results and diffs shown by its sha256 only (see O(diff_content)).
+      - A C(no_log) dictionary (here, or as O(user_data) or O(vendor_data)) is masked whole, as one document, where the
+        task's arguments are shown. Ansible would otherwise mask each of its values wherever it appears in the
+        result, so that a value such as V(proxy) or V(1) would turn the volume name V(proxy-1-seed.iso) or a size into
+        C(********).
     type: dict
   vendor_data:
     description:
@@ -105,7 +111,7 @@ options:
     description:
       - In diff mode, also show the changed files' contents, as a unified diff of each file.
       - >-
-        Off by default because user-data often holds secrets. To see a change before making it, set O(diff_content)
+        Off by default because user-data, vendor-data and meta-data often hold secrets. To see a change before making it, set O(diff_content)
         to a variable that is false in the play, for example C({{ show_seed_content }}), and run
         C(ansible-playbook --check --diff -e show_seed_content=true) where the output stays private.
       - The contents before the change (read back from the volume) are shown in full. Ansible still masks any text
@@ -279,13 +285,14 @@ ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
     pool=dict(type="str", default="default"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
-    # no_log keeps user-data and vendor-data out of the invocation Ansible
-    # returns with -v and out of the hypervisor's journal, and masks them
-    # wherever they would appear. raw, not str: Ansible would turn a
-    # dictionary into its Python repr, which cloud-init ignores. seed_files
-    # writes one as cloud-config.
+    # no_log keeps user-data, vendor-data and meta-data out of the invocation
+    # Ansible returns with -v and out of the hypervisor's journal, and masks
+    # them wherever they would appear (a dictionary as one document: see
+    # _module.KvmModule). raw, not str: Ansible would turn a dictionary into
+    # its Python repr, which cloud-init ignores. seed_files writes one as
+    # cloud-config.
     user_data=dict(type="raw", default="", no_log=True),
-    meta_data=dict(type="dict"),
+    meta_data=dict(type="dict", no_log=True),
     vendor_data=dict(type="raw", no_log=True),
     network_config=dict(type="raw"),
     diff_content=dict(type="bool", default=False),
@@ -299,7 +306,7 @@ def main():
     )
     task = SeedTask(module.params)
     module.run(lambda hypervisor: task.run(hypervisor, module.check_mode).module_result(module.diff_mode),
-               validate=lambda: task.validate(module.mask_as_document))
+               validate=task.validate)
 
 
 if __name__ == "__main__":
