@@ -6,11 +6,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._squid_conf import squid_settings
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._squid_conf import authorized_keys_problems, squid_settings
 
 DOCUMENTATION = r"""
 name: squid_settings_errors
-short_description: What is wrong with one egress proxy's squid settings
+short_description: What is wrong with one egress proxy's squid settings and SSH keys
 version_added: 0.2.0
 description:
   - Checks the values the egress_proxy role writes into a proxy's C(squid.conf) as squid reads them, on the controller
@@ -21,9 +21,12 @@ description:
     networks (an address with host bits after the prefix is refused too); C(address) and C(outside.address), when
     given, IPv4 addresses with their prefix length; the safe and CONNECT ports ports or ranges C(low-high) of them,
     in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values.
+  - Each of O(ssh_authorized_keys) must be one line: cloud-init writes a key as a line of C(authorized_keys), where a
+    line feed (or a carriage return, NUL, U+2028 or another control character) inside it would write a line, another
+    key or one with options such as C(command=), of its own.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
-positional: _input, safe_ports, connect_ports, forwarded_for
+positional: _input, safe_ports, connect_ports, forwarded_for, ssh_authorized_keys
 options:
   _input:
     description: One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside).
@@ -42,6 +45,11 @@ options:
   forwarded_for:
     description: squid's C(forwarded_for) setting; not checked when not given.
     type: str
+  ssh_authorized_keys:
+    description: The public SSH keys the role's user-data gives the image's default user (C(egress_proxy_ssh_authorized_keys)).
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -61,9 +69,10 @@ _value:
 """
 
 
-def squid_settings_errors(proxy, safe_ports, connect_ports, forwarded_for=None):
-    """The problems of the values ``proxy`` and the role's settings write into squid.conf, as sentences ([] when none)."""
-    return squid_settings(proxy, safe_ports, connect_ports, forwarded_for)[1]
+def squid_settings_errors(proxy, safe_ports, connect_ports, forwarded_for=None, ssh_authorized_keys=()):
+    """The problems of the values ``proxy`` and the role's settings write into squid.conf and the user-data, as
+    sentences ([] when none)."""
+    return squid_settings(proxy, safe_ports, connect_ports, forwarded_for)[1] + authorized_keys_problems(ssh_authorized_keys)
 
 
 class FilterModule:

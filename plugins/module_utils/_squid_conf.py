@@ -2,7 +2,7 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The values the egress_proxy role writes into a proxy's squid.conf, checked as text and normalised.
+"""The values the egress_proxy role writes into a proxy's squid.conf and user-data, checked as text and normalised.
 
 squid reads its configuration a line at a time and splits each line at
 blanks, so one value holding a line feed or a blank writes directives of its
@@ -18,7 +18,13 @@ __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_vm_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import ascii_decimal, ip_network, ipv4_interface, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import (
+    ascii_decimal,
+    control_character,
+    ip_network,
+    ipv4_interface,
+    quoted,
+)
 
 MAX_PORT = 65535
 # squid's forwarded_for values.
@@ -124,3 +130,20 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "forwarded_for": forwarded_for,
     }
     return settings, problems
+
+
+def authorized_keys_problems(keys):
+    """One sentence per key of egress_proxy_ssh_authorized_keys that is not one line of text ([] when none).
+
+    The user-data holds each key as a YAML string, which reads back whole, but
+    cloud-init writes it as one line of authorized_keys: a line feed (or a
+    carriage return, NUL, U+2028...) inside a key writes a line of its own
+    there, another key or one with options such as command="...".
+    """
+    problems = []
+    for index, key in enumerate(keys):
+        control = control_character(key)
+        if control is not None:
+            problems.append("egress_proxy_ssh_authorized_keys[%d] %s has the control character %s: a key is one line "
+                            "of authorized_keys, so give each key as its own list item" % (index, quoted(key), control))
+    return problems

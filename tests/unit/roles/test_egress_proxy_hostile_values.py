@@ -129,13 +129,46 @@ def test_a_hostile_squid_value_is_refused_by_the_check_and_the_template_naming_i
     assert variable in rendered["error"]
 
 
+# cloud-init writes each key as one line of authorized_keys: these would write a line of their own there.
+LINE_BREAKING = {"\n", "\r", "\x00", "\u2028", "\u0085", "\t"}
+
+
 def test_hostile_ssh_keys_are_written_as_yaml_strings_that_read_back_whole():
-    keys = ["ssh-ed25519 AAAAC3Nza key%d" % index + text for index, text in enumerate(HOSTILE) if text != "\x00"]
-    variables, _entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
+    keys = ["ssh-ed25519 AAAAC3Nza key%d" % index + text for index, text in enumerate(HOSTILE) if text not in LINE_BREAKING]
+    variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
+    assert squid_settings_errors(entry, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+                                 variables["egress_proxy_forwarded_for"], keys) == []
     (rendered,) = render_each([("proxies.json.j2", variables)])
     user_data, squid = squid_conf(rendered)
     assert user_data["ssh_authorized_keys"] == keys
     assert directives(squid) == DIRECTIVES
+
+
+@pytest.mark.parametrize("text", sorted(LINE_BREAKING))
+def test_an_ssh_key_that_would_write_a_line_of_its_own_is_refused_naming_it(text):
+    keys = ["ssh-ed25519 AAAAC3Nza key0", "ssh-ed25519 AAAAC3Nza key1" + text + 'command="sh" ssh-ed25519 AAAAC3Nza evil']
+    variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
+    (problem,) = squid_settings_errors(entry, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+                                       variables["egress_proxy_forwarded_for"], keys)
+    assert problem.startswith("egress_proxy_ssh_authorized_keys[1] ")
+    assert "U+%04X at offset 26" % ord(text) in problem and text not in problem
+
+
+def test_validate_yml_refuses_such_a_key_naming_it(tmp_path):
+    """The check validate.yml runs on each proxy, rendered as the play renders it, gets the role's keys.
+
+    render_each reads a template by its path under templates/, which an absolute path replaces.
+    """
+    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
+        (block,) = [task["block"] for task in yaml.safe_load(handle) if "block" in task]
+    (check,) = [task for task in block if "squid_settings_errors" in str(task.get("vars"))]
+    expression = tmp_path / "problems.j2"
+    expression.write_text("{{ (%s) | to_json }}" % check["vars"]["egress_proxy__problems"].strip()[2:-2])
+    keys = ["ssh-ed25519 AAAAC3Nza key0\nssh-ed25519 AAAAC3Nza evil"]
+    variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
+    (rendered,) = render_each([(str(expression), dict(variables, egress_proxy_instance=entry))])
+    (problem,) = json.loads(rendered["text"])
+    assert problem.startswith("egress_proxy_ssh_authorized_keys[0] ") and "U+000A at offset 26" in problem
 
 
 STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "nameservers": ["198.18.0.1"],

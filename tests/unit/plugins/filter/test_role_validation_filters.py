@@ -87,15 +87,15 @@ def test_what_squid_would_refuse_is_a_problem(proxy, safe, connect, words):
 
 def test_the_role_passes_the_validated_arguments_to_the_module():
     """The converge and the removal get exactly the dictionaries validate.yml and destroy.yml check."""
-    tasks = {}
-    for entry in ("main", "destroy"):
+    # destroy.yml calls the module twice: in check mode to predict what the removal takes, then to remove.
+    for entry, arguments in (("main", "{{ egress_proxy__set_args }}"), ("destroy", "{{ egress_proxy__destroy_args }}")):
         with open(os.path.join(ROLE, "tasks", entry + ".yml")) as handle:
             blocks = [task for task in yaml.safe_load(handle) if "block" in task]
-        (task,) = [task for block in blocks for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
-        tasks[entry] = task
-    assert tasks["main"]["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": "{{ egress_proxy__set_args }}"}
-    assert tasks["destroy"]["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": "{{ egress_proxy__destroy_args }}"}
-    assert all(task["egress_proxies.kvm.kvm_proxy_set"] == {} for task in tasks.values())
+        tasks = [task for block in blocks for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
+        assert tasks, entry
+        for task in tasks:
+            assert task["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": arguments}, task["name"]
+            assert task["egress_proxies.kvm.kvm_proxy_set"] == {}, task["name"]
     with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
         assert "egress_proxy__set_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
     with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:

@@ -154,3 +154,10 @@ def test_a_password_in_a_proxys_image_url_is_masked(run_main):
     assert result["changed"] is True and "failed" not in result
     assert PASSWORD not in out
     assert HIDDEN in result["invocation"]["module_args"]["image"]["url"]
+
+
+def test_a_password_in_the_hypervisor_uri_is_masked(run_main, seed_host):
+    uri = "qemu+ssh://user:%s@hv1.example.net/system" % PASSWORD
+    result, out, opened = run_main(kvm_seed.main, seed_host, dict(name="proxy-1", uri=uri, user_data="not cloud-config"))
+    assert opened == [] and result["failed"] is True and "(hypervisor qemu+ssh://user:********@hv1" in result["msg"]
+    assert PASSWORD not in out
