@@ -9,6 +9,8 @@ import os
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 REMOVE_PROXIES = "Remove the proxies and their disks"
 REMOVE_IMAGE = "Remove the cached base image"
@@ -49,3 +51,14 @@ def test_the_image_goes_only_as_predicted_and_otherwise_a_warning_says_why_and_t
     # The report comes last, after every task that touches the image, with no condition.
     names = sorted(tasks, key=lambda name: tasks[name][0])
     assert names[-1] == "Report the proxies of this hypervisor" and "when" not in tasks[names[-1]][1]
+
+
+def test_the_removal_gives_a_running_proxy_the_roles_shutdown_timeout(tmp_path):
+    """A running proxy is stopped with an ACPI request before it is removed: the destroy waits egress_proxy_shutdown_timeout
+    for it, as a converge does, not the module's default."""
+    out = run_role_tasks(tmp_path, "egress_proxy", "validate_names", {
+        "egress_proxy_instances": [{"name": "egress-a"}], "egress_proxy_shutdown_timeout": 7,
+        # The removals, rendered from the role's template, are not what this test reads.
+        "egress_proxy__removals": []}, check=True,
+        after=[{"ansible.builtin.debug": {"msg": "TIMEOUT={{ egress_proxy__destroy_args.shutdown_timeout }}"}}])
+    assert '"msg": "TIMEOUT=7"' in out, out
