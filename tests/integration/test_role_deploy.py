@@ -39,6 +39,8 @@ SQUID_DIRECTIVES = [
     "coredump_dir /var/spool/squid", "shutdown_lifetime 3 seconds",
 ]
 REMOVE_TASK = "Remove the proxies and their disks"
+# A proxy on the same base that a destroy does not list (test_destroy_with_the_image_keeps...).
+OTHER = config.TEST_DOMAIN_PREFIX + "role-other"
 
 
 def role_vars(lab, **overrides):
@@ -120,9 +122,12 @@ def clean(lab, run_playbook):
 
     def destroy():
         # Whichever owner a test left the proxies with.
-        run = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True, egress_proxy_adopt_uids=["*"]))
+        everything = [{"name": RUNNING}, {"name": STOPPED}, {"name": OTHER}]
+        run = run_playbook(DESTROY, role_vars(lab, egress_proxy_remove_image=True, egress_proxy_adopt_uids=["*"],
+                                              egress_proxy_instances=everything))
         assert run.rc == 0, run
-        assert domain_state(RUNNING) is None and domain_state(STOPPED) is None
+        assert domain_state(RUNNING) is None and domain_state(STOPPED) is None and domain_state(OTHER) is None
+        assert not [volume for volume in pool_volumes(lab) if volume.startswith("base-" + IMAGE_NAME)]
 
     destroy()
     yield
@@ -214,6 +219,33 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     again = run_playbook(DESTROY, role_vars(lab))
     assert again.rc == 0, again
     assert changed(again) == 0, again
+
+
+IMAGE_KEPT_TASK = "Warn that the image is kept"
+
+
+def test_destroy_with_the_image_keeps_an_image_another_proxy_uses_decided_before_removing_anything(lab, run_playbook, clean):
+    """A proxy the destroy does not list on the same base: the listed proxy goes, the image stays with a warning naming
+    the other's disk, the report runs, and check mode predicts exactly that (issue 31 item 10)."""
+    assert run_playbook(DEPLOY, role_vars(lab, egress_proxy_instances=[{"name": RUNNING}, {"name": OTHER}])).rc == 0
+    before = pool_volumes(lab)
+    base = [volume for volume in before if volume.startswith("base-" + IMAGE_NAME) and not volume.endswith(".sha256")]
+
+    listed = role_vars(lab, egress_proxy_instances=[{"name": RUNNING}], egress_proxy_remove_image=True)
+    for check in (True, False):
+        run = run_playbook(DESTROY, listed, check=check)
+        assert run.rc == 0, run
+        (warning,) = results(run, IMAGE_KEPT_TASK)
+        assert "image %s %s kept" % (IMAGE_NAME, "would be" if check else "is") in warning["msg"], warning
+        assert OTHER + ".qcow2" in warning["msg"] and "before any proxy was removed" in warning["msg"], warning
+        (image_removal,) = results(run, "Remove the cached base image")
+        assert image_removal.get("skipped"), image_removal
+        (shown,) = results(run, "Show the proxies of this hypervisor")
+        assert shown["msg"] == ["hosts/localhost/domains/%s %s" % (RUNNING, "(would be removed)" if check else "removed")], shown
+        if check:
+            assert pool_volumes(lab) == before and domain_state(RUNNING) == "running"
+    assert domain_state(RUNNING) is None and domain_state(OTHER) == "running"
+    assert base and set(base) <= pool_volumes(lab)
 
 
 def test_owner_is_stable_another_owner_is_reported_and_adoption_is_explicit(lab, run_playbook, clean):
