@@ -21,7 +21,7 @@ description:
     networks (an address with host bits after the prefix is refused too); C(address) and C(outside.address), when
     given, IPv4 addresses with their prefix length; the safe and CONNECT ports ports or ranges C(low-high) of them,
     in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values.
-  - Each of O(ssh_authorized_keys) must be one line: cloud-init writes a key as a line of C(authorized_keys), where a
+  - Each of O(ssh_authorized_keys) must be one line. cloud-init writes a key as a line of C(authorized_keys), where a
     line feed (or a carriage return, NUL, U+2028 or another control character) inside it would write a line, another
     key or one with options such as C(command=), of its own.
 author:

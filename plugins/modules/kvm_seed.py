@@ -85,7 +85,7 @@ options:
       - A stable C(instance-id) is what keeps cloud-init from taking a reboot for a new instance; changing it makes
         cloud-init run its per-instance modules again on the next boot.
       - Written as JSON with sorted keys, which cloud-init reads as YAML.
-      - It may hold secrets (a token the guest reads), so, like O(user_data), it is C(no_log): never returned or
+      - It may hold secrets (a token the guest reads), so, like O(user_data), it is C(no_log), never returned or
         logged, and in results and diffs shown by its sha256 only (see O(diff_content)).
       - A C(no_log) dictionary (here, or as O(user_data) or O(vendor_data)) is masked whole, as one document, where the
         task's arguments are shown. Ansible would otherwise mask each of its values wherever it appears in the
