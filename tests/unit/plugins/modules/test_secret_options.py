@@ -94,24 +94,20 @@ def test_a_proxys_meta_data_is_masked_whole(run_main, main, args):
 
 
 @pytest.fixture
-def server():
-    srv = ImageServer()
-    yield srv
-    srv.close()
-
-
-@pytest.fixture
-def image_args(server, monkeypatch, tmp_path):
-    """kvm_base_image's arguments with a password in the image's URL and in the SHA256SUMS file's."""
+def image_server(monkeypatch, tmp_path):
+    """(kvm_base_image's arguments with a password in the image's URL and in the SHA256SUMS file's, their server)."""
     monkeypatch.setattr(_locks, "default_lock_dir", lambda: str(tmp_path / "locks"))
+    server = ImageServer()
     image_url = server.add("/debian-13-generic-amd64.qcow2", IMAGE)
     sums_url = server.add("/SHA256SUMS", ("%s  debian-13-generic-amd64.qcow2\n" % IMAGE_SHA).encode("ascii"))
     with_password = "http://user:%s@" % PASSWORD
-    return dict(name="debian-13", url=image_url.replace("http://", with_password),
-                checksum="sha256:" + sums_url.replace("http://", with_password))
+    yield dict(name="debian-13", url=image_url.replace("http://", with_password),
+               checksum="sha256:" + sums_url.replace("http://", with_password)), server
+    server.close()
 
 
-def test_a_url_password_is_masked_in_the_invocation_and_the_result(run_main, seed_host, image_args):
+def test_a_url_password_is_masked_in_the_invocation_and_the_result(run_main, seed_host, image_server):
+    image_args, _server = image_server
     for check_mode in (True, False):
         result, out, _opened = run_main(kvm_base_image.main, seed_host, image_args, check_mode=check_mode, diff=True)
         assert result["changed"] is True and "failed" not in result
@@ -124,13 +120,15 @@ def test_a_url_password_is_masked_in_the_invocation_and_the_result(run_main, see
     (dict(format="qcow3"), "value of format must be one of"),  # Ansible's own refusal, before the module's code
     (dict(checksum="sha512:" + "0" * 128), "only sha256 is"),
 ])
-def test_a_url_password_is_masked_in_a_failure(run_main, seed_host, image_args, change, message):
+def test_a_url_password_is_masked_in_a_failure(run_main, seed_host, image_server, change, message):
+    image_args, _server = image_server
     result, out, _opened = run_main(kvm_base_image.main, seed_host, dict(image_args, **change))
     assert result["failed"] is True and message in result["msg"]
     assert PASSWORD not in out
 
 
-def test_a_url_password_is_masked_in_a_download_failure(run_main, seed_host, image_args, server):
+def test_a_url_password_is_masked_in_a_download_failure(run_main, seed_host, image_server):
+    image_args, server = image_server
     server.routes["/debian-13-generic-amd64.qcow2"].status = 404
     result, out, _opened = run_main(kvm_base_image.main, seed_host, image_args)
     assert result["failed"] is True and "answered HTTP 404" in result["msg"] and HIDDEN in result["msg"]
