@@ -59,8 +59,9 @@ def role_vars(lab, **overrides):
         "egress_proxy_install_packages": False,
         "egress_proxy_allowed_clients": ["198.18.0.0/24"],
         "egress_proxy_uid": "role-test",
-        # The image never boots: no address to wait for.
+        # The image never boots: no address to wait for, no guest to act on an ACPI shutdown.
         "egress_proxy_wait_for_ip": False,
+        "egress_proxy_shutdown_timeout": config.TINY_SHUTDOWN_TIMEOUT,
         "egress_proxy_instances": [{"name": RUNNING}, {"name": STOPPED, "state": "stopped"}],
     }
     variables.update(overrides)

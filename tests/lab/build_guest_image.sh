@@ -16,8 +16,11 @@ partition_offset=$((1024 * 1024))
 # A fixed filesystem UUID keeps the image reproducible and lets the boot loader and fstab name
 # the root without probing.
 root_uuid=6c0f2a39-8a51-4d8e-9c5e-3f0e0e6a1b52
+# dbus, which a cloud image has and --no-install-recommends leaves out: without it systemd-logind does
+# not run, so the guest ignores the ACPI power button and qemu-ga's guest-shutdown (`shutdown +0` asks
+# logind) fails; every graceful stop of a proxy would then wait out its shutdown_timeout.
 packages=(
-  linux-image-cloud-amd64 systemd-sysv udev kmod
+  linux-image-cloud-amd64 systemd-sysv udev kmod dbus
   ifupdown isc-dhcp-client iproute2 netbase
   cloud-init cloud-guest-utils fdisk sudo openssh-server
   qemu-guest-agent squid
