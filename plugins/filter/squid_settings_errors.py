@@ -26,22 +26,10 @@ description:
     key or one with options such as C(command=), of its own.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+extends_documentation_fragment:
+  - egress_proxies.kvm.squid_settings
 positional: _input, safe_ports, connect_ports, forwarded_for, ssh_authorized_keys
 options:
-  _input:
-    description: One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside).
-    type: dict
-    required: true
-  safe_ports:
-    description: Destination ports or ranges squid forwards to.
-    type: list
-    elements: str
-    required: true
-  connect_ports:
-    description: Destination ports or ranges CONNECT may tunnel to.
-    type: list
-    elements: str
-    required: true
   forwarded_for:
     description: squid's C(forwarded_for) setting; not checked when not given.
     type: str

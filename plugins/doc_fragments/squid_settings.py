@@ -1,0 +1,29 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment:
+    # The input of the squid settings filters: the role's check (squid_settings_errors) and what its template
+    # writes (squid_settings) take one proxy and the same port lists.
+    DOCUMENTATION = r"""
+options:
+  _input:
+    description: One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside).
+    type: dict
+    required: true
+  safe_ports:
+    description: Destination ports or ranges squid forwards to.
+    type: list
+    elements: str
+    required: true
+  connect_ports:
+    description: Destination ports or ranges CONNECT may tunnel to.
+    type: list
+    elements: str
+    required: true
+"""
