@@ -222,7 +222,7 @@ def test_checksum_change_keeps_the_base_an_overlay_uses(lab, hypervisor, server,
     second = task(image, diff=True, **options)
     for result in (predicted, second):
         assert (result["changed"], result["downloaded"], result["volume"]) == (True, True, new), result
-        assert result["removed"] == [] and result["kept"] == [{"volume": old, "used_by": [OVERLAY]}]
+        assert result["removed"] == [] and result["kept"] == [{"volume": old, "used_by": [OVERLAY], "used_by_domains": []}]
         assert result["diff"]["before"] == {"volume": new, "sha256": None, "state": "absent", "bases": [old]}
         assert result["diff"]["after"]["bases"] == sorted([old, new])
     assert image_volumes(hypervisor, lab, image) == sorted([old, old + ".sha256", new, new + ".sha256"])
