@@ -223,6 +223,6 @@ def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_sto
     assert stopped.rc != 0, stopped
     (converged,) = stopped.results(CONVERGE_TASK, HV1)
     assert "%s got no routable IPv4 within wait_timeout (30 s)" % proxies[0] in converged["msg"], converged["msg"]
-    assert "the roll stopped: %s still runs their old VM" % proxies[1] in converged["msg"], converged["msg"]
+    assert "the roll stopped: %s still runs on the old VM" % proxies[1] in converged["msg"], converged["msg"]
     (entry,) = [listed for listed in recorded["ansible_facts"]["egress_proxy_proxies"] if listed["name"] == proxies[1]]
     assert fetch(spec, "http://%s:3128" % entry["ip"], origin) == (200, proxies[1])
