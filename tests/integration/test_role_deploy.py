@@ -337,6 +337,9 @@ def test_waiting_for_an_address_fails_naming_the_proxy_and_the_limit(lab, run_pl
     assert domain_state(RUNNING) == "running"
 
 
+# The scenario runs on lab-hv1 and lab-hv2 (inventories/lab), whose lane kills modules on them in its fault tests:
+# it runs in that lane.
+@pytest.mark.hypervisors
 def test_molecule_default_scenario(lab):
     """molecule/default: converge, idempotence, verify (kvm_proxy_info) and destroy on the lab."""
     env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_NOCOLOR="true", NO_COLOR="1")
