@@ -369,7 +369,7 @@ def b4_section(results, b4, plots):
         lines += ["", "**Where the target is missed** (%.1f s over the floor). kvm_proxy's own share is %.1f s: %.1f s "
                   "before the domain runs (Ansible's start-up, the image check, the seed, the define) and %.1f s "
                   "between the agent's address and the playbook's end (the module asks every %g s, "
-                  "`_proxy_execute.POLL_INTERVAL`, as the floor does). The other %.1f s is the boot itself: "
+                  "`_addresses.POLL_INTERVAL`, as the floor does). The other %.1f s is the boot itself: "
                   "%s s here against the floor's %.1f s, one TCG boot each on %d vCPUs shared with other work, which "
                   "varies by more than the target from one boot to the next. What would close it: runs on a quiet "
                   "machine, several of each path, to tell the boot's noise from the module's cost; then fewer tasks "
