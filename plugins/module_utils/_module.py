@@ -101,7 +101,8 @@ class _AnsibleModule(AnsibleModule):
 
     def _load_params(self):
         super()._load_params()
-        self.no_log_values.update(_url_secrets(self.params))
+        self.url_secrets = _url_secrets(self.params)
+        self.no_log_values.update(self.url_secrets)
 
 
 class KvmModule:
@@ -151,7 +152,7 @@ class KvmModule:
         dictionaries = [value for value in values if isinstance(value, dict)]
         if not dictionaries:
             return
-        kept = _url_secrets(self.params)
+        kept = set(self.module.url_secrets)
         kept.update(*(_masked_strings(value) for value in values if not isinstance(value, dict)))
         for value in dictionaries:
             self.module.no_log_values.difference_update(set(_masked_strings(value)) - kept)
