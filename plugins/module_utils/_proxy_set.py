@@ -137,9 +137,8 @@ class SetRequest:
         _whole_number("max_unavailable", params["max_unavailable"], 1)
         if params["wait_for_port"] is not None:
             _whole_number("wait_for_port", params["wait_for_port"], 1, 65535)
-        shutdown_timeout = params.get("shutdown_timeout")
-        if shutdown_timeout is None:
-            shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT
+        # Checked here too: a set with no proxies never validates a ProxyRequest.
+        shutdown_timeout = params["shutdown_timeout"]
         _whole_number("shutdown_timeout", shutdown_timeout, 0)
         return cls(proxies=tuple(proxies), uid=params["uid"], pool=params["pool"], gc=params["gc"],
                    gc_grace_period=params["gc_grace_period"], max_unavailable=params["max_unavailable"],
