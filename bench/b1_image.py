@@ -41,9 +41,9 @@ PEAK_RSS = RSS_READER + r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import cache
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 
 uri, pool, name, url, sha256 = sys.argv[2:7]
 with Hypervisor.open(uri) as hypervisor:

@@ -28,7 +28,7 @@ import os
 import tempfile
 import uuid
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 from bench import bench_proxy_info as fleet
 from bench._common import VENV, adhoc, ansible_env, config, cpu_seconds, figure, peer_venv, peer_version, repeat, timed, write_text
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 from xml.etree import ElementTree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from bench._common import (
     BUILD_COLLECTIONS,
     HYPERVISOR_PYTHON,

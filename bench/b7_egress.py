@@ -19,7 +19,7 @@ import time
 
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from bench._common import (
     BUILD_COLLECTIONS,
     PREFIX,

@@ -26,11 +26,11 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     kvm_proxy_set_argument_spec,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
 from bench._common import REPO_ROOT, figure, peer_venv, peer_version
 from tests.integration.fleet_fixtures import Fleet
 from tests.lab import config, hypervisors

@@ -26,13 +26,13 @@ import sys
 import time
 import uuid
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from bench._common import BUILD_COLLECTIONS as COLLECTIONS
 from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER
 from tests.lab import config
@@ -48,8 +48,8 @@ MEASURE = RSS_READER + r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import list_proxies, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 
 
 class Counting:

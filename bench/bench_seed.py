@@ -22,8 +22,8 @@ import statistics
 import subprocess
 import sys
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import remove_seed
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import remove_seed
 from bench._common import BUILD_COLLECTIONS as COLLECTIONS
 from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER
 from tests.lab import config
@@ -43,10 +43,10 @@ def reset_peak():
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _iso9660 as iso9660
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _nocloud as nocloud
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _seed as seed
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import iso9660
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import nocloud
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import seed
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 
 uri, pool, name, size, runs = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 

@@ -9,14 +9,14 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import validate_download_options
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import common_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_request import RENAMED_OPTIONS
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT, etree
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT, etree
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import RENAMED_OPTIONS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxySetTask
 
 DOCUMENTATION = r"""
 name: kvm_proxy_set_errors

@@ -136,11 +136,11 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import list_proxies, read_each, resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import LIBVIRT_REQUIREMENT, Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import LXML_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import LIBVIRT_REQUIREMENT, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import list_proxies, read_each, resolve_host
 
 # ansible-core 2.19 and later (the releases with trust_as_template) trust no inventory plugin's data as a
 # template unless the plugin marks it so.

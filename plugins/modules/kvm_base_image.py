@@ -299,13 +299,13 @@ kept:
       sample: []
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._base_image import BaseImageTask
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import (
     REQUESTS_REQUIREMENT,
     download_argument_spec,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import MAX_DISK_SIZE_GB
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.task import BaseImageTask
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),

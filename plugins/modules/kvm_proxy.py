@@ -321,8 +321,8 @@ drifted:
   sample: false
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxyTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxyTask
 
 ARGUMENT_SPEC = kvm_proxy_argument_spec()
 

@@ -280,11 +280,11 @@ proxies:
       sample: true
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_info_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies, resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_info_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies, resolve_host
 
 ARGUMENT_SPEC = kvm_proxy_info_argument_spec()
 

@@ -285,8 +285,8 @@ spared:
   sample: [{"name": "egress-eu-4", "reason": "created less than gc_grace_period (3600 s) ago"}]
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_task import ProxySetTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxySetTask
 
 ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
 

@@ -277,9 +277,9 @@ actions:
     - upload seed to volume proxy-1-seed.iso
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import PYCDLIB_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import SeedTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import SeedTask
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),

@@ -29,7 +29,7 @@ _CHECKOUT_LINK = os.path.realpath(os.path.join(BUILD_DIR, "collections"))
 sys.path[:] = [path for path in sys.path if os.path.realpath(path) != _CHECKOUT_LINK]
 sys.path.insert(0, COLLECTIONS_DIR)
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor  # noqa: E402 - as above
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor  # noqa: E402 - as above
 from tests.integration import lab_objects  # noqa: E402 - as above
 from tests.lab import config as lab_config  # noqa: E402 - as above
 from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entries above

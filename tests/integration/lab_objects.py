@@ -1,8 +1,8 @@
 """Removing what tests put on the lab's libvirtd, whether it is still there or not."""
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import UNDEFINE_ALL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
 
 
 def remove_domain(hypervisor, name):

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from tests.integration import lab_objects
 from tests.lab import config
 

@@ -29,7 +29,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
 from tests.integration import examples, lab_objects
 from tests.lab import config
 

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import TransientError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     KEEPALIVE_COUNT,
     KEEPALIVE_INTERVAL,
     Hypervisor,
@@ -36,8 +36,8 @@ GUARD_SECONDS = 10 * KEEPALIVE_INTERVAL * (KEEPALIVE_COUNT + 1)
 # makes one call.
 LOCAL_CALL = textwrap.dedent("""
     import sys
-    from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-    from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+    from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
+    from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
     with Hypervisor.open("qemu:///system") as hypervisor:
         print("open", flush=True)
         sys.stdin.readline()
@@ -49,8 +49,8 @@ LOCAL_CALL = textwrap.dedent("""
 """)
 
 LOCAL_OPEN = textwrap.dedent("""
-    from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-    from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import Hypervisor
+    from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
+    from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
     try:
         Hypervisor.open("qemu:///system", timeout=%d).close()
         print("opened")

@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from tests.lab import config
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import (
     VolumeSpec,
     build_volume_xml,
     parse_volume_xml,

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import is_active
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
 from tests.lab import config
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name, marker_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name, marker_volume_name
 from tests.lab import config
 
 pytestmark = [pytest.mark.integration, pytest.mark.boot]

@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import get_proxy, list_proxies
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies
 from tests.integration import proxy_fleet
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import (
     VolumeSpec,
     build_volume_xml,
     parse_volume_xml,

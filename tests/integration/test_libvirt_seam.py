@@ -12,9 +12,12 @@ import subprocess
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _domain_xml, _metadata, _state, _volume_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError, PermanentError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError, PermanentError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import domain_xml as _domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import metadata as _metadata
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import state as _state
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import volume_xml as _volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import UNDEFINE_ALL, Hypervisor
 
 NAME = "eptest-seam"
 OVERLAY = NAME + ".qcow2"

@@ -10,8 +10,8 @@ import os
 import signal
 import threading
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     KEEPALIVE_COUNT,
     KEEPALIVE_INTERVAL,
     Hypervisor,

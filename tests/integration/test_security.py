@@ -19,7 +19,7 @@ import threading
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
 from tests.lab import config
 
 pytestmark = pytest.mark.integration

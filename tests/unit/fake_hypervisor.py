@@ -25,9 +25,9 @@ import struct
 
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _state
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, UNDEFINE_ALL, Hypervisor
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import state as _state
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, UNDEFINE_ALL, Hypervisor
 
 # Short names for the tests' domain states.
 NOSTATE = _state.VIR_DOMAIN_NOSTATE

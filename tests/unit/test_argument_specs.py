@@ -13,9 +13,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import DEFAULT_URI
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_argument_spec
 
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 PROXY = kvm_proxy_argument_spec()

@@ -19,12 +19,12 @@ import inspect
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     ADDRESS_SOURCE_ARP,
     UNDEFINE_ALL,
     Hypervisor,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header
 

@@ -13,7 +13,7 @@ import re
 import pytest
 
 PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "plugins")
-XML_HOME = os.path.join(PLUGINS, "module_utils", "_xml.py")
+XML_HOME = os.path.join(PLUGINS, "module_utils", "_libvirt", "xml.py")
 
 # Modules that start processes, and the standard library's XML (which resolves entities and invites text).
 FORBIDDEN_MODULES = ("subprocess", "pty", "commands", "popen2", "multiprocessing", "xml", "defusedxml", "pexpect")

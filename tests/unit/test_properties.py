@@ -14,29 +14,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _names
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import (
-    DomainParams,
-    build_domain_xml,
-    parse_domain_xml,
-)
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import names as _names
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import (
     QCOW2_MAGIC,
     ImageHeader,
     NeedMoreBytes,
     parse_image_header,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import build_iso, read_iso
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import seed_files
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import quoted
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
+    DomainParams,
+    build_domain_xml,
+    parse_domain_xml,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import (
     VolumeSpec,
     build_volume_xml,
     parse_volume_xml,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import parse_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import build_iso, read_iso
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import seed_files
 
 CREATED = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
 # Markup-heavy text first: what an attacker would put in a name or a path.

@@ -20,8 +20,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import inventory_loader
 from ansible.template import Templar
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import hypervisor as _libvirt
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (
     INSIDE_MAC,
@@ -31,7 +31,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
     two_nic_domain,
 )
 
-PLUGIN_DIR = os.path.join(os.path.dirname(_libvirt.__file__), os.pardir, "inventory")
+PLUGIN_DIR = os.path.join(os.path.dirname(_libvirt.__file__), os.pardir, os.pardir, "inventory")
 NAS1 = "qemu+ssh://root@nas1/system"
 NAS2 = "qemu+ssh://root@nas2/system"
 

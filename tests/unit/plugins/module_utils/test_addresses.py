@@ -8,10 +8,10 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import domain_ipv4
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_IP_ADDR_TYPE_IPV4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import domain_ipv4
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import VIR_IP_ADDR_TYPE_IPV4
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import IP_ADDR_TYPE_IPV6, RUNNING, SHUTOFF, FakeHypervisor
 
 MAC = "52:54:00:aa:bb:01"

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     GUEST_AGENT_CHANNEL,
     DiskInfo,
     DomainParams,
@@ -23,8 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml imp
     normalize_mac,
     parse_domain_xml,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     METADATA_URI,
     InstanceMetadata,
     build_instance_element,

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import Retryable, read_ahead
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import Retryable, read_ahead
 
 
 def test_every_item_comes_through_in_order():

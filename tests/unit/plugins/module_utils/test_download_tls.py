@@ -19,10 +19,10 @@ import subprocess
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._download import download_argument_spec, validate_download_options
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import cache
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import download_argument_spec, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 
 
 @pytest.mark.parametrize(

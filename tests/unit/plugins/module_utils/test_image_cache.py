@@ -27,20 +27,19 @@ from dataclasses import replace
 import pytest
 import requests
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _download as download
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_cache as cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_pool as image_pool
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _image_removal as image_removal
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks as locks
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import locks
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
     PermanentError,
     TransientError,
     ValidationError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import MAX_HEADER_BYTES, ImageHeader
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_spec import ImageSpec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._storage import VolumeUsers, find_users, volume_info
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import cache, download
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import pool as image_pool
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import removal as image_removal
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import MAX_HEADER_BYTES, ImageHeader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import VolumeUsers, find_users, volume_info
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_header import qcow2_header
@@ -1167,7 +1166,7 @@ def test_lock_dir_is_created_sticky_and_world_writable(tmp_path):
 HOLD_LOCK = r"""
 import sys, time
 sys.path[:0] = %r
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks as locks
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import locks
 with locks.volume_lock("qemu:///system", "default", sys.argv[1], lock_dir=sys.argv[2]):
     print("locked", flush=True)
     sys.stdin.readline()

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image_header import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import (
     EXTENSION_DATA_FILE,
     INCOMPATIBLE_DATA_FILE,
     MAX_HEADER_BYTES,

@@ -13,15 +13,15 @@ import json
 import pytest
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._addresses import nic_ipv4s
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import Interface, interfaces_from_params
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_ipv4s
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import Interface, interfaces_from_params
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.manager import ProxyManager
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (

@@ -13,22 +13,22 @@ import json
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._interfaces import Interface
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
+    METADATA_URI,
+    build_instance_element,
+    parse_rfc3339,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import Interface
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import (
     get_proxy,
     inspect_domain,
     list_proxies,
     resolve_host,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
-    METADATA_URI,
-    build_instance_element,
-    parse_rfc3339,
-)
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
     BLOCKED,
     CRASHED,

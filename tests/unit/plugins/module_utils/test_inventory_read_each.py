@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import NotFoundError, TransientError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._inventory import read_each
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import read_each
 
 # Long enough for any machine to start a thread; only reached when the reads do not overlap.
 GIVE_UP = 30

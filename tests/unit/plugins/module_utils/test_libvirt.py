@@ -11,16 +11,16 @@ import threading
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _libvirt
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import VIR_ERR_NO_DOMAIN, NotFoundError, TransientError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import VIR_ERR_NO_DOMAIN, NotFoundError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import hypervisor as _libvirt
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     METADATA_PREFIX,
     METADATA_URI,
     build_instance_element,
     unqualified_xml,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import VIR_DOMAIN_RUNNING
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import VIR_DOMAIN_RUNNING
 
 
 def test_flag_values_are_libvirts():

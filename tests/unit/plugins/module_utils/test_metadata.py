@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import parse_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     CLOCK_SKEW_TOLERANCE,
     METADATA_PREFIX,
     METADATA_URI,
@@ -25,7 +25,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata impor
     format_rfc3339,
     parse_rfc3339,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._xml import to_string
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import to_string
 
 UTC = datetime.timezone.utc
 CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=UTC)

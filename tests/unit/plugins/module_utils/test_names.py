@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
     BaseVolumeName,
     base_volume_name,
     format_domain_id,

@@ -10,8 +10,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import MAX_FILE_BYTES, seed_files
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, seed_files
 
 NAME = "proxy-1"
 SECRET = "s3cret-password"

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._imports import optional_import
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._plan import Plan, Result, Step, execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
 
 
 @dataclass(frozen=True)

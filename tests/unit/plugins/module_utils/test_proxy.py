@@ -19,27 +19,27 @@ import json
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy as proxy
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_execute as execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_plan as steps
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     DomainParams,
     build_domain_xml,
     parse_domain_xml,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
     UNDEFINE_ALL,
     UNDEFINE_MANAGED_SAVE,
     UNDEFINE_SNAPSHOTS_METADATA,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import base_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import DEFAULT_VENDOR_DATA
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import manager as proxy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import DEFAULT_VENDOR_DATA
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
     PAUSED,
     RUNNING,

@@ -12,12 +12,12 @@ import datetime
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_plan as steps
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import ADDRESS_SOURCE_AGENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_execute import POLL_INTERVAL
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy_set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import POLL_INTERVAL
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     CREATE,

@@ -24,22 +24,22 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._domain_xml import DomainParams, build_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import (
     SEED_LABEL,
     UnreadableSeedError,
     build_iso,
     read_iso,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._names import seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import (
     DEFAULT_VENDOR_DATA,
     render_meta_data,
     seed_files,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import (
     MAX_SEED_READ,
     SeedObservation,
     SeedRequest,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._state import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import (
     STATE_PROVISIONING,
     STATE_RUNNING,
     STATE_STOPPED,

@@ -10,7 +10,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._text import quoted, url_passwords, without_url_passwords
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted, url_passwords, without_url_passwords
 
 
 @pytest.mark.parametrize("text, passwords, shown", [

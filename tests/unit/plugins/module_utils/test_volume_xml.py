@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._volume_xml import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import (
     VolumeInfo,
     VolumeSpec,
     build_volume_xml,

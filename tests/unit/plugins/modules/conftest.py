@@ -13,7 +13,7 @@ import json
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import module as _module
 
 
 @pytest.fixture

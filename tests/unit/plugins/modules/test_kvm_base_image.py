@@ -11,7 +11,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import locks as _locks
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer

@@ -12,8 +12,8 @@ __metaclass__ = type
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _proxy_request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (

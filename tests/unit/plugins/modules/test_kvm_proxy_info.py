@@ -12,8 +12,8 @@ __metaclass__ = type
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _errors as errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import module as _module
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_info
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (

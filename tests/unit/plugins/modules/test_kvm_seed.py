@@ -13,9 +13,9 @@ import hashlib
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import build_iso, read_iso
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._nocloud import seed_files
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import content_diff
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import build_iso, read_iso
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import seed_files
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import content_diff
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_seed
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 

@@ -17,12 +17,12 @@ __metaclass__ = type
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils import _locks
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._argspec import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import locks as _locks
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     kvm_proxy_argument_spec,
     kvm_proxy_set_argument_spec,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._iso9660 import read_iso
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_base_image, kvm_proxy, kvm_proxy_set, kvm_seed
 from ansible_collections.egress_proxies.kvm.plugins.modules.kvm_seed import ARGUMENT_SPEC as KVM_SEED_SPEC
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor

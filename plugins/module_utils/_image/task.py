@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""kvm_base_image's task: its parameters checked, then the image cached (its other copies pruned) or removed."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from dataclasses import replace
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_pool_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import GIB, ensure_image
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images, remove_image
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
+
+STATE_ABSENT = "absent"
+
+
+class BaseImageTask:
+    """One kvm_base_image task: ``validate()`` before connecting, then ``run(hypervisor, check_mode)`` -> a _plan.Result."""
+
+    def __init__(self, params):
+        self.params = params
+        self.spec = None
+
+    def validate(self):
+        params = self.params
+        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
+        if params["prune"] and params["state"] == STATE_ABSENT:
+            raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
+        if params["departing_volumes"] and params["state"] != STATE_ABSENT:
+            raise ValidationError("departing_volumes applies to state=absent, the removal it is counted for")
+        if not 1 <= params["max_virtual_size_gb"] <= MAX_DISK_SIZE_GB:
+            raise ValidationError("max_virtual_size_gb must be from 1 to %d (the largest disk_size_gb of a VM), got %d"
+                                  % (MAX_DISK_SIZE_GB, params["max_virtual_size_gb"]))
+        validate_pool_name(params["pool"])
+        self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
+
+    def run(self, hypervisor, check_mode):
+        params = self.params
+        options = dict(timeout=params["timeout"], retries=params["retries"], validate_certs=params["validate_certs"],
+                       ca_path=params["ca_path"], lock_timeout=params["lock_timeout"], check_mode=check_mode)
+        if params["state"] == STATE_ABSENT:
+            return remove_image(hypervisor, params["pool"], self.spec, departing=params["departing_volumes"], **options)
+        image = ensure_image(hypervisor, params["pool"], self.spec, max_virtual_size=params["max_virtual_size_gb"] * GIB,
+                             size_limit_name="max_virtual_size_gb", **options)
+        if not params["prune"]:
+            return image
+        return replace(image, pruned=prune_images(hypervisor, params["pool"], self.spec.name, keep=(image.volume,),
+                                                  check_mode=check_mode, lock_timeout=params["lock_timeout"]))

@@ -1,0 +1,226 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The guest's IPv4 address, from the host's ARP table first and the guest agent second, and the one wait for it.
+
+Both sources fail routinely while a guest boots: the ARP table has no entry
+until the guest has sent traffic, and the agent is not connected until
+qemu-guest-agent runs. Those answers mean "no IP yet", not "the lookup
+failed", and are kept per source so a user waiting for an address can see
+why there is none. Any other libvirt error (the domain vanished, the
+connection died) propagates: it is not something a retry of the address
+lookup alone would fix, and hiding it would report a healthy-looking
+"no IP" for a broken hypervisor.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import socket
+from collections import OrderedDict, namedtuple
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
+    VIR_ERR_AGENT_UNRESPONSIVE,
+    VIR_ERR_AGENT_UNSYNCED,
+    VIR_ERR_ARGUMENT_UNSUPPORTED,
+    VIR_ERR_INTERNAL_ERROR,
+    VIR_ERR_NO_SUPPORT,
+    VIR_ERR_OPERATION_INVALID,
+    KvmError,
+    NotFoundError,
+    PermanentError,
+    TransientError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
+    ADDRESS_SOURCE_AGENT,
+    ADDRESS_SOURCE_ARP,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import (
+    VIR_DOMAIN_NOSTATE,
+    first_routable_ipv4,
+    is_active,
+    libvirt_state_name,
+)
+
+SOURCE_ARP = "arp"
+SOURCE_AGENT = "agent"
+
+NO_ADDRESS_YET = "no address yet"
+NO_ROUTABLE_ADDRESS_YET = "no routable IPv4 yet"
+DOMAIN_NOT_RUNNING = "domain not running"
+
+AddressLookup = namedtuple("AddressLookup", ["ip", "sources"])
+AddressLookup.__doc__ = """The outcome of domain_ipv4.
+
+``ip`` is the first routable IPv4 found, or None. ``sources`` maps each
+source asked, in the order asked (``arp``, then ``agent``), to what it
+said: the address itself, or why it gave none. A source that was not asked
+(ARP already answered, or the domain is not running) is absent.
+"""
+
+# Codes that mean "this source has no address for us (yet)", with the words
+# the user sees. Only the unsupported codes carry libvirt's message too:
+# they cover several situations (an old libvirt without the ARP source, a
+# domain defined without a guest agent channel) that only the message tells apart.
+_NO_ADDRESS_CODES = {
+    VIR_ERR_AGENT_UNRESPONSIVE: ("guest agent not responding", "VIR_ERR_AGENT_UNRESPONSIVE", False),
+    VIR_ERR_AGENT_UNSYNCED: ("guest agent not in sync yet", "VIR_ERR_AGENT_UNSYNCED", False),
+    VIR_ERR_OPERATION_INVALID: (DOMAIN_NOT_RUNNING, None, False),
+    VIR_ERR_NO_SUPPORT: ("not supported", "VIR_ERR_NO_SUPPORT", True),
+    VIR_ERR_ARGUMENT_UNSUPPORTED: ("not available", "VIR_ERR_ARGUMENT_UNSUPPORTED", True),
+}
+
+# The ARP source reads the hypervisor's neighbour table over netlink, and libvirt
+# 9.0 fails that read with VIR_ERR_INTERNAL_ERROR "wrong nlmsg len" for every
+# domain on newer kernels (measured on 6.18; Debian 12's 6.1 reads it fine).
+# That says nothing about the guest, and the agent can still answer, so from the
+# ARP source this code is "no address", with libvirt's words.
+_NO_ARP_ADDRESS_CODES = dict(_NO_ADDRESS_CODES)
+_NO_ARP_ADDRESS_CODES[VIR_ERR_INTERNAL_ERROR] = ("host ARP table unreadable", "VIR_ERR_INTERNAL_ERROR", True)
+
+
+def _describe(error, no_address_codes):
+    words, code_name, with_message = no_address_codes[error.code]
+    if code_name is None:
+        return words
+    if with_message and error.libvirt_message:
+        return "%s (%s: %s)" % (words, code_name, error.libvirt_message)
+    return "%s (%s)" % (words, code_name)
+
+
+def _ask(hypervisor, dom, source, no_address_codes):
+    """(interfaces, None) from one source, or (None, why) when it has no address for us."""
+    try:
+        return hypervisor.domain_addresses(dom, source), None
+    except KvmError as error:
+        if error.code not in no_address_codes:
+            raise
+        return None, _describe(error, no_address_codes)
+
+
+def domain_ipv4(hypervisor, dom, mac=None):
+    """Look up the first routable IPv4 of a domain: ARP first, then the guest agent.
+
+    ``mac`` restricts the search to the NIC with that MAC address, so an
+    address of another interface inside the guest (a container bridge, a
+    VPN) is never taken for the proxy's. Costs one libvirt call when ARP
+    knows the address or the domain is not running, two otherwise.
+    Returns an AddressLookup; raises the typed error of any libvirt failure
+    that is not one of the "no address from this source" answers.
+    """
+    return nic_ipv4s(hypervisor, dom, (mac,))[mac]
+
+
+def nic_ipv4s(hypervisor, dom, macs):
+    """domain_ipv4 for several NICs at once: {mac: AddressLookup}, each source asked once for all of them.
+
+    A source is asked only while some NIC still has no address (``None`` in
+    ``macs`` stands for any NIC), so one NIC costs what domain_ipv4 always did.
+    """
+    lookups = OrderedDict((mac, AddressLookup(ip=None, sources=OrderedDict())) for mac in macs)
+    for name, source, no_address_codes in ((SOURCE_ARP, ADDRESS_SOURCE_ARP, _NO_ARP_ADDRESS_CODES),
+                                           (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_ADDRESS_CODES)):
+        pending = [mac for mac, lookup in lookups.items() if lookup.ip is None]
+        if not pending:
+            break
+        interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
+        for mac in pending:
+            ip = None if why is not None else first_routable_ipv4(interfaces, hwaddr=mac)
+            said = why or ip or (NO_ROUTABLE_ADDRESS_YET if interfaces else NO_ADDRESS_YET)
+            lookups[mac].sources[name] = said
+            if ip is not None:
+                lookups[mac] = AddressLookup(ip=ip, sources=lookups[mac].sources)
+        if why == DOMAIN_NOT_RUNNING:
+            # Neither source answers for a domain that is not running
+            # (the agent needs it running, ARP needs it active).
+            break
+    return lookups
+
+
+# How often a wait asks libvirt again (address, shutdown): each ask is one or two cheap calls, and a wait
+# ends at most this long after what it waits for.
+POLL_INTERVAL = 1
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """A started proxy whose address is awaited: its name, its domain, its first NIC's MAC and where that NIC is."""
+
+    name: str
+    dom: Any
+    mac: Optional[str]
+    attached: str  # the first NIC's bridge or network as a message says it ("bridge br0")
+
+
+def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
+    """Poll every Awaited under one deadline until each runs with a routable IPv4 (answering on ``port`` if given).
+
+    The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
+    guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
+    At ``timeout`` the wait fails naming every proxy still without one, with what each address source said.
+    ``timing`` gives ``monotonic`` and ``sleep`` (_proxy_execute.Timing).
+    """
+    deadline = timing.monotonic() + timeout
+    pending = OrderedDict((one.name, one) for one in awaited)
+    said = {}  # name -> (libvirt state, its last AddressLookup or None, the address that did not answer on port)
+    while pending:
+        stopped = []
+        for name, one in list(pending.items()):
+            try:
+                state = hypervisor.domain_state(one.dom)
+            except NotFoundError as error:
+                raise PermanentError("proxy '%s': its domain was undefined while its address was awaited" % name,
+                                     error.code, error.libvirt_message) from error
+            previous = said.get(name, (None, None, None))[1]
+            if not (is_active(state) or state == VIR_DOMAIN_NOSTATE):
+                said[name] = (state, previous, None)
+                stopped.append(name)
+                continue
+            # nostate: libvirt could not tell; neither source answers for it, the next poll decides.
+            lookup = domain_ipv4(hypervisor, one.dom, mac=one.mac) if is_active(state) else previous
+            silent = None
+            if lookup is not None and lookup.ip is not None:
+                if port is None or _answers(lookup.ip, port):
+                    del pending[name]
+                    continue
+                silent = lookup.ip
+            said[name] = (state, lookup, silent)
+        if stopped:
+            raise PermanentError(
+                "%s stopped while %s address was awaited: %s. The console (virsh console <name>) or the QEMU log on "
+                "the hypervisor tells why" % (", ".join(stopped), "its" if len(stopped) == 1 else "their",
+                                              "; ".join(_what_was_said(name, pending[name], said[name], port)
+                                                        for name in stopped)))
+        if not pending:
+            return
+        if timing.monotonic() >= deadline:
+            raise TransientError(
+                "%s got no routable IPv4%s within wait_timeout (%d s): %s. A guest may still be booting (raise "
+                "wait_timeout), or its first NIC gets no address where it is attached" % (
+                    ", ".join(pending), " answering on port %d" % port if port else "", timeout,
+                    "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
+        timing.sleep(POLL_INTERVAL)
+
+
+def _what_was_said(name, one, said, port):
+    """``name`` (state shutoff, bridge br0; arp: no address yet, agent: ...): one proxy's part of a wait's message."""
+    state, lookup, silent = said
+    if silent is not None:
+        answers = "%s does not answer on port %d" % (silent, port)
+    elif lookup is not None:
+        answers = ", ".join("%s: %s" % item for item in lookup.sources.items())
+    else:
+        answers = "no address source asked (the domain was not running)"
+    return "%s (state %s, %s; %s)" % (name, libvirt_state_name(state), one.attached, answers)
+
+
+def _answers(ip, port):
+    try:
+        socket.create_connection((ip, port), timeout=POLL_INTERVAL).close()
+    except OSError:
+        return False
+    return True

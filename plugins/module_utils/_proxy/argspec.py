@@ -1,0 +1,134 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The modules' argument specs, built from the constants the flows use, so that each default and choice is written once.
+
+The egress_proxy role's meta/argument_specs.yml repeats some of them for its
+own variables; tests/unit/test_argument_specs.py checks that it says the same.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import DISK_FORMATS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import download_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import CPU_MODES, VIRT_TYPES
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import INTERFACE_OPTIONS, LIST_OPTIONS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
+    DEFAULT_DISK_SIZE_GB,
+    DEFAULT_MACHINE,
+    DEFAULT_MEMORY_MIB,
+    DEFAULT_POOL,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_VCPUS,
+    DEFAULT_WAIT_TIMEOUT,
+    ON_DRIFT_CHOICES,
+    ON_DRIFT_REPLACE,
+    STATE_PRESENT,
+    STATES,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import (
+    DEFAULT_GC_GRACE_PERIOD,
+    DEFAULT_MAX_UNAVAILABLE,
+    SET_WIDE_PROXY_OPTIONS,
+)
+
+DEFAULT_DISK_FORMAT = DISK_FORMATS[0]
+DEFAULT_VIRT_TYPE = VIRT_TYPES[0]
+
+
+def image_options():
+    """The image a module caches: its cache name, URL, checksum and format."""
+    return dict(
+        name=dict(type="str", required=True),
+        url=dict(type="str", required=True),
+        checksum=dict(type="str"),
+        format=dict(type="str", choices=list(DISK_FORMATS), default=DEFAULT_DISK_FORMAT),
+    )
+
+
+def interface_options():
+    """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC, role and static address."""
+    return {option: dict(type="list", elements="str") if option in LIST_OPTIONS else dict(type="str")
+            for option in INTERFACE_OPTIONS}
+
+
+def cloud_init_options(user_data_default=None):
+    """The seed's files.
+
+    no_log keeps user-data, vendor-data (a bootcmd with a token) and meta-data
+    (a token) out of the invocation Ansible returns with -v, out of results
+    and messages, and out of the hypervisor's journal; _module.KvmModule masks
+    a dictionary among them as one document.
+    raw, not str: Ansible would turn a dictionary into its Python repr, which
+    cloud-init ignores; seed_files writes one as cloud-config.
+    """
+    user_data = dict(type="raw", no_log=True)
+    if user_data_default is not None:
+        user_data["default"] = user_data_default
+    return dict(
+        user_data=user_data,
+        vendor_data=dict(type="raw", no_log=True),
+        meta_data=dict(type="dict", no_log=True),
+        network_config=dict(type="raw"),
+    )
+
+
+def kvm_proxy_argument_spec():
+    spec = dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", choices=list(STATES), default=STATE_PRESENT),
+        host=dict(type="str"),
+        uid=dict(type="str"),
+        adopt_uids=dict(type="list", elements="str", default=[]),
+        vcpus=dict(type="int", default=DEFAULT_VCPUS),
+        memory_mib=dict(type="int", default=DEFAULT_MEMORY_MIB),
+        disk_size_gb=dict(type="int", default=DEFAULT_DISK_SIZE_GB),
+        pool=dict(type="str", default=DEFAULT_POOL),
+        bridge=dict(type="str"),
+        network=dict(type="str"),
+        mac=dict(type="str"),
+        interfaces=dict(type="list", elements="dict", options=interface_options()),
+        image=dict(type="dict", options=image_options()),
+        base_volume=dict(type="str"),
+        virt_type=dict(type="str", choices=list(VIRT_TYPES), default=DEFAULT_VIRT_TYPE),
+        cpu_mode=dict(type="str", choices=list(CPU_MODES)),
+        machine=dict(type="str", default=DEFAULT_MACHINE),
+        autostart=dict(type="bool", default=True),
+        wait_for_ip=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=DEFAULT_WAIT_TIMEOUT),
+        shutdown_timeout=dict(type="int", default=DEFAULT_SHUTDOWN_TIMEOUT),
+        on_drift=dict(type="str", choices=list(ON_DRIFT_CHOICES), default=ON_DRIFT_REPLACE),
+        force=dict(type="bool", default=False),
+    )
+    spec.update(cloud_init_options())
+    spec.update(download_argument_spec())
+    return spec
+
+
+def kvm_proxy_set_argument_spec():
+    """The set's options: kvm_proxy's as defaults for every proxy, and ``proxies`` whose entries may set their own."""
+    shared = kvm_proxy_argument_spec()
+    del shared["name"]
+    per_proxy = {option: {key: value for key, value in spec.items() if key != "default"}
+                 for option, spec in shared.items() if option not in SET_WIDE_PROXY_OPTIONS + tuple(download_argument_spec())}
+    per_proxy["name"] = dict(type="str", required=True)
+    shared.update(
+        proxies=dict(type="list", elements="dict", required=True, options=per_proxy),
+        gc=dict(type="bool", default=True),
+        gc_grace_period=dict(type="int", default=DEFAULT_GC_GRACE_PERIOD),
+        max_unavailable=dict(type="int", default=DEFAULT_MAX_UNAVAILABLE),
+        wait_for_port=dict(type="int"),
+    )
+    return shared
+
+
+def kvm_proxy_info_argument_spec():
+    return dict(
+        name=dict(type="str"),
+        uid=dict(type="str"),
+        include_unmanaged=dict(type="bool", default=False),
+        host=dict(type="str"),
+    )

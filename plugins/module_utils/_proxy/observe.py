@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What kvm_proxy reads from the hypervisor before it plans: read-only queries, each answered in a frozen value.
+
+Nothing here changes the hypervisor. The image cache's and the seed's own
+check-mode answers are read-only too, so the planner (_proxy_plan.py) sees
+exactly what a real run would act on.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
+    VIR_ERR_NO_SUPPORT,
+    NotFoundError,
+    PermanentError,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import ensure_image
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import (
+    find_pool,
+    find_volume,
+    require_pool,
+    volume_info,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import recorded_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import ensure_seed
+
+
+@dataclass(frozen=True)
+class DomainObservation:
+    """The domain of the task's name as it was found."""
+
+    handle: Any
+    info: Any  # _domain_xml.DomainInfo
+    spec: Optional[dict]  # the spec recorded in its metadata
+    state: int
+    autostart: bool
+
+    @property
+    def metadata(self):
+        return self.info.metadata
+
+    @property
+    def managed(self):
+        return self.metadata is not None and self.metadata.managed
+
+
+@dataclass(frozen=True)
+class OwnVolume:
+    """The VM's overlay or seed, found by its name in a pool."""
+
+    pool: str
+    name: str
+    handle: Any
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """The base the overlay backs onto. path is None until a fetch puts it in the pool."""
+
+    volume: str
+    path: Optional[str]
+    format: str
+    size: Optional[int]
+
+
+@dataclass(frozen=True)
+class BuildObservation:
+    """What building the VM in the requested pool needs to know."""
+
+    pool: Any
+    base: BaseImage
+    fetch: bool  # the base image is not cached yet
+    overlay: Optional[Any]  # (handle, VolumeInfo) of a volume with the overlay's name, or None
+    seed_current: bool  # a seed volume with exactly the request's files exists
+
+
+def observe_domain(hypervisor, name, listed=None):
+    """The domain called ``name``, or None: found in ``listed`` ({name: handle}, a set's one listing), else looked up by name."""
+    if listed is not None:
+        dom = listed.get(name)
+        if dom is None:
+            return None
+    else:
+        try:
+            dom = hypervisor.lookup_domain(name)
+        except NotFoundError:
+            return None
+    info = parse_domain_element(parse_xml(hypervisor.domain_xml(dom), "the XML of domain '%s'" % name))
+    return DomainObservation(handle=dom, info=info, spec=recorded_spec(info.metadata),
+                             state=hypervisor.domain_state(dom), autostart=hypervisor.domain_autostart(dom))
+
+
+def missing_disks(hypervisor, domain):
+    """(pool, volume) of the domain's pool-backed disks that are gone: a VM without them cannot start again."""
+    missing = []
+    pools = {}
+    for pool_name, volume in domain.info.volumes():
+        if pool_name not in pools:
+            pools[pool_name] = find_pool(hypervisor, pool_name)
+        if pools[pool_name] is None or find_volume(hypervisor, pools[pool_name], volume) is None:
+            missing.append((pool_name, volume))
+    return tuple(missing)
+
+
+def own_volumes(hypervisor, request, domain):
+    """The VM's overlay and seed, by name, in the pools its disks name and then the requested one.
+
+    Only these names are ever deleted, so never a base image. A run that died
+    between creating volumes and defining the domain leaves them behind; they
+    are found the same way.
+    """
+    pool_names = []
+    names = (overlay_volume_name(request.name), seed_volume_name(request.name))
+    for pool_name, volume in domain.info.volumes() if domain is not None else ():
+        if volume in names and pool_name not in pool_names:
+            pool_names.append(pool_name)
+    if request.pool not in pool_names:
+        pool_names.append(request.pool)
+    found = []
+    for pool_name in pool_names:
+        pool = find_pool(hypervisor, pool_name)
+        if pool is None:
+            continue  # a pool that is gone holds nothing left to clean
+        for name in names:
+            vol = find_volume(hypervisor, pool, name)
+            if vol is not None:
+                found.append(OwnVolume(pool_name, name, vol))
+    return tuple(found)
+
+
+def require_nics(hypervisor, request):
+    """Every NIC's bridge or network must exist: a missing one fails at start, after define, and no retry helps.
+
+    All of them are looked up before anything is touched, and the message names the option of each missing one.
+    """
+    missing = []
+    for index, interface in enumerate(request.interfaces):
+        option = "interfaces[%d]" % index if request.bridge is None and request.network is None else None
+        try:
+            if interface.bridge is not None:
+                hypervisor.lookup_interface(interface.bridge)
+            else:
+                hypervisor.lookup_network(interface.network)
+        except NotFoundError as error:
+            if interface.bridge is not None:
+                what = ("bridge '%s' (option %s) is not an interface of the hypervisor; create it or name an existing "
+                        "bridge" % (interface.bridge, option or "bridge"))
+            else:
+                what = ("libvirt network '%s' (option %s) is not defined on the hypervisor; define it (virsh "
+                        "net-define) or name an existing one" % (interface.network, option or "network"))
+            missing.append((what, error))
+        except PermanentError as error:
+            # A connection without libvirt's interface driver cannot tell; start will.
+            if not error.has_code(VIR_ERR_NO_SUPPORT):
+                raise
+    if missing:
+        error = missing[0][1]
+        raise PermanentError("%s. Nothing was changed" % "; ".join(what for what, _error in missing), error.code,
+                             error.libvirt_message) from error
+
+
+class SharedImages:
+    """The image cache's answers shared by the proxies of one set: each image is checked, and fetched, once per run.
+
+    Asked per proxy, the check cost a SHA256SUMS request and a read of the
+    base's marker each time. The lock also makes concurrent creates wait for
+    the one fetch instead of starting their own.
+    """
+
+    def __init__(self):
+        self._answers = {}
+        self._lock = threading.Lock()
+
+    def answer(self, key, ask):
+        with self._lock:
+            if key not in self._answers:
+                self._answers[key] = ask()
+            return self._answers[key]
+
+
+class ImageSource:
+    """The image cache as kvm_proxy uses it: the same options for the check-mode answer and the fetch.
+
+    ``shared`` (a SharedImages) answers for every proxy of a set that asks for the same image with the same options.
+    """
+
+    def __init__(self, hypervisor, request, http=None, lock_dir=None, lock_timeout=None, shared=None):
+        self.hv = hypervisor
+        self.request = request
+        self.http = http
+        self.lock_dir = lock_dir
+        self.lock_timeout = lock_timeout
+        self.shared = shared
+
+    def ensure(self, check_mode):
+        request = self.request
+        # Planning checks the disk size itself, naming disk_size_gb; the fetch
+        # refuses an image that changed since to a larger one before writing it.
+        max_virtual_size = None if check_mode else request.disk_bytes
+
+        def ask():
+            return ensure_image(
+                self.hv, request.pool, request.image, check_mode=check_mode, http=self.http,
+                timeout=request.download_timeout, retries=request.download_retries, validate_certs=request.validate_certs,
+                ca_path=request.ca_path, lock_timeout=self.lock_timeout, lock_dir=self.lock_dir,
+                max_virtual_size=max_virtual_size)
+
+        if self.shared is None:
+            return ask()
+        return self.shared.answer((request.pool, request.image, request.download_timeout, request.download_retries,
+                                   request.validate_certs, request.ca_path, check_mode, max_virtual_size), ask)
+
+
+def observe_build(hypervisor, request, images, image_probe, deleted):
+    """Pool, NIC, base image, overlay and seed for building the VM; raises when the request cannot be built.
+
+    The cheap checks come first. ``images`` is the ImageSource; ``image_probe``
+    its check-mode answer when already asked. ``deleted`` names the VM's
+    volumes in the requested pool that a replacement deletes first: those are
+    created anew, so they are not read.
+    """
+    pool = require_pool(hypervisor, request.pool)
+    require_nics(hypervisor, request)
+    if request.image is not None and image_probe is None:
+        image_probe = images.ensure(check_mode=True)
+    if image_probe is not None:
+        base = BaseImage(image_probe.volume, image_probe.path, image_probe.format, image_probe.size)
+        fetch = image_probe.changed
+    else:
+        vol = find_volume(hypervisor, pool, request.base_volume)
+        if vol is None:
+            raise PermanentError(
+                "base volume '%s' is not in storage pool '%s'; cache it first (egress_proxies.kvm.kvm_base_image) or give "
+                "image instead of base_volume" % (request.base_volume, request.pool))
+        info = volume_info(hypervisor, vol)
+        base = BaseImage(request.base_volume, info.path, info.disk_format or "raw", info.capacity_bytes)
+        fetch = False
+    overlay_name = overlay_volume_name(request.name)
+    overlay = None if overlay_name in deleted else find_volume(hypervisor, pool, overlay_name)
+    seed_current = seed_volume_name(request.name) not in deleted and not ensure_seed(
+        hypervisor, request.pool, request.name, request.seed_files(), check_mode=True).changed
+    return BuildObservation(pool=pool, base=base, fetch=fetch,
+                            overlay=None if overlay is None else (overlay, volume_info(hypervisor, overlay)),
+                            seed_current=seed_current)

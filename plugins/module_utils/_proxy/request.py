@@ -1,0 +1,361 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What a kvm_proxy task asks for: the validated request, its defaults, and the spec that names the VM it builds.
+
+The spec digest (sha256 over a canonical JSON of everything that shapes the
+VM) is stored in the domain's metadata next to the spec itself, which holds
+only digests of the cloud-init data, never its content. A stored digest that
+differs from the request's is drift.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
+    base_volume_name,
+    overlay_volume_name,
+    seed_volume_name,
+    validate_host_name,
+    validate_sha256,
+    validate_vm_name,
+    validate_volume_name,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import DEFAULT_RETRIES, DEFAULT_TIMEOUT, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
+    CPU_MODES,
+    VIRT_TYPES,
+    DomainParams,
+    normalize_mac,
+    validate_domain_params,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import interfaces_from_params, interfaces_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.network_config import static_network_config
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import (
+    META_DATA,
+    NETWORK_CONFIG,
+    USER_DATA,
+    VENDOR_DATA,
+    seed_files,
+)
+
+STATE_PRESENT = "present"
+STATE_STOPPED = "stopped"
+STATE_ABSENT = "absent"
+STATES = (STATE_PRESENT, STATE_STOPPED, STATE_ABSENT)
+
+ON_DRIFT_REPLACE = "replace"
+ON_DRIFT_IGNORE = "ignore"
+ON_DRIFT_CHOICES = (ON_DRIFT_REPLACE, ON_DRIFT_IGNORE)
+
+# In adopt_uids: every domain this collection created, whatever its owner.
+ADOPT_ANY = "*"
+
+DEFAULT_VCPUS = 1
+DEFAULT_MEMORY_MIB = 1024
+DEFAULT_DISK_SIZE_GB = 10
+DEFAULT_POOL = "default"
+DEFAULT_MACHINE = "q35"
+DEFAULT_WAIT_TIMEOUT = 300
+DEFAULT_SHUTDOWN_TIMEOUT = 120
+GIB = 1024 ** 3
+
+# Under kvm the guest sees the host's CPU; TCG cannot emulate "host", and a
+# named model is the safest choice on any QEMU.
+DEFAULT_CPU_MODE = {"kvm": "host-passthrough", "qemu": "none"}
+
+# Bumped when the meaning of a spec field changes, so every VM built from the
+# old meaning counts as drifted.
+SPEC_VERSION = 1
+
+# Overlay volumes are "<name>.qcow2"; base volumes are "base-<image>[...].<fmt>".
+# A VM named "base-debian" would own "base-debian.qcow2", the cached base
+# of image "debian", and deleting that VM would delete the image.
+_RESERVED_NAME_PREFIX = "base-"
+
+
+# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
+RENAMED_OPTIONS = {"timeout": "download_timeout", "retries": "download_retries"}
+
+
+def module_params(kvm):
+    """A proxy module's parameters as ProxyRequest names them, download options checked (ca_path too: this is the
+    module's host).
+
+    ``kvm`` is the _module.KvmModule of kvm_proxy or kvm_proxy_set.
+    """
+    params = kvm.params
+    validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
+    return {RENAMED_OPTIONS.get(key, key): value for key, value in params.items()}
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical_json(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """What the task asks for, validated and with defaults resolved (build it with from_params)."""
+
+    name: str
+    state: str = STATE_PRESENT
+    host: Optional[str] = None
+    uid: Optional[str] = None
+    adopt_uids: tuple = ()
+    vcpus: int = DEFAULT_VCPUS
+    memory_mib: int = DEFAULT_MEMORY_MIB
+    disk_size_gb: int = DEFAULT_DISK_SIZE_GB
+    pool: str = DEFAULT_POOL
+    bridge: Optional[str] = None
+    network: Optional[str] = None
+    mac: Optional[str] = None
+    interfaces: tuple = ()  # _interfaces.Interface, in device order; from_params fills it from bridge/network/mac too
+    image: Optional[ImageSpec] = None
+    base_volume: Optional[str] = None
+    user_data: Union[str, dict, None] = None
+    vendor_data: Union[str, dict, None] = None
+    meta_data: Optional[dict] = None
+    network_config: Any = None
+    virt_type: str = "kvm"
+    cpu_mode: Optional[str] = None
+    machine: str = DEFAULT_MACHINE
+    autostart: bool = True
+    wait_for_ip: bool = False
+    wait_timeout: int = DEFAULT_WAIT_TIMEOUT
+    shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT
+    on_drift: str = ON_DRIFT_REPLACE
+    force: bool = False
+    validate_certs: bool = True
+    ca_path: Optional[str] = None
+    download_timeout: int = DEFAULT_TIMEOUT
+    download_retries: int = DEFAULT_RETRIES
+    # Not a module option: kvm_proxy_set removes what is ours and leaves (and reports) a listed proxy that another
+    # owner, or nobody, created; kvm_proxy refuses it.
+    leave_others: bool = False
+
+    @classmethod
+    def from_params(cls, params):
+        """Validate the module's parameters (a dict; None means "not given") and resolve defaults.
+
+        Everything the hypervisor would reject later is refused here, before
+        any connection: names, sizes, the NIC, CPU settings, the uid, the
+        image and the cloud-init data.
+        """
+        given = {key: value for key, value in params.items() if value is not None and key in _FIELDS}
+        image = given.pop("image", None)
+        if isinstance(image, dict):
+            image = ImageSpec(**{key: value for key, value in image.items() if value is not None})
+        given["image"] = image
+        virt_type = given.get("virt_type", "kvm")
+        if virt_type not in VIRT_TYPES:
+            raise ValidationError("virt_type %r is not supported: use one of %s" % (virt_type, ", ".join(VIRT_TYPES)))
+        given.setdefault("cpu_mode", DEFAULT_CPU_MODE[virt_type])
+        if given.get("mac") is not None:
+            given["mac"] = normalize_mac(given["mac"])
+        given["interfaces"] = interfaces_from_params(given)
+        if "adopt_uids" in given:
+            given["adopt_uids"] = tuple(given["adopt_uids"])
+        request = cls(**given)
+        request._validate()
+        return request
+
+    def _validate(self):
+        validate_vm_name(self.name)
+        if self.name.startswith(_RESERVED_NAME_PREFIX):
+            raise ValidationError(
+                "name %r is reserved: names starting with %r would give the VM's disk the name of a cached base "
+                "image volume" % (self.name, _RESERVED_NAME_PREFIX))
+        _choice("state", self.state, STATES)
+        _choice("on_drift", self.on_drift, ON_DRIFT_CHOICES)
+        _choice("cpu_mode", self.cpu_mode, CPU_MODES)
+        if self.host is not None:
+            validate_host_name(self.host)
+        if self.uid is not None:
+            # The metadata builder owns the uid rules; building it once refuses a bad uid now.
+            build_instance_element(self.uid, utcnow())
+        if self.adopt_uids and self.uid is None:
+            raise ValidationError("adopt_uids needs uid: the adopted domains are recorded with this task's uid")
+        for adopted in self.adopt_uids:
+            if adopted != ADOPT_ANY:
+                build_instance_element(adopted, utcnow())
+        for option in ("wait_timeout", "shutdown_timeout", "download_timeout", "download_retries"):
+            value = getattr(self, option)
+            if not _is_int(value) or value < 0:
+                raise ValidationError("%s must be a whole number of at least 0, got %r" % (option, value))
+        if not _is_int(self.disk_size_gb) or not 1 <= self.disk_size_gb <= MAX_DISK_SIZE_GB:
+            raise ValidationError("disk_size_gb must be a whole number from 1 to %d, got %r" % (MAX_DISK_SIZE_GB, self.disk_size_gb))
+        if self.image is not None and self.base_volume is not None:
+            raise ValidationError("image and base_volume are mutually exclusive: give the image to cache, or the "
+                                  "name of a base volume already in the pool")
+        if self.base_volume is not None:
+            validate_volume_name(self.base_volume)
+        if self.network_config is not None and any(nic.address is not None for nic in self.interfaces):
+            raise ValidationError("network_config and static interface addresses are mutually exclusive: give the "
+                                  "addresses in interfaces, or the whole configuration in network_config")
+        if self.state == STATE_ABSENT:
+            return
+        # Rendering the seed's files refuses meta_data or network_config that cannot be written.
+        self.seed_files()
+        if self.image is None and self.base_volume is None:
+            raise ValidationError("state=%s needs image (to cache and boot) or base_volume (already cached in pool "
+                                  "'%s')" % (self.state, self.pool))
+        if self.image is not None:
+            self.image.require_url()
+        if not self.interfaces:
+            raise ValidationError("state=%s needs bridge (a host bridge such as br0) or network (a libvirt network) "
+                                  "for the VM's NIC, or interfaces for several" % self.state)
+        validate_domain_params(self.domain_params(build_instance_element(self.uid or "validation", utcnow())))
+
+    def domain_params(self, metadata):
+        return DomainParams(
+            name=self.name,
+            metadata=metadata,
+            vcpus=self.vcpus,
+            memory_mib=self.memory_mib,
+            pool=self.pool,
+            overlay_volume=overlay_volume_name(self.name),
+            seed_volume=seed_volume_name(self.name),
+            interfaces=self.interfaces,
+            virt_type=self.virt_type,
+            cpu_mode=self.cpu_mode,
+            machine=self.machine,
+        )
+
+    def seed_files(self):
+        """The seed's files ({file name: bytes}); the spec digest covers exactly these bytes.
+
+        Without network_config, NICs with static addresses bring their own (_network_config).
+        """
+        network_config = self.network_config
+        if network_config is None:
+            network_config = static_network_config(self.interfaces)
+        return seed_files(self.name, self.user_data, self.meta_data, self.vendor_data, network_config)
+
+    @property
+    def disk_bytes(self):
+        return self.disk_size_gb * GIB
+
+    def image_identity(self, image_sha256=None):
+        """What names the disk's content: the image's digest, or the base volume.
+
+        ``image_sha256`` is the digest a checksum URL (SHA256SUMS) lists now:
+        a new release there is another disk. The URL is left out on purpose:
+        a mirror move serving the same checksum is the same disk, and without
+        a checksum the cache never fetches a cached image again anyway.
+        """
+        if self.image is not None:
+            checksum = self.image.checksum
+            if self.image.pinned_sha256 is not None:
+                checksum = "sha256:" + self.image.pinned_sha256  # the same digest in capitals is the same disk
+            elif image_sha256 is not None:
+                checksum = "sha256:" + image_sha256
+            return {"name": self.image.name, "format": self.image.format, "checksum": checksum}
+        return {"base_volume": self.base_volume}
+
+    def spec(self, image_sha256=None):
+        """Everything that shapes the VM, as stored in its metadata. Cloud-init data only as sha256 digests.
+
+        ``image_sha256``: see image_identity.
+        """
+        files = self.seed_files()
+        first = self.interfaces[0]
+        spec = {
+            "version": SPEC_VERSION,
+            "pool": self.pool,
+            "disk_size_gb": self.disk_size_gb,
+            "image": self.image_identity(image_sha256),
+            "user_data_sha256": _sha256(files[USER_DATA]),
+            "meta_data_sha256": _sha256(files[META_DATA]),
+            "vendor_data_sha256": _sha256(files[VENDOR_DATA]),
+            "network_config_sha256": _sha256(files[NETWORK_CONFIG]) if NETWORK_CONFIG in files else None,
+            # The first NIC as one NIC always was; the whole list only when there is more to say.
+            "bridge": first.bridge,
+            "network": first.network,
+            "mac": first.mac,
+            "vcpus": self.vcpus,
+            "memory_mib": self.memory_mib,
+            "virt_type": self.virt_type,
+            "cpu_mode": self.cpu_mode,
+            "machine": self.machine,
+        }
+        listed = interfaces_spec(self.interfaces)
+        if listed is not None:
+            spec["interfaces"] = listed
+        return spec
+
+
+_FIELDS = frozenset(ProxyRequest.__dataclass_fields__)
+
+
+def _choice(option, value, choices):
+    if value not in choices:
+        raise ValidationError("%s %r is not supported: use one of %s" % (option, value, ", ".join(choices)))
+
+
+def spec_digest(spec):
+    """The sha256 of the spec's canonical JSON: what the metadata's specDigest holds."""
+    return _sha256(_canonical_json(spec).encode("ascii"))
+
+
+def build_metadata_element(uid, created_at, spec, digest=None):
+    """Our metadata element with the spec's digest, plus the spec itself.
+
+    The spec holds no secrets (cloud-init data appears as digests only) and
+    lets diff mode show what a drifted VM was built from. ``digest`` defaults
+    to the spec's own; an adopted VM keeps the digest it was recorded with.
+    """
+    return build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest,
+                                  None if spec is None else _canonical_json(spec))
+
+
+def recorded_spec(metadata):
+    """The spec a domain's metadata (_metadata.InstanceMetadata or None) records, or None when absent or unreadable."""
+    if metadata is None or metadata.spec_json is None:
+        return None
+    try:
+        spec = json.loads(metadata.spec_json)
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def base_volume_of(identity):
+    """The base volume an image identity (ProxyRequest.image_identity) names, when that is known without a download.
+
+    None when the checksum is a SHA256SUMS URL: the volume name holds the
+    digest listed there, which only a fetch of that file tells.
+    """
+    if not isinstance(identity, dict):
+        return None
+    if identity.get("base_volume"):
+        return identity["base_volume"]
+    checksum = identity.get("checksum")
+    try:
+        if checksum is None:
+            return base_volume_name(identity.get("name"), identity.get("format"))
+        return base_volume_name(identity.get("name"), identity.get("format"), validate_sha256(checksum.partition(":")[2]))
+    except ValidationError:
+        return None

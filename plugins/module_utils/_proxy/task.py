@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The tasks of kvm_proxy and kvm_proxy_set: the module set up, its parameters validated, the flow run.
+
+The only proxy file that needs Ansible: the flows themselves (_proxy.py,
+_proxy_set.py) import without it, so their unit tests run on any Python.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.manager import ProxyManager
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, module_params
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
+
+
+class ProxyTask:
+    """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor.
+
+    ``kvm`` is the module's _module.KvmModule; ``run_module`` builds it and runs the task.
+    """
+
+    requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
+    mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
+    # The NIC (bridge, network or interfaces) is checked by ProxyRequest, which names the options of a mix.
+    required_if = [
+        ("state", "present", ("image", "base_volume"), True),
+        ("state", "stopped", ("image", "base_volume"), True),
+    ]
+
+    @classmethod
+    def run_module(cls, argument_spec):
+        kvm = KvmModule(argument_spec, requirements=cls.requirements, mutually_exclusive=cls.mutually_exclusive,
+                        required_if=cls.required_if)
+        task = cls(kvm)
+        kvm.run(task.work, validate=task.validate)
+
+    def __init__(self, kvm):
+        self.kvm = kvm
+        self.request = None
+
+    def validate(self):
+        self.request = ProxyRequest.from_params(module_params(self.kvm))
+
+    def work(self, hypervisor):
+        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
+                               lock_timeout=self.kvm.params["lock_timeout"])
+        return self.kvm.result(manager.run())
+
+
+class ProxySetTask(ProxyTask):
+    """kvm_proxy_set's task: the parameters into a validated set request, then the set's flow."""
+
+    # Each proxy's own entry may give what the set does not: ProxyRequest checks what each one needs.
+    required_if = []
+
+    def validate(self):
+        self.request = SetRequest.from_params(module_params(self.kvm))
+
+    def work(self, hypervisor):
+        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
+                            lock_timeout=self.kvm.params["lock_timeout"]).run()
+        for entry in result["proxies"] + result["removed"]:
+            self.kvm.result(entry).pop("diff", None)  # the set's diff holds every proxy's
+        return self.kvm.result(result)
