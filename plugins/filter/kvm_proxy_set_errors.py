@@ -11,10 +11,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import common_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import validate_download_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT, etree
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import RENAMED_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxySetTask
 
@@ -72,8 +70,8 @@ def kvm_proxy_set_errors(arguments):
         return list(checked.error_messages)
     params = checked.validated_parameters
     try:
-        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"])
-        SetRequest.from_params({RENAMED_OPTIONS.get(key, key): value for key, value in params.items()})
+        # The download options too; ca_path names a file on the module's host, so it is not looked for here.
+        SetRequest.from_params(params)
     except KvmError as error:
         return [error.message]
     return []

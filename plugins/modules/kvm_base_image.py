@@ -300,10 +300,8 @@ kept:
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import (
-    REQUESTS_REQUIREMENT,
-    download_argument_spec,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.task import BaseImageTask
 

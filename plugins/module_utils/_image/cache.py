@@ -9,13 +9,12 @@ Public API (used by kvm_base_image and kvm_proxy)::
     spec = ImageSpec(name="debian-13", url="https://.../debian-13-generic-amd64.qcow2",
                      checksum="sha256:<64 hex>" | "sha256:https://.../SHA256SUMS" | None,
                      format="qcow2" | "raw")
-    result = ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None,
-                          timeout=60, retries=3, validate_certs=True, lock_timeout=3600,
-                          max_virtual_size=None, ca_path=None, size_limit_name=None)
+    result = ensure_image(hypervisor, pool_name, spec, DownloadOptions(timeout=60, retries=3, ...),
+                          check_mode=False, http=None, max_virtual_size=None, size_limit_name=None)
 
     # the same, step by step (_plan): observe, plan, then apply unless in check mode
-    with open_downloader(http, timeout, retries, validate_certs, ca_path=ca_path) as downloader:
-        cache = ImageCache(hypervisor, downloader, lock_timeout)
+    with open_downloader(options, http) as downloader:
+        cache = ImageCache(hypervisor, downloader, options.lock_timeout)
         request = cache.resolve(ImageRequest(pool_name, spec, max_virtual_size=None))
         plan = plan_image(request, cache.observe(request, read_header=check_mode))
         result = plan.result if check_mode else cache.apply(request, plan)
@@ -24,7 +23,7 @@ Public API (used by kvm_base_image and kvm_proxy)::
     .throughput, .actions, .diff(), .as_dict()
 
 Removal and prune are in _image_removal, the pool's volumes in _image_pool,
-HTTP in _download, the lock in _locks. A base is self-contained: an image
+HTTP in _download (its options in _image.options), the lock in _locks. A base is self-contained: an image
 whose header names a backing file or an external data file would let every
 VM on it read that file of the hypervisor, so it is refused from its first
 bytes (_image_header), and a base that libvirt reports with a backing store
@@ -62,15 +61,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_pool_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import (
-    DEFAULT_BACKOFF,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    open_downloader,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import open_downloader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.pool import (
-    STATE_ABSENT,
-    STATE_PRESENT,
     in_use_error,
     observe_base,
     raw_volume_xml,
@@ -375,13 +369,13 @@ class ImageCache:
             pass
 
 
-def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
-                 retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None, max_virtual_size=None, ca_path=None, size_limit_name=None):
+def ensure_image(hypervisor, pool_name, spec, options=DEFAULT_DOWNLOAD_OPTIONS, check_mode=False, http=None,
+                 lock_dir=None, max_virtual_size=None, size_limit_name=None):
     """Make the image ready in the pool and describe its base volume (an ImageResult).
 
-    ``http`` is a requests.Session-like object (a new Session when None);
-    ``ca_path`` a CA bundle on this host trusted for HTTPS instead of the system's.
+    ``options`` (an _image.options.DownloadOptions) say how to download and
+    how long to wait for the volume's lock; ``http`` is a
+    requests.Session-like object (a new Session when None).
     In check mode an image that is not cached is not downloaded, but its
     header is read (a Range request for its first bytes), so the result
     has its virtual size and an image that would be refused is refused.
@@ -394,8 +388,8 @@ def ensure_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     TransientError when retries ran out.
     """
     request = ImageRequest(pool_name, spec, max_virtual_size=max_virtual_size, size_limit_name=size_limit_name)
-    with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
-        cache = ImageCache(hypervisor, downloader, lock_timeout, lock_dir)
+    with open_downloader(options, http) as downloader:
+        cache = ImageCache(hypervisor, downloader, options.lock_timeout, lock_dir)
         request = cache.resolve(request)
         plan = plan_image(request, cache.observe(request, read_header=check_mode))
         return plan.result if check_mode else cache.apply(request, plan)

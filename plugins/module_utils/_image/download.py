@@ -2,11 +2,11 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Downloads for the image cache: the options, HTTP with retries, SHA256SUMS files, an image's head and body.
+"""Downloads for the image cache: HTTP with retries, SHA256SUMS files, an image's head and body.
 
 Public API::
 
-    with open_downloader(http=None, timeout=60, retries=3, validate_certs=True, ca_path=None) as downloader:
+    with open_downloader(options, http=None) as downloader:   # options: an _image.options.DownloadOptions
         sha256 = downloader.sha256_of(spec)     # pinned, listed in its SHA256SUMS file, or None
         header = downloader.read_header(spec)   # check mode: a Range request for the first bytes
         answer = downloader.download(url, what, receive)   # receive(ImageBody) under retries
@@ -27,7 +27,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hashlib
-import os
 import queue
 import re
 import threading
@@ -36,13 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
-    PermanentError,
-    TransientError,
-    ValidationError,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, control_character, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import (
     MAX_HEADER_BYTES,
@@ -53,9 +47,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header i
 requests, REQUESTS_REQUIREMENT = optional_import(
     "requests", "requests", "python3-requests on Debian/Ubuntu/RHEL, requests from PyPI")
 
-DEFAULT_TIMEOUT = 60
-DEFAULT_RETRIES = 3
-DEFAULT_BACKOFF = 2.0
 MAX_BACKOFF = 60.0
 
 CHUNK_SIZE = 1024 * 1024
@@ -74,38 +65,6 @@ _CONTENT_RANGE = re.compile(r"bytes 0-[0-9]+/(?P<length>[0-9]+|\*)")
 # and the BSD form "SHA256 (<file>) = <hex>".
 _GNU_SUM_LINE = re.compile(r"(?P<digest>[0-9a-fA-F]{64}) [ *](?P<file>.+)")
 _BSD_SUM_LINE = re.compile(r"SHA256 \((?P<file>.+)\) = (?P<digest>[0-9a-fA-F]{64})")
-
-
-def download_argument_spec():
-    """The download options of every module that caches images (docs: the image_download doc fragment)."""
-    return dict(
-        validate_certs=dict(type="bool", default=True),
-        ca_path=dict(type="path"),
-        timeout=dict(type="int", default=DEFAULT_TIMEOUT),
-        retries=dict(type="int", default=DEFAULT_RETRIES),
-        lock_timeout=dict(type="int", default=DEFAULT_LOCK_TIMEOUT),
-    )
-
-
-def validate_download_options(timeout, retries, lock_timeout, ca_path=None):
-    """Refuse download options that could never work, before anything is fetched.
-
-    ``ca_path`` is checked only where the module runs (the file is on that
-    host): the controller's filter leaves it None.
-    """
-    for option, value in (("timeout", timeout), ("lock_timeout", lock_timeout)):
-        if value <= 0:
-            raise ValidationError("%s must be a positive number of seconds, got %d" % (option, value))
-    if retries < 0:
-        raise ValidationError("retries must be 0 or more, got %d" % retries)
-    require_ca_path(ca_path)
-
-
-def require_ca_path(ca_path):
-    """Refuse a ``ca_path`` that is not on this host: a download would fail on it, and a cached image hide it."""
-    if ca_path is not None and not os.path.exists(ca_path):
-        raise ValidationError("ca_path %s does not exist on the host that runs the module; give the path of a CA "
-                              "certificate bundle (PEM) there" % ca_path)
 
 
 def find_in_checksum_file(text, file_name):
@@ -135,21 +94,17 @@ def _read_errors():
 
 
 @contextmanager
-def open_downloader(http=None, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES, validate_certs=True,
-                    backoff=DEFAULT_BACKOFF, ca_path=None):
-    """A Downloader over ``http`` (a requests.Session-like object), or over a Session of its own that is closed after.
-
-    ``ca_path`` is a CA bundle (a PEM file, or a directory of them) on the
-    host that runs the module, trusted instead of the system's.
-    """
+def open_downloader(options, http=None):
+    """A Downloader with ``options`` (an _image.options.DownloadOptions) over ``http`` (a requests.Session-like
+    object), or over a Session of its own that is closed after."""
     # requests would raise a bare OSError at the first GET.
-    require_ca_path(ca_path)
+    options.require_ca_path()
     if http is not None:
-        yield Downloader(http, timeout, retries, validate_certs, backoff, ca_path)
+        yield Downloader(http, options)
         return
     session = requests.Session()
     try:
-        yield Downloader(session, timeout, retries, validate_certs, backoff, ca_path)
+        yield Downloader(session, options)
     finally:
         session.close()
 
@@ -157,28 +112,23 @@ def open_downloader(http=None, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES,
 class Downloader:
     """GETs with the task's timeout, certificate check and retries (sleeping ``backoff`` seconds, doubling)."""
 
-    def __init__(self, session, timeout=DEFAULT_TIMEOUT, retries=DEFAULT_RETRIES, validate_certs=True,
-                 backoff=DEFAULT_BACKOFF, ca_path=None):
+    def __init__(self, session, options):
         self.session = session
-        self.timeout = timeout
-        self.retries = retries
-        self.validate_certs = validate_certs
-        self.backoff = backoff
-        self.ca_path = ca_path
+        self.options = options
 
     @property
     def verify(self):
         """requests' ``verify``: False, the CA bundle to trust, or True for the system's."""
-        if not self.validate_certs:
+        if not self.options.validate_certs:
             return False
-        return self.ca_path if self.ca_path is not None else True
+        return self.options.ca_path if self.options.ca_path is not None else True
 
     def retrying(self, attempt, what):
         """Call ``attempt()`` up to retries + 1 times while it raises Retryable, sleeping in between."""
         failures = []
-        for number in range(self.retries + 1):
+        for number in range(self.options.retries + 1):
             if number:
-                time.sleep(min(self.backoff * 2 ** (number - 1), MAX_BACKOFF))
+                time.sleep(min(self.options.backoff * 2 ** (number - 1), MAX_BACKOFF))
             try:
                 return attempt()
             except Retryable as exc:
@@ -234,7 +184,7 @@ class Downloader:
         if first_bytes is not None:
             headers["Range"] = "bytes=0-%d" % (first_bytes - 1)
         try:
-            return self.session.get(url, stream=True, timeout=self.timeout, verify=self.verify, headers=headers,
+            return self.session.get(url, stream=True, timeout=self.options.timeout, verify=self.verify, headers=headers,
                                     hooks={"response": [_refuse_non_http_redirect]})
         except requests.exceptions.SSLError as exc:
             raise PermanentError(self._tls_refused(url, exc)) from exc
@@ -244,7 +194,8 @@ class Downloader:
             raise PermanentError("fetching %s failed: %s" % (url, exc)) from exc
 
     def _tls_refused(self, url, exc):
-        trusted = "the system's CA certificates" if self.ca_path is None else "the CA bundle %s (ca_path)" % self.ca_path
+        ca_path = self.options.ca_path
+        trusted = "the system's CA certificates" if ca_path is None else "the CA bundle %s (ca_path)" % ca_path
         return ("TLS verification of %s failed against %s: %s; set ca_path to the CA certificate (PEM) that signed the "
                 "server's certificate, on the host that runs the module, or set validate_certs to false to skip the "
                 "check" % (url, trusted, exc))

@@ -28,6 +28,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     marker_volume_name,
     parse_base_volume_name,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import SHA256_HEX
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import (
     VolumeUsers,
@@ -38,9 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import etree, to_string
 
-STATE_PRESENT = "present"
-STATE_ABSENT = "absent"
-# A base without a valid marker, or a marker without its base: what a killed run leaves.
+# Besides STATE_PRESENT and STATE_ABSENT, a base without a valid marker, or a marker without its base: what a killed run leaves.
 STATE_INCOMPLETE = "incomplete"
 
 

@@ -6,7 +6,7 @@
 
 Public API::
 
-    removal = remove_image(hypervisor, pool_name, spec, check_mode=False, departing=(volume,), ...)   # state=absent
+    removal = remove_image(hypervisor, pool_name, spec, options, check_mode=False, departing=(volume,))   # state=absent
     removal = prune_images(hypervisor, pool_name, image_name, keep=(volume,), check_mode=False)
     removal.removed, removal.kept, removal.changed, removal.actions, removal.diff(), removal.as_dict()
 
@@ -39,12 +39,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_pool_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import (
-    DEFAULT_BACKOFF,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    open_downloader,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import open_downloader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.pool import (
     image_volumes,
     in_use_error,
@@ -175,10 +171,11 @@ def apply_removal(hypervisor, request, observation, plan, lock_timeout=DEFAULT_L
     return result
 
 
-def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeout=DEFAULT_TIMEOUT,
-                 retries=DEFAULT_RETRIES, validate_certs=True, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 backoff=DEFAULT_BACKOFF, lock_dir=None, ca_path=None, departing=()):
+def remove_image(hypervisor, pool_name, spec, options=DEFAULT_DOWNLOAD_OPTIONS, check_mode=False, http=None,
+                 lock_dir=None, departing=()):
     """Remove cached copies of an image (a RemovalResult); fail without removing anything if one is in use.
+
+    ``options`` (an _image.options.DownloadOptions) are for the SHA256SUMS file a checksum may name, and the locks.
 
     A volume named in ``departing`` (removed by the same run before this) does not count as using a base.
 
@@ -187,11 +184,11 @@ def remove_image(hypervisor, pool_name, spec, check_mode=False, http=None, timeo
     or format.
     """
     validate_pool_name(pool_name)
-    with open_downloader(http, timeout, retries, validate_certs, backoff, ca_path) as downloader:
+    with open_downloader(options, http) as downloader:
         sha256 = downloader.sha256_of(spec)
     only = base_volume_name(spec.name, spec.format, sha256) if sha256 is not None else None
     request = RemovalRequest(pool_name, spec.name, only=only, strict=True, departing=frozenset(departing))
-    return _run(hypervisor, request, check_mode, lock_timeout, lock_dir)
+    return _run(hypervisor, request, check_mode, options.lock_timeout, lock_dir)
 
 
 def prune_images(hypervisor, pool_name, image, keep=(), check_mode=False, lock_timeout=DEFAULT_LOCK_TIMEOUT,

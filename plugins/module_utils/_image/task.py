@@ -12,12 +12,11 @@ from dataclasses import replace
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_pool_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import GIB, ensure_image
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images, remove_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
-
-STATE_ABSENT = "absent"
 
 
 class BaseImageTask:
@@ -26,10 +25,11 @@ class BaseImageTask:
     def __init__(self, params):
         self.params = params
         self.spec = None
+        self.download = None
 
     def validate(self):
         params = self.params
-        validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
+        self.download = DownloadOptions.from_params(params).require_ca_path()
         if params["prune"] and params["state"] == STATE_ABSENT:
             raise ValidationError("prune applies to state=present; state=absent already removes the image's bases")
         if params["departing_volumes"] and params["state"] != STATE_ABSENT:
@@ -42,13 +42,12 @@ class BaseImageTask:
 
     def run(self, hypervisor, check_mode):
         params = self.params
-        options = dict(timeout=params["timeout"], retries=params["retries"], validate_certs=params["validate_certs"],
-                       ca_path=params["ca_path"], lock_timeout=params["lock_timeout"], check_mode=check_mode)
         if params["state"] == STATE_ABSENT:
-            return remove_image(hypervisor, params["pool"], self.spec, departing=params["departing_volumes"], **options)
-        image = ensure_image(hypervisor, params["pool"], self.spec, max_virtual_size=params["max_virtual_size_gb"] * GIB,
-                             size_limit_name="max_virtual_size_gb", **options)
+            return remove_image(hypervisor, params["pool"], self.spec, self.download, check_mode=check_mode,
+                                departing=params["departing_volumes"])
+        image = ensure_image(hypervisor, params["pool"], self.spec, self.download, check_mode=check_mode,
+                             max_virtual_size=params["max_virtual_size_gb"] * GIB, size_limit_name="max_virtual_size_gb")
         if not params["prune"]:
             return image
         return replace(image, pruned=prune_images(hypervisor, params["pool"], self.spec.name, keep=(image.volume,),
-                                                  check_mode=check_mode, lock_timeout=params["lock_timeout"]))
+                                                  check_mode=check_mode, lock_timeout=self.download.lock_timeout))

@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import DISK_FORMATS
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import download_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import CPU_MODES, VIRT_TYPES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import INTERFACE_OPTIONS, LIST_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (

@@ -22,7 +22,6 @@ __metaclass__ = type
 import time
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import DEFAULT_LOCK_TIMEOUT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
     format_domain_id,
     overlay_volume_name,
@@ -82,14 +81,12 @@ class ProxyManager:
     """
 
     def __init__(self, hypervisor, request, check_mode=False, clock=utcnow, sleep=time.sleep,
-                 monotonic=time.monotonic, http=None, lock_dir=None, lock_timeout=DEFAULT_LOCK_TIMEOUT,
-                 shared_images=None):
+                 monotonic=time.monotonic, http=None, lock_dir=None, shared_images=None):
         self.hv = hypervisor
         self.request = request
         self.check_mode = check_mode
         self.timing = Timing(clock, sleep, monotonic)
-        self.images = ImageSource(hypervisor, request, http=http, lock_dir=lock_dir, lock_timeout=lock_timeout,
-                                  shared=shared_images)
+        self.images = ImageSource(hypervisor, request, http=http, lock_dir=lock_dir, shared=shared_images)
 
     def run(self):
         host = resolve_host(self.hv, self.request.host)

@@ -195,12 +195,12 @@ class ImageSource:
     ``shared`` (a SharedImages) answers for every proxy of a set that asks for the same image with the same options.
     """
 
-    def __init__(self, hypervisor, request, http=None, lock_dir=None, lock_timeout=None, shared=None):
+    def __init__(self, hypervisor, request, http=None, lock_dir=None, shared=None):
         self.hv = hypervisor
         self.request = request
         self.http = http
         self.lock_dir = lock_dir
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = request.download.lock_timeout
         self.shared = shared
 
     def ensure(self, check_mode):
@@ -210,16 +210,12 @@ class ImageSource:
         max_virtual_size = None if check_mode else request.disk_bytes
 
         def ask():
-            return ensure_image(
-                self.hv, request.pool, request.image, check_mode=check_mode, http=self.http,
-                timeout=request.download_timeout, retries=request.download_retries, validate_certs=request.validate_certs,
-                ca_path=request.ca_path, lock_timeout=self.lock_timeout, lock_dir=self.lock_dir,
-                max_virtual_size=max_virtual_size)
+            return ensure_image(self.hv, request.pool, request.image, request.download, check_mode=check_mode,
+                                http=self.http, lock_dir=self.lock_dir, max_virtual_size=max_virtual_size)
 
         if self.shared is None:
             return ask()
-        return self.shared.answer((request.pool, request.image, request.download_timeout, request.download_retries,
-                                   request.validate_certs, request.ca_path, check_mode, max_virtual_size), ask)
+        return self.shared.answer((request.pool, request.image, request.download, check_mode, max_virtual_size), ask)
 
 
 def observe_build(hypervisor, request, images, image_probe, deleted):

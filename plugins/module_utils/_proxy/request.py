@@ -30,7 +30,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_vm_name,
     validate_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import DEFAULT_RETRIES, DEFAULT_TIMEOUT, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS, DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     CPU_MODES,
@@ -50,9 +51,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud i
     seed_files,
 )
 
-STATE_PRESENT = "present"
 STATE_STOPPED = "stopped"
-STATE_ABSENT = "absent"
 STATES = (STATE_PRESENT, STATE_STOPPED, STATE_ABSENT)
 
 ON_DRIFT_REPLACE = "replace"
@@ -84,20 +83,6 @@ SPEC_VERSION = 1
 # of image "debian", and deleting that VM would delete the image.
 _RESERVED_NAME_PREFIX = "base-"
 
-
-# The module options that are named differently in ProxyRequest (there, beside VM timeouts, they need their subject).
-RENAMED_OPTIONS = {"timeout": "download_timeout", "retries": "download_retries"}
-
-
-def module_params(kvm):
-    """A proxy module's parameters as ProxyRequest names them, download options checked (ca_path too: this is the
-    module's host).
-
-    ``kvm`` is the _module.KvmModule of kvm_proxy or kvm_proxy_set.
-    """
-    params = kvm.params
-    validate_download_options(params["timeout"], params["retries"], params["lock_timeout"], params["ca_path"])
-    return {RENAMED_OPTIONS.get(key, key): value for key, value in params.items()}
 
 
 def utcnow():
@@ -148,23 +133,22 @@ class ProxyRequest:
     shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT
     on_drift: str = ON_DRIFT_REPLACE
     force: bool = False
-    validate_certs: bool = True
-    ca_path: Optional[str] = None
-    download_timeout: int = DEFAULT_TIMEOUT
-    download_retries: int = DEFAULT_RETRIES
+    download: DownloadOptions = DEFAULT_DOWNLOAD_OPTIONS
     # Not a module option: kvm_proxy_set removes what is ours and leaves (and reports) a listed proxy that another
     # owner, or nobody, created; kvm_proxy refuses it.
     leave_others: bool = False
 
     @classmethod
-    def from_params(cls, params):
+    def from_params(cls, params, download=None):
         """Validate the module's parameters (a dict; None means "not given") and resolve defaults.
 
         Everything the hypervisor would reject later is refused here, before
         any connection: names, sizes, the NIC, CPU settings, the uid, the
-        image and the cloud-init data.
+        image and the cloud-init data. ``download`` is the DownloadOptions the
+        task built of them (None: built here).
         """
         given = {key: value for key, value in params.items() if value is not None and key in _FIELDS}
+        given["download"] = download if download is not None else DownloadOptions.from_params(params)
         image = given.pop("image", None)
         if isinstance(image, dict):
             image = ImageSpec(**{key: value for key, value in image.items() if value is not None})
@@ -201,7 +185,7 @@ class ProxyRequest:
         for adopted in self.adopt_uids:
             if adopted != ADOPT_ANY:
                 build_instance_element(adopted, utcnow())
-        for option in ("wait_timeout", "shutdown_timeout", "download_timeout", "download_retries"):
+        for option in ("wait_timeout", "shutdown_timeout"):
             value = getattr(self, option)
             if not _is_int(value) or value < 0:
                 raise ValidationError("%s must be a whole number of at least 0, got %r" % (option, value))

@@ -41,6 +41,7 @@ from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import format_domain_id
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import CLOCK_SKEW_TOLERANCE
@@ -108,8 +109,12 @@ class SetRequest:
     shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT  # the set's own, for the proxies garbage collection stops
 
     @classmethod
-    def from_params(cls, params):
-        """Validate everything before any connection; a proxy's error names its entry."""
+    def from_params(cls, params, download=None):
+        """Validate everything before any connection; a proxy's error names its entry.
+
+        ``download`` is the DownloadOptions the task built of ``params``, which every proxy shares (None: built here).
+        """
+        download = download if download is not None else DownloadOptions.from_params(params)
         shared = {key: value for key, value in params.items() if key not in SET_OPTIONS}
         proxies, names = [], set()
         for index, entry in enumerate(params["proxies"] or []):
@@ -128,7 +133,8 @@ class SetRequest:
                 raise ValidationError("%s: the name appears more than once in proxies" % label)
             names.add(given.get("name"))
             try:
-                proxies.append(ProxyRequest.from_params(dict(shared, **given, wait_for_ip=False, leave_others=True)))
+                proxies.append(ProxyRequest.from_params(dict(shared, **given, wait_for_ip=False, leave_others=True),
+                                                        download))
             except ValidationError as error:
                 raise ValidationError("%s: %s" % (label, error.message)) from error
         if params["gc"] and not params["uid"]:

@@ -14,8 +14,9 @@ __metaclass__ = type
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.manager import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, module_params
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
 
@@ -46,12 +47,11 @@ class ProxyTask:
         self.request = None
 
     def validate(self):
-        self.request = ProxyRequest.from_params(module_params(self.kvm))
+        params = self.kvm.params
+        self.request = ProxyRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
 
     def work(self, hypervisor):
-        manager = ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                               lock_timeout=self.kvm.params["lock_timeout"])
-        return self.kvm.result(manager.run())
+        return self.kvm.result(ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode).run())
 
 
 class ProxySetTask(ProxyTask):
@@ -61,11 +61,11 @@ class ProxySetTask(ProxyTask):
     required_if = []
 
     def validate(self):
-        self.request = SetRequest.from_params(module_params(self.kvm))
+        params = self.kvm.params
+        self.request = SetRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
 
     def work(self, hypervisor):
-        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode,
-                            lock_timeout=self.kvm.params["lock_timeout"]).run()
+        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode).run()
         for entry in result["proxies"] + result["removed"]:
             self.kvm.result(entry).pop("diff", None)  # the set's diff holds every proxy's
         return self.kvm.result(result)

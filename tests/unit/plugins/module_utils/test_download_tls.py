@@ -21,7 +21,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import download_argument_spec, validate_download_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions, download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.image_server import ImageServer
@@ -66,8 +66,8 @@ def ensure(tmp_path):
 
     def run(url, **options):
         spec = ImageSpec(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA, format="qcow2")
-        return cache.ensure_image(hv, "default", spec, timeout=5, retries=0, backoff=0,
-                                  lock_dir=str(tmp_path / "locks"), **options)
+        return cache.ensure_image(hv, "default", spec, DownloadOptions(timeout=5, retries=0, backoff=0, **options),
+                                  lock_dir=str(tmp_path / "locks"))
 
     return run
 
@@ -122,6 +122,22 @@ def test_ca_path_is_a_shared_download_option():
 def test_a_missing_ca_path_is_refused_with_the_other_download_options(tmp_path):
     # The module's own validation, before connecting: a cached image would never open the downloader.
     with pytest.raises(ValidationError, match="^ca_path %s does not exist on the host" % (tmp_path / "absent.pem")):
-        validate_download_options(60, 3, 60, ca_path=str(tmp_path / "absent.pem"))
-    validate_download_options(60, 3, 60, ca_path=str(tmp_path))
-    validate_download_options(60, 3, 60)
+        DownloadOptions(ca_path=str(tmp_path / "absent.pem")).require_ca_path()
+    DownloadOptions(ca_path=str(tmp_path)).require_ca_path()
+    DownloadOptions().require_ca_path()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("timeout", 0, "timeout must be a positive number of seconds, got 0"),
+    ("lock_timeout", -5, "lock_timeout must be a positive number of seconds, got -5"),
+    ("retries", -1, "retries must be 0 or more, got -1"),
+])
+def test_download_options_that_could_never_work_are_refused_when_built(option, value, message):
+    with pytest.raises(ValidationError, match="^%s$" % message):
+        DownloadOptions.from_params({option: value})
+
+
+def test_download_options_from_params_take_the_defaults_for_what_is_left_out():
+    params = {option: spec.get("default") for option, spec in download_argument_spec().items()}
+    assert DownloadOptions.from_params(params) == DownloadOptions.from_params({}) == DownloadOptions()
+    assert DownloadOptions.from_params(dict(params, retries=0, ca_path="/ca.pem")) == DownloadOptions(retries=0, ca_path="/ca.pem")

@@ -37,6 +37,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import c
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import pool as image_pool
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import removal as image_removal
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import MAX_HEADER_BYTES, ImageHeader
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import VolumeUsers, find_users, volume_info
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeInfo, VolumeSpec, build_volume_xml
@@ -85,10 +86,10 @@ def hv():
 def ensure(hv, tmp_path):
     """ensure(spec, **kwargs) on the default pool, with test-friendly timings and a private lock dir."""
 
-    def run(spec, hypervisor=None, **kwargs):
-        options = dict(timeout=5, retries=2, backoff=0, lock_dir=str(tmp_path / "locks"))
-        options.update(kwargs)
-        return cache.ensure_image(hypervisor or hv, "default", spec, **options)
+    def run(spec, hypervisor=None, check_mode=False, http=None, max_virtual_size=None, **options):
+        options = DownloadOptions(**dict(dict(timeout=5, retries=2, backoff=0), **options))
+        return cache.ensure_image(hypervisor or hv, "default", spec, options, check_mode=check_mode, http=http,
+                                  lock_dir=str(tmp_path / "locks"), max_virtual_size=max_virtual_size)
 
     return run
 

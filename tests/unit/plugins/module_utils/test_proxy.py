@@ -247,7 +247,7 @@ def test_create_resumes_after_the_image_fetch_fails(run, converge):
         url = server.add("/debian-13.qcow2", IMAGE, failures=[200, 503])
         hv = FakeHypervisor(hostname="nas1")
         hv.add_pool("default")
-        req = request(image=dict(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA), download_retries=0)
+        req = request(image=dict(name="debian-13", url=url, checksum="sha256:" + IMAGE_SHA), retries=0)
         with pytest.raises(errors.TransientError, match="fetch base image failed: .*503"):
             run(hv, req)
         assert pool_names(hv) == [] and not hv.domains
@@ -973,14 +973,14 @@ def assert_untouched(hv, volumes):
 
 
 def new_image_request(url, checksum=NEW_IMAGE_SHA, **changes):
-    changes.setdefault("download_retries", 0)
+    changes.setdefault("retries", 0)
     return request(image=dict(name="debian-13", url=url, checksum="sha256:" + checksum), **changes)
 
 
 REPLACEMENT_FAILURES = {
     "the new image answers 404": (dict(status=404), {}, errors.PermanentError, "404"),
     "the new image's checksum does not match": (dict(body=qcow2_image(b"tampered")), {}, errors.PermanentError, "checksum says"),
-    "retries run out": (dict(failures=[503, 503]), dict(download_retries=1), errors.TransientError, "503"),
+    "retries run out": (dict(failures=[503, 503]), dict(retries=1), errors.TransientError, "503"),
 }
 
 

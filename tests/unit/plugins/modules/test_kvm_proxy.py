@@ -13,7 +13,7 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
@@ -165,21 +165,14 @@ def test_libvirt_errors_carry_code_and_message(run, hypervisor):
     assert (result["libvirt_code"], result["libvirt_message"]) == (67, "unsupported configuration: no q35 here")
 
 
-def test_renamed_download_options_reach_the_request(monkeypatch):
-    seen = {}
-    real = proxy_request.ProxyRequest.from_params
-
-    def spy(params):
-        seen.update(params)
-        return real(params)
-
-    monkeypatch.setattr(proxy_request.ProxyRequest, "from_params", staticmethod(spy))
-
+def test_the_download_options_reach_the_request_as_one_value():
     class Params:
-        params = dict({key: spec.get("default") for key, spec in kvm_proxy.ARGUMENT_SPEC.items()}, **ARGS)
+        params = dict({key: spec.get("default") for key, spec in kvm_proxy.ARGUMENT_SPEC.items()}, **ARGS,
+                      timeout=7, retries=0)
 
-    kvm_proxy.ProxyTask(Params).validate()
-    assert (seen["download_timeout"], seen["download_retries"]) == (60, 3)
+    task = kvm_proxy.ProxyTask(Params)
+    task.validate()
+    assert task.request.download == DownloadOptions(timeout=7, retries=0)
 
 
 def test_a_failed_task_reports_changed_and_the_steps_it_completed(run, hypervisor):
