@@ -84,7 +84,6 @@ SPEC_VERSION = 1
 _RESERVED_NAME_PREFIX = "base-"
 
 
-
 def utcnow():
     return datetime.datetime.now(datetime.timezone.utc)
 
