@@ -30,7 +30,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     kvm_proxy_set_argument_spec,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_set
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from bench._common import REPO_ROOT, figure, peer_venv, peer_version
 from tests.integration.fleet_fixtures import Fleet
 from tests.lab import config, hypervisors
@@ -306,15 +307,15 @@ def count_noop_calls(spec, role_vars, count):
                   memory_mib=role_vars["egress_proxy_memory_mib"], disk_size_gb=role_vars["egress_proxy_disk_size_gb"],
                   user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names])
     with Hypervisor.open(spec.uri) as hypervisor:
-        SetManager(hypervisor, SetRequest.from_params(params)).run()
+        run_set(hypervisor, SetRequest.from_params(params))
         try:
             counting = Counting(hypervisor)
             started = time.perf_counter()
-            result = SetManager(counting, SetRequest.from_params(params)).run()
+            result = run_set(counting, SetRequest.from_params(params))
             seconds = time.perf_counter() - started
-            assert not result["changed"], result
+            assert not result.changed, result.as_dict()
         finally:
-            SetManager(hypervisor, SetRequest.from_params(dict(params, state="absent"))).run()
+            run_set(hypervisor, SetRequest.from_params(dict(params, state="absent")))
     total = sum(counting.calls.values())
     return {"proxies": count, "calls": total, "per_proxy": round(total / count, 2), "by_method": dict(counting.calls),
             "seconds": round(seconds, 3)}

@@ -2,7 +2,7 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Observe, plan, execute: the shape of the image cache's and the seed's flows, and their result protocol.
+"""Observe, plan, execute: the shape of every flow (image cache, seed, proxy), and their result protocol.
 
 A flow observes what is there once (read-only), then plans with a pure
 function of the request and that observation. The Plan is immutable: the
@@ -25,6 +25,8 @@ __metaclass__ = type
 
 from dataclasses import dataclass, replace
 from typing import Any
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,24 @@ class Plan:
         return [action for step in self.steps for action in step.actions]
 
 
-def execute(plan, operations):
+def execute(plan, operations, failed=None):
     """Carry out the plan's steps in order; the result as the last step leaves it.
 
     ``operations`` maps each step's operation to ``function(target, result) -> result``.
+    ``failed(error, step, done)``, when given, is the error raised for a step's
+    KvmError (``done``: the actions of the steps before it), so a flow can say
+    how far it got; without it the step's error is raised as it is.
     """
     result = plan.result
+    done = []
     for step in plan.steps:
-        result = operations[step.operation](step.target, result)
+        try:
+            result = operations[step.operation](step.target, result)
+        except KvmError as error:
+            if failed is None:
+                raise
+            raise failed(error, step, done) from error
+        done.extend(step.actions)
     return result
 
 

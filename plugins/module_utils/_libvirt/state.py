@@ -23,9 +23,11 @@ VIR_DOMAIN_PMSUSPENDED = 7
 # virIPAddrType, the ``type`` of each address virDomain.interfaceAddresses() reports; only IPv4 is read.
 VIR_IP_ADDR_TYPE_IPV4 = 0
 
-STATE_RUNNING = "Running"
-STATE_PROVISIONING = "Provisioning"
-STATE_STOPPED = "Stopped"
+# A VM's state as results report it (the reference's words, capitalised); a task asks for
+# _common.states.STATE_PRESENT/STATE_ABSENT or _proxy.request.STATE_STOPPED.
+STATUS_RUNNING = "Running"
+STATUS_PROVISIONING = "Provisioning"
+STATUS_STOPPED = "Stopped"
 
 _LIBVIRT_STATE_NAMES = {
     VIR_DOMAIN_NOSTATE: "nostate",
@@ -59,10 +61,10 @@ def map_state(state, ipv4):
     else (paused, shutdown, shutoff, crashed, pmsuspended, unknown) is Stopped.
     """
     if state == VIR_DOMAIN_NOSTATE:
-        return STATE_PROVISIONING
+        return STATUS_PROVISIONING
     if not is_active(state):
-        return STATE_STOPPED
-    return STATE_RUNNING if ipv4 else STATE_PROVISIONING
+        return STATUS_STOPPED
+    return STATUS_RUNNING if ipv4 else STATUS_PROVISIONING
 
 
 def _routable_ipv4(text):

@@ -18,25 +18,23 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import INTERFACE_OPTIONS, LIST_OPTIONS
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
     DEFAULT_DISK_SIZE_GB,
+    DEFAULT_GC_GRACE_PERIOD,
     DEFAULT_MACHINE,
+    DEFAULT_MAX_UNAVAILABLE,
     DEFAULT_MEMORY_MIB,
     DEFAULT_POOL,
     DEFAULT_SHUTDOWN_TIMEOUT,
     DEFAULT_VCPUS,
+    DEFAULT_VIRT_TYPE,
     DEFAULT_WAIT_TIMEOUT,
     ON_DRIFT_CHOICES,
     ON_DRIFT_REPLACE,
+    SET_WIDE_PROXY_OPTIONS,
     STATE_PRESENT,
     STATES,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import (
-    DEFAULT_GC_GRACE_PERIOD,
-    DEFAULT_MAX_UNAVAILABLE,
-    SET_WIDE_PROXY_OPTIONS,
-)
 
 DEFAULT_DISK_FORMAT = DISK_FORMATS[0]
-DEFAULT_VIRT_TYPE = VIRT_TYPES[0]
 
 
 def image_options():

@@ -2,11 +2,12 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What kvm_proxy reads from the hypervisor before it plans: read-only queries, each answered in a frozen value.
+"""What a proxy's plan reads from the hypervisor: read-only queries, each answered in a frozen value, and the Observation.
 
 Nothing here changes the hypervisor. The image cache's and the seed's own
-check-mode answers are read-only too, so the planner (_proxy_plan.py) sees
-exactly what a real run would act on.
+check-mode answers are read-only too, so the planner (_proxy.plan) sees
+exactly what a real run would act on. ``observe_proxy`` reads the domain,
+takes the verdict on it (_proxy.verdict), and reads what that verdict needs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,12 +20,15 @@ from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
     VIR_ERR_NO_SUPPORT,
+    KvmError,
     NotFoundError,
     PermanentError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import ensure_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import (
     find_pool,
     find_volume,
@@ -32,7 +36,17 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
     volume_info,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import recorded_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import recorded_spec, spec_digest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict import (
+    CLEAN,
+    CREATE,
+    KEEP,
+    REMOVE,
+    REPLACE,
+    assess,
+    disks_matter,
+    left_as_it_was,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import ensure_seed
 
 
@@ -189,19 +203,18 @@ class SharedImages:
             return self._answers[key]
 
 
+@dataclass(frozen=True)
 class ImageSource:
-    """The image cache as kvm_proxy uses it: the same options for the check-mode answer and the fetch.
+    """The image cache as a proxy uses it: the same options for the check-mode answer and the fetch.
 
     ``shared`` (a SharedImages) answers for every proxy of a set that asks for the same image with the same options.
     """
 
-    def __init__(self, hypervisor, request, http=None, lock_dir=None, shared=None):
-        self.hv = hypervisor
-        self.request = request
-        self.http = http
-        self.lock_dir = lock_dir
-        self.lock_timeout = request.download.lock_timeout
-        self.shared = shared
+    hv: Any
+    request: Any  # _proxy.request.ProxyRequest
+    http: Any = None
+    lock_dir: Optional[str] = None
+    shared: Optional[SharedImages] = None
 
     def ensure(self, check_mode):
         request = self.request
@@ -249,3 +262,73 @@ def observe_build(hypervisor, request, images, image_probe, deleted):
     return BuildObservation(pool=pool, base=base, fetch=fetch,
                             overlay=None if overlay is None else (overlay, volume_info(hypervisor, overlay)),
                             seed_current=seed_current)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the planner reads, gathered by observe_proxy."""
+
+    verdict: Any  # _proxy.verdict.Verdict, with the missing disks counted
+    domain: Any = None  # DomainObservation or None
+    spec: Optional[dict] = None  # the request's spec (None for state absent)
+    digest: Optional[str] = None
+    own_volumes: tuple = ()  # OwnVolume found by name, for removal
+    missing_disks: tuple = ()  # (pool, volume) of the domain's disks that are gone
+    build: Any = None  # BuildObservation when the VM is built
+    seed_stale: bool = False  # a kept, stopped VM's seed does not hold exactly its files (truncated, overwritten)
+    base_unverified: bool = False  # a kept VM's base has a missing or wrong marker (the image cache hashes it again)
+
+
+def observe_proxy(hypervisor, request, images, listed=None):
+    """Everything the plan of ``request`` needs, read once; what is read depends on the verdict on its domain.
+
+    ``images`` is the proxy's ImageSource; ``listed`` ({name: handle}) a set's
+    listing of every domain, in which the domain is found rather than looked up.
+    """
+    domain = observe_domain(hypervisor, request.name, listed)
+    spec = digest = probe = None
+    if request.state != STATE_ABSENT:
+        # A checksum given as a SHA256SUMS URL counts by the digest it lists now: a new release
+        # there is drift, so a fleet converges on one image.
+        if request.image is not None and request.image.checksum_url is not None:
+            probe = images.ensure(check_mode=True)
+        spec = request.spec(probe.sha256 if probe is not None else None)
+        digest = spec_digest(spec)
+    verdict = assess(request, digest, domain)
+    missing = _missing_disks(hypervisor, request, domain, verdict)
+    if missing:
+        verdict = assess(request, digest, domain, missing)
+    kept = verdict.kind == KEEP and not verdict.drifted
+    # A kept VM's base is checked too (once per set, the answer shared): a marker gone or overwritten is trusted
+    # by no later run. Without a checksum there is nothing to check it against.
+    base_unverified = False
+    if kept and request.image is not None and request.image.checksum:
+        probe = probe or images.ensure(check_mode=True)
+        base_unverified = probe.changed
+    # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
+    # one read it when it booted.
+    seed_stale = kept and not is_active(domain.state) and ensure_seed(
+        hypervisor, request.pool, request.name, request.seed_files(), check_mode=True).changed
+    own = own_volumes(hypervisor, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
+    build = None
+    if verdict.kind in (CREATE, REPLACE):
+        try:
+            build = observe_build(hypervisor, request, images, probe,
+                                  {volume.name for volume in own if volume.pool == request.pool})
+        except KvmError as error:
+            replacing = domain if verdict.kind == REPLACE else None
+            raise error.after(left_as_it_was(error.message, request.name, replacing), []) from error
+    return Observation(verdict=verdict, domain=domain, spec=spec, digest=digest, own_volumes=own,
+                       missing_disks=missing, build=build, seed_stale=seed_stale, base_unverified=base_unverified)
+
+
+def _missing_disks(hypervisor, request, domain, verdict):
+    """The kept domain's disks that are gone, when they matter (see disks_matter)."""
+    if request.state == STATE_ABSENT or not disks_matter(verdict, domain):
+        return ()
+    missing = missing_disks(hypervisor, domain)
+    if verdict.kind == KEEP and not verdict.drifted:
+        # A seed holds nothing but the request's data: a gone one is written again (seed_stale) and the disk
+        # kept. Only a gone disk needs a new VM.
+        missing = tuple(disk for disk in missing if disk != (request.pool, seed_volume_name(request.name)))
+    return missing

@@ -2,7 +2,10 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What a kvm_proxy task asks for: the validated request, its defaults, and the spec that names the VM it builds.
+"""What a kvm_proxy or kvm_proxy_set task asks for: the validated requests, their defaults, and the spec that names a VM.
+
+``ProxyRequest`` is one proxy; ``SetRequest`` a hypervisor's set of them, and
+kvm_proxy's one proxy is a set of one (``SetRequest.of_one``).
 
 The spec digest (sha256 over a canonical JSON of everything that shapes the
 VM) is stored in the domain's metadata next to the spec itself, which holds
@@ -34,7 +37,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS, DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
-    CPU_MODES,
     VIRT_TYPES,
     DomainParams,
     normalize_mac,
@@ -51,7 +53,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud i
     seed_files,
 )
 
-STATE_STOPPED = "stopped"
+STATE_STOPPED = "stopped"  # asked for: defined and shut off (a result's "Stopped" is _libvirt.state.STATUS_STOPPED)
 STATES = (STATE_PRESENT, STATE_STOPPED, STATE_ABSENT)
 
 ON_DRIFT_REPLACE = "replace"
@@ -68,6 +70,9 @@ DEFAULT_POOL = "default"
 DEFAULT_MACHINE = "q35"
 DEFAULT_WAIT_TIMEOUT = 300
 DEFAULT_SHUTDOWN_TIMEOUT = 120
+DEFAULT_VIRT_TYPE = VIRT_TYPES[0]
+DEFAULT_GC_GRACE_PERIOD = 3600
+DEFAULT_MAX_UNAVAILABLE = 1
 GIB = 1024 ** 3
 
 # Under kvm the guest sees the host's CPU; TCG cannot emulate "host", and a
@@ -84,6 +89,12 @@ SPEC_VERSION = 1
 _RESERVED_NAME_PREFIX = "base-"
 
 
+# Options of the set that are not also a proxy's.
+SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port")
+# A proxy's options that only the set gives: one owner and one hypervisor for all of them, one wait.
+SET_WIDE_PROXY_OPTIONS = ("uid", "adopt_uids", "host", "force", "wait_for_ip", "wait_timeout")
+
+
 def utcnow():
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -96,8 +107,11 @@ def _canonical_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
+def whole_number(option, value, least, most=None):
+    """Refuse ``value`` unless it is an int (not a bool) from ``least`` to ``most`` (no upper bound when None)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least or (most is not None and value > most):
+        bounds = "of at least %d" % least if most is None else "from %d to %d" % (least, most)
+        raise ValidationError("%s must be a whole number %s, got %r" % (option, bounds, value))
 
 
 @dataclass(frozen=True)
@@ -123,7 +137,7 @@ class ProxyRequest:
     vendor_data: Union[str, dict, None] = None
     meta_data: Optional[dict] = None
     network_config: Any = None
-    virt_type: str = "kvm"
+    virt_type: str = DEFAULT_VIRT_TYPE
     cpu_mode: Optional[str] = None
     machine: str = DEFAULT_MACHINE
     autostart: bool = True
@@ -152,10 +166,8 @@ class ProxyRequest:
         if isinstance(image, dict):
             image = ImageSpec(**{key: value for key, value in image.items() if value is not None})
         given["image"] = image
-        virt_type = given.get("virt_type", "kvm")
-        if virt_type not in VIRT_TYPES:
-            raise ValidationError("virt_type %r is not supported: use one of %s" % (virt_type, ", ".join(VIRT_TYPES)))
-        given.setdefault("cpu_mode", DEFAULT_CPU_MODE[virt_type])
+        # virt_type and cpu_mode are validated with the domain's parameters (validate_domain_params), once.
+        given.setdefault("cpu_mode", DEFAULT_CPU_MODE.get(given.get("virt_type", DEFAULT_VIRT_TYPE)))
         if given.get("mac") is not None:
             given["mac"] = normalize_mac(given["mac"])
         given["interfaces"] = interfaces_from_params(given)
@@ -173,7 +185,6 @@ class ProxyRequest:
                 "image volume" % (self.name, _RESERVED_NAME_PREFIX))
         _choice("state", self.state, STATES)
         _choice("on_drift", self.on_drift, ON_DRIFT_CHOICES)
-        _choice("cpu_mode", self.cpu_mode, CPU_MODES)
         if self.host is not None:
             validate_host_name(self.host)
         if self.uid is not None:
@@ -185,11 +196,8 @@ class ProxyRequest:
             if adopted != ADOPT_ANY:
                 build_instance_element(adopted, utcnow())
         for option in ("wait_timeout", "shutdown_timeout"):
-            value = getattr(self, option)
-            if not _is_int(value) or value < 0:
-                raise ValidationError("%s must be a whole number of at least 0, got %r" % (option, value))
-        if not _is_int(self.disk_size_gb) or not 1 <= self.disk_size_gb <= MAX_DISK_SIZE_GB:
-            raise ValidationError("disk_size_gb must be a whole number from 1 to %d, got %r" % (MAX_DISK_SIZE_GB, self.disk_size_gb))
+            whole_number(option, getattr(self, option), 0)
+        whole_number("disk_size_gb", self.disk_size_gb, 1, MAX_DISK_SIZE_GB)
         if self.image is not None and self.base_volume is not None:
             raise ValidationError("image and base_volume are mutually exclusive: give the image to cache, or the "
                                   "name of a base volume already in the pool")
@@ -291,6 +299,83 @@ class ProxyRequest:
 
 
 _FIELDS = frozenset(ProxyRequest.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class SetRequest:
+    """A hypervisor's set of proxies as the task asks for it: each a validated ProxyRequest, plus the set's own options.
+
+    ``single`` marks kvm_proxy's proxy as a set of one (``of_one``): looked up
+    by its name rather than in a listing, its messages and actions not
+    prefixed with its name, and its address awaited whenever it should run
+    (a set awaits only the proxies its run started).
+    """
+
+    proxies: tuple
+    uid: Optional[str]
+    pool: str
+    gc: bool = True
+    gc_grace_period: int = DEFAULT_GC_GRACE_PERIOD
+    max_unavailable: int = DEFAULT_MAX_UNAVAILABLE
+    wait_for_port: Optional[int] = None
+    wait_for_ip: bool = False  # implied by wait_for_port: a port is asked on the address
+    wait_timeout: int = DEFAULT_WAIT_TIMEOUT
+    shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT  # the set's own, for the proxies garbage collection stops
+    single: bool = False
+
+    @classmethod
+    def of_one(cls, proxy):
+        """kvm_proxy's ``proxy`` (a ProxyRequest) as a set of one: no garbage collection, its own wait."""
+        return cls(proxies=(proxy,), uid=proxy.uid, pool=proxy.pool, gc=False, wait_for_ip=proxy.wait_for_ip,
+                   wait_timeout=proxy.wait_timeout, shutdown_timeout=proxy.shutdown_timeout, single=True)
+
+    @classmethod
+    def from_params(cls, params, download=None):
+        """Validate kvm_proxy_set's parameters before any connection; a proxy's error names its entry.
+
+        ``download`` is the DownloadOptions the task built of ``params``, which every proxy shares (None: built here).
+        """
+        download = download if download is not None else DownloadOptions.from_params(params)
+        shared = {key: value for key, value in params.items() if key not in SET_OPTIONS}
+        proxies, names = [], set()
+        for index, entry in enumerate(params["proxies"] or []):
+            given = {key: value for key, value in (entry or {}).items() if value is not None}
+            label = "proxies[%d] (%s)" % (index, given.get("name", "no name"))
+            _check_entry(label, given, shared, names)
+            names.add(given.get("name"))
+            try:
+                proxies.append(ProxyRequest.from_params(dict(shared, **given, wait_for_ip=False, leave_others=True),
+                                                        download))
+            except ValidationError as error:
+                raise ValidationError("%s: %s" % (label, error.message)) from error
+        if params["gc"] and not params["uid"]:
+            raise ValidationError("gc needs uid: garbage collection removes only the proxies recorded with this owner")
+        whole_number("gc_grace_period", params["gc_grace_period"], 0)
+        whole_number("max_unavailable", params["max_unavailable"], 1)
+        if params["wait_for_port"] is not None:
+            whole_number("wait_for_port", params["wait_for_port"], 1, 65535)
+        # Checked here too: a set with no proxies never validates a ProxyRequest.
+        whole_number("shutdown_timeout", params["shutdown_timeout"], 0)
+        return cls(proxies=tuple(proxies), uid=params["uid"], pool=params["pool"], gc=params["gc"],
+                   gc_grace_period=params["gc_grace_period"], max_unavailable=params["max_unavailable"],
+                   wait_for_port=params["wait_for_port"],
+                   wait_for_ip=bool(params["wait_for_ip"]) or params["wait_for_port"] is not None,
+                   wait_timeout=params["wait_timeout"], shutdown_timeout=params["shutdown_timeout"])
+
+
+def _check_entry(label, given, shared, names):
+    """Refuse what one entry of proxies (``given``, labelled ``label``) may not say, given the set's own options."""
+    overridden = sorted(set(given) & set(SET_WIDE_PROXY_OPTIONS))
+    if overridden:
+        raise ValidationError("%s sets %s, which only the set as a whole gives" % (label, ", ".join(overridden)))
+    single = [option for option in ("bridge", "network") if shared.get(option) is not None]
+    if single and given.get("interfaces"):
+        raise ValidationError(
+            "%s sets interfaces while the set gives %s for every proxy; they are mutually exclusive: leave %s "
+            "out of the set and give each proxy its NICs, or drop this proxy's interfaces" % (
+                label, " and ".join(single), " and ".join(single)))
+    if given.get("name") in names:
+        raise ValidationError("%s: the name appears more than once in proxies" % label)
 
 
 def _choice(option, value, choices):

@@ -4,8 +4,8 @@
 
 """The tasks of kvm_proxy and kvm_proxy_set: the module set up, its parameters validated, the flow run.
 
-The only proxy file that needs Ansible: the flows themselves (_proxy.py,
-_proxy_set.py) import without it, so their unit tests run on any Python.
+The only proxy file that needs Ansible: the flow itself (_proxy.flow) imports
+without it, so its unit tests run on any Python.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,9 +15,8 @@ __metaclass__ = type
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.manager import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
 
 
@@ -51,7 +50,7 @@ class ProxyTask:
         self.request = ProxyRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
 
     def work(self, hypervisor):
-        return self.kvm.result(ProxyManager(hypervisor, self.request, check_mode=self.kvm.check_mode).run())
+        return self.kvm.result(run_proxy(hypervisor, self.request, self.kvm.check_mode).module_result(diff_mode=True))
 
 
 class ProxySetTask(ProxyTask):
@@ -65,7 +64,7 @@ class ProxySetTask(ProxyTask):
         self.request = SetRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
 
     def work(self, hypervisor):
-        result = SetManager(hypervisor, self.request, check_mode=self.kvm.check_mode).run()
+        result = run_set(hypervisor, self.request, self.kvm.check_mode).module_result(diff_mode=True)
         for entry in result["proxies"] + result["removed"]:
-            self.kvm.result(entry).pop("diff", None)  # the set's diff holds every proxy's
+            self.kvm.result(entry)  # each proxy's warnings are the task's; the set's diff holds every proxy's
         return self.kvm.result(result)

@@ -19,9 +19,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import Interface, interfaces_from_params
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.manager import ProxyManager
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
@@ -47,10 +47,10 @@ def run(tmp_path):
 
     def run_flow(hv, req, check_mode=False):
         time = FakeTime()
-        flow = SetManager if hasattr(req, "proxies") else ProxyManager
+        flow = run_set if hasattr(req, "proxies") else run_proxy
         before = len(hv.calls)
-        result = flow(hv, req, check_mode=check_mode, clock=lambda: NOW, sleep=time.sleep, monotonic=time.monotonic,
-                      lock_dir=str(tmp_path / "locks")).run()
+        result = flow(hv, req, check_mode, timing=Timing(clock=lambda: NOW, sleep=time.sleep, monotonic=time.monotonic),
+                      lock_dir=str(tmp_path / "locks")).module_result(diff_mode=True)
         assert not (check_mode and MUTATING.intersection(hv.calls[before:]))
         return result
 

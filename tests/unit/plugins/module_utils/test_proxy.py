@@ -21,6 +21,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     DomainParams,
     build_domain_xml,
@@ -34,10 +35,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
     UNDEFINE_SNAPSHOTS_METADATA,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import manager as proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import DEFAULT_VENDOR_DATA
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import (
@@ -126,15 +127,14 @@ def fake_time():
 
 @pytest.fixture
 def run(tmp_path, fake_time):
-    """run(hv, request, check_mode=False, **manager options) -> the result dict."""
+    """run(hv, request, check_mode=False, **flow options) -> the result dict, with its diff."""
 
-    def run_manager(hv, req, check_mode=False, **options):
+    def run_flow(hv, req, check_mode=False, **options):
         options.setdefault("lock_dir", str(tmp_path / "locks"))
-        manager = proxy.ProxyManager(hv, req, check_mode=check_mode, clock=lambda: NOW, sleep=fake_time.sleep,
-                                     monotonic=fake_time.monotonic, **options)
-        return manager.run()
+        timing = Timing(clock=lambda: NOW, sleep=fake_time.sleep, monotonic=fake_time.monotonic)
+        return run_proxy(hv, req, check_mode, timing=timing, **options).module_result(diff_mode=True)
 
-    return run_manager
+    return run_flow
 
 
 @pytest.fixture
@@ -779,7 +779,7 @@ def test_delete_with_a_missing_pool_still_removes_the_domain(run, converge):
 
 def test_delete_when_nothing_and_no_pool_exists():
     hv = FakeHypervisor()
-    result = proxy.ProxyManager(hv, absent()).run()
+    result = run_proxy(hv, absent()).as_dict()
     assert result["changed"] is False
 
 
@@ -902,7 +902,7 @@ def test_wait_for_ip_polls_until_the_guest_has_an_address(run, fake_time):
     fake_time.on_sleep = lambda n: lease(hv, "198.18.0.150", ADDRESS_SOURCE_AGENT) if n == 3 else None
     result = run(hv, request(wait_for_ip=True, mac="52:54:00:12:34:56"))
     assert (result["state"], result["ip"]) == ("Running", "198.18.0.150")
-    assert fake_time.slept == [execute.POLL_INTERVAL] * 3
+    assert fake_time.slept == [POLL_INTERVAL] * 3
 
 
 def test_wait_for_ip_gives_up_with_what_each_source_said(run, fake_time):

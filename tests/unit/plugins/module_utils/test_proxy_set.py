@@ -13,11 +13,13 @@ import datetime
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import POLL_INTERVAL
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.set import SetManager, SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_set
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     CREATE,
@@ -58,10 +60,10 @@ def fake_time():
 
 @pytest.fixture
 def run(tmp_path, fake_time):
-    def run_set(hv, req, check_mode=False, clock=lambda: NOW):
-        return SetManager(hv, req, check_mode=check_mode, clock=clock, sleep=fake_time.sleep,
-                          monotonic=fake_time.monotonic, lock_dir=str(tmp_path / "locks")).run()
-    return run_set
+    def run_flow(hv, req, check_mode=False, clock=lambda: NOW):
+        timing = Timing(clock=clock, sleep=fake_time.sleep, monotonic=fake_time.monotonic)
+        return run_set(hv, req, check_mode, timing=timing, lock_dir=str(tmp_path / "locks")).module_result(diff_mode=True)
+    return run_flow
 
 
 @pytest.fixture

@@ -9,13 +9,15 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 
+import time
+
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy
-from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     BASE,
     IMAGE_SHA,
@@ -79,6 +81,28 @@ def test_present_in_check_mode_then_for_real_then_idempotent(run, hypervisor):
     assert again["changed"] is False and again["actions"] == []
     again, _out, _opened = run(ARGS, diff=True)
     assert again["changed"] is False and again["diff"]["before"] == again["diff"]["after"]
+
+
+def powers_off_when_asked_for_an_address(hypervisor, name):
+    """Make the guest ``name`` power off as the address wait first asks for its address."""
+    ask = hypervisor.domain_addresses
+
+    def addresses(dom, source):
+        if dom.name == name:
+            dom.state = SHUTOFF
+        return ask(dom, source)
+
+    hypervisor.domain_addresses = addresses
+
+
+def test_a_proxy_that_stops_while_awaited_fails_in_seconds_naming_it(run, hypervisor):
+    powers_off_when_asked_for_an_address(hypervisor, NAME)
+    started = time.monotonic()
+    result, _out, _opened = run(dict(ARGS, wait_for_ip=True, wait_timeout=300))
+    assert time.monotonic() - started < 10  # one poll interval, not wait_timeout
+    assert result["failed"] is True and result["changed"] is True and result["actions"] == CREATE
+    assert result["msg"].startswith("%s stopped while its address was awaited: %s (state shutoff, bridge br0; arp: "
+                                    "domain not running)" % (NAME, NAME)), result["msg"]
 
 
 def test_diff_is_returned_only_in_diff_mode(run):

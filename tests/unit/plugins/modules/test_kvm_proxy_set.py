@@ -8,12 +8,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_set
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     IMAGE_SHA,
     MUTATING,
     UID,
     ready_host,
+)
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.modules.test_kvm_proxy import (
+    powers_off_when_asked_for_an_address,
 )
 
 SECRET = "root:s3cr3t-do-not-print"
@@ -49,3 +54,14 @@ def test_bad_input_fails_before_connecting(run_main):
     result, _out, opened = run_main(kvm_proxy_set.main, hypervisor, dict(ARGS, max_unavailable=0))
     assert result["failed"] is True and "max_unavailable must be" in result["msg"]
     assert opened == [] and hypervisor.calls == []
+
+
+def test_a_member_that_stops_while_awaited_fails_in_seconds_naming_it(run_main):
+    hypervisor = ready_host("nas1")
+    powers_off_when_asked_for_an_address(hypervisor, "proxy-b")
+    started = time.monotonic()
+    result, _out, _opened = run_main(kvm_proxy_set.main, hypervisor, dict(ARGS, wait_for_ip=True, wait_timeout=300))
+    assert time.monotonic() - started < 10  # one poll interval, not wait_timeout
+    assert result["failed"] is True and result["changed"] is True
+    assert result["msg"].startswith("proxy-b stopped while its address was awaited: proxy-b (state shutoff, bridge br0; "
+                                    "arp: domain not running)"), result["msg"]
