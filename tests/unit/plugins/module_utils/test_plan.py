@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import TransientError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
 
@@ -72,6 +73,23 @@ def test_execute_stops_at_the_first_failure():
     with pytest.raises(RuntimeError, match="x"):
         execute(plan, {"fail": fail, "record": lambda target, result: ran.append(target) or result})
     assert ran == []
+
+
+def test_a_failed_step_says_how_far_the_run_got_when_the_flow_asks():
+    def fail(target, result):
+        raise TransientError("gone", code=42)
+
+    def failed(error, step, done):
+        return error.after("%s failed after %s: %s" % (step.action, ", ".join(done), error.message), done)
+
+    plan = Plan.of([Step("ok", "one"), Step("ok", "two", also=("three",)), Step("fail", "four")], Done())
+    operations = {"ok": lambda target, result: result, "fail": fail}
+    with pytest.raises(TransientError) as raised:
+        execute(plan, operations, failed)
+    assert raised.value.message == "four failed after one, two, three: gone"
+    assert (raised.value.code, raised.value.completed_actions) == (42, ["one", "two", "three"])
+    with pytest.raises(TransientError, match="^gone$"):
+        execute(plan, operations)  # without ``failed`` the step's error is raised as it is
 
 
 def test_the_module_result_has_a_diff_in_diff_mode_only():
