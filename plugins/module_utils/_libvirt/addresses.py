@@ -162,7 +162,7 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
     The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
     guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
     At ``timeout`` the wait fails naming every proxy still without one, with what each address source said.
-    ``timing`` gives ``monotonic`` and ``sleep`` (_proxy_execute.Timing).
+    ``timing`` gives ``monotonic`` and ``sleep`` (_proxy.execute.Timing).
     """
     deadline = timing.monotonic() + timeout
     pending = OrderedDict((one.name, one) for one in awaited)
