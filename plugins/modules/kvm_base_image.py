@@ -299,35 +299,14 @@ kept:
       sample: []
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.argspec import kvm_base_image_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.task import BaseImageTask
 
-ARGUMENT_SPEC = dict(
-    name=dict(type="str", required=True),
-    url=dict(type="str"),
-    checksum=dict(type="str"),
-    format=dict(type="str", choices=["qcow2", "raw"], default="qcow2"),
-    pool=dict(type="str", default="default"),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    prune=dict(type="bool", default=False),
-    departing_volumes=dict(type="list", elements="str", default=[]),
-    max_virtual_size_gb=dict(type="int", default=MAX_DISK_SIZE_GB),
-    **download_argument_spec()
-)
+ARGUMENT_SPEC = kvm_base_image_argument_spec()
 
 
 def main():
-    module = KvmModule(
-        argument_spec=ARGUMENT_SPEC,
-        requirements=[REQUESTS_REQUIREMENT],
-        required_if=[("state", "present", ("url",))],
-    )
-    task = BaseImageTask(module.params)
-    module.run(lambda hypervisor: task.run(hypervisor, module.check_mode).module_result(module.diff_mode),
-               validate=task.validate)
+    BaseImageTask.main(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

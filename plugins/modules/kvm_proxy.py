@@ -328,7 +328,7 @@ ARGUMENT_SPEC = kvm_proxy_argument_spec()
 
 
 def main():
-    ProxyTask.run_module(ARGUMENT_SPEC)
+    ProxyTask.main(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

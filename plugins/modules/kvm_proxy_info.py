@@ -280,44 +280,14 @@ proxies:
       sample: true
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_host_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_info_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies, resolve_host
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxyInfoTask
 
 ARGUMENT_SPEC = kvm_proxy_info_argument_spec()
 
 
-class ProxyInfo:
-    """Reads the hypervisor; changes nothing."""
-
-    def __init__(self, kvm):
-        self.kvm = kvm
-        self.params = kvm.params
-
-    def validate(self):
-        if self.params["host"] is not None:
-            validate_host_name(self.params["host"])
-        if self.params["name"] is not None and not self.params["name"]:
-            raise ValidationError("name must not be empty; leave it out to list every proxy")
-
-    def run(self, hypervisor):
-        host = resolve_host(hypervisor, self.params["host"])
-        if self.params["name"] is not None:
-            entry = get_proxy(hypervisor, host, self.params["name"], uid=self.params["uid"])
-            proxies = [] if entry is None else [entry]
-        else:
-            proxies, warnings = list_proxies(hypervisor, host, uid=self.params["uid"], include_unmanaged=self.params["include_unmanaged"])
-            for warning in warnings:
-                self.kvm.module.warn(warning)
-        return dict(changed=False, host=host, found=bool(proxies), proxies=proxies)
-
-
 def main():
-    kvm = KvmModule(ARGUMENT_SPEC)
-    info = ProxyInfo(kvm)
-    kvm.run(info.run, validate=info.validate)
+    ProxyInfoTask.main(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

@@ -292,7 +292,7 @@ ARGUMENT_SPEC = kvm_proxy_set_argument_spec()
 
 
 def main():
-    ProxySetTask.run_module(ARGUMENT_SPEC)
+    ProxySetTask.main(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

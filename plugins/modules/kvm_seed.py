@@ -277,36 +277,14 @@ actions:
     - upload seed to volume proxy-1-seed.iso
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import SeedTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.argspec import kvm_seed_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.task import SeedTask
 
-ARGUMENT_SPEC = dict(
-    name=dict(type="str", required=True),
-    pool=dict(type="str", default="default"),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    # no_log keeps user-data, vendor-data and meta-data out of the invocation
-    # Ansible returns with -v and out of the hypervisor's journal, and masks
-    # them wherever they would appear (a dictionary as one document: see
-    # _module.KvmModule). raw, not str: Ansible would turn a dictionary into
-    # its Python repr, which cloud-init ignores. seed_files writes one as
-    # cloud-config.
-    user_data=dict(type="raw", default="", no_log=True),
-    meta_data=dict(type="dict", no_log=True),
-    vendor_data=dict(type="raw", no_log=True),
-    network_config=dict(type="raw"),
-    diff_content=dict(type="bool", default=False),
-)
+ARGUMENT_SPEC = kvm_seed_argument_spec()
 
 
 def main():
-    module = KvmModule(
-        argument_spec=ARGUMENT_SPEC,
-        requirements=[PYCDLIB_REQUIREMENT],
-    )
-    task = SeedTask(module.params)
-    module.run(lambda hypervisor: task.run(hypervisor, module.check_mode).module_result(module.diff_mode),
-               validate=task.validate)
+    SeedTask.main(ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The AnsibleModule wrapper every module of this collection uses.
+"""The AnsibleModule wrapper every module of this collection uses (through _common.task.Task).
 
 It merges the common options into a module's own argument spec, reports a
-missing Python library with the package to install, opens and closes the
-libvirt connection, and is the one place where the typed errors of
-_errors.py become a failed task.
+missing Python library with the package to install, and is the one place
+where the typed errors of _common.errors become a failed task.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,13 +18,8 @@ from urllib.parse import unquote
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import url_passwords
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
-    DEFAULT_URI,
-    LIBVIRT_REQUIREMENT,
-    Hypervisor,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI, LIBVIRT_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT
 
 # Every module talks to libvirt and reads or builds its XML.
@@ -172,19 +166,3 @@ class KvmModule:
         result.update(error.to_result())
         result["uri"] = self.params["uri"]
         self.module.fail_json(msg="%s (hypervisor %s)" % (error.message, self.params["uri"]), **result)
-
-    def run(self, work, validate=None):
-        """Validate, connect, call ``work(hypervisor)`` and exit with its result dict.
-
-        ``validate`` runs before any connection is opened, so bad input fails
-        without touching the hypervisor.
-        """
-        try:
-            if validate is not None:
-                validate()
-            with Hypervisor.open(self.params["uri"]) as hypervisor:
-                result = work(hypervisor)
-        except KvmError as error:
-            self.fail(error)
-        else:
-            self.module.exit_json(**result)

@@ -23,6 +23,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
 
 DISK_FORMATS = ("qcow2", "raw")
+DEFAULT_DISK_FORMAT = DISK_FORMATS[0]
+# The storage pool every module uses unless told otherwise: libvirt's own default pool.
+DEFAULT_POOL = "default"
 
 _VM_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # Pool, network and volume names are chosen outside this collection (or derived

@@ -14,7 +14,11 @@ from typing import Optional
 from urllib.parse import unquote, urlsplit
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_disk_format, validate_image_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
+    DEFAULT_DISK_FORMAT,
+    validate_disk_format,
+    validate_image_name,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, control_character, quoted
 
 # The largest disk a VM may have, in GiB: kvm_proxy's disk_size_gb is at most this. An image whose
@@ -88,7 +92,7 @@ class ImageSpec:
     name: str
     url: Optional[str] = None
     checksum: Optional[str] = None
-    format: str = "qcow2"
+    format: str = DEFAULT_DISK_FORMAT
 
     def __post_init__(self):
         validate_image_name(self.name)

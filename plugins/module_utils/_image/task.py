@@ -13,17 +13,23 @@ from dataclasses import replace
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_pool_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.task import Task
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.argspec import KVM_BASE_IMAGE_REQUIRED_IF
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import GIB, ensure_image
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images, remove_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 
 
-class BaseImageTask:
-    """One kvm_base_image task: ``validate()`` before connecting, then ``run(hypervisor, check_mode)`` -> a _plan.Result."""
+class BaseImageTask(Task):
+    """One kvm_base_image task: the image and its download options checked, then cached, pruned or removed."""
 
-    def __init__(self, params):
-        self.params = params
+    requirements = (REQUESTS_REQUIREMENT,)
+    required_if = KVM_BASE_IMAGE_REQUIRED_IF
+
+    def __init__(self, kvm):
+        super().__init__(kvm)
         self.spec = None
         self.download = None
 
@@ -40,8 +46,8 @@ class BaseImageTask:
         validate_pool_name(params["pool"])
         self.spec = ImageSpec(name=params["name"], url=params["url"], checksum=params["checksum"], format=params["format"])
 
-    def run(self, hypervisor, check_mode):
-        params = self.params
+    def run(self, hypervisor):
+        params, check_mode = self.params, self.kvm.check_mode
         if params["state"] == STATE_ABSENT:
             return remove_image(hypervisor, params["pool"], self.spec, self.download, check_mode=check_mode,
                                 departing=params["departing_volumes"])

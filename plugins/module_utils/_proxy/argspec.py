@@ -12,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import DISK_FORMATS
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.argspec import image_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import CPU_MODES, VIRT_TYPES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import INTERFACE_OPTIONS, LIST_OPTIONS
@@ -33,45 +33,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request 
     STATE_PRESENT,
     STATES,
 )
-
-DEFAULT_DISK_FORMAT = DISK_FORMATS[0]
-
-
-def image_options():
-    """The image a module caches: its cache name, URL, checksum and format."""
-    return dict(
-        name=dict(type="str", required=True),
-        url=dict(type="str", required=True),
-        checksum=dict(type="str"),
-        format=dict(type="str", choices=list(DISK_FORMATS), default=DEFAULT_DISK_FORMAT),
-    )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.argspec import cloud_init_options
 
 
 def interface_options():
     """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC, role and static address."""
     return {option: dict(type="list", elements="str") if option in LIST_OPTIONS else dict(type="str")
             for option in INTERFACE_OPTIONS}
-
-
-def cloud_init_options(user_data_default=None):
-    """The seed's files.
-
-    no_log keeps user-data, vendor-data (a bootcmd with a token) and meta-data
-    (a token) out of the invocation Ansible returns with -v, out of results
-    and messages, and out of the hypervisor's journal; _module.KvmModule masks
-    a dictionary among them as one document.
-    raw, not str: Ansible would turn a dictionary into its Python repr, which
-    cloud-init ignores; seed_files writes one as cloud-config.
-    """
-    user_data = dict(type="raw", no_log=True)
-    if user_data_default is not None:
-        user_data["default"] = user_data_default
-    return dict(
-        user_data=user_data,
-        vendor_data=dict(type="raw", no_log=True),
-        meta_data=dict(type="dict", no_log=True),
-        network_config=dict(type="raw"),
-    )
 
 
 def kvm_proxy_argument_spec():

@@ -25,6 +25,7 @@ from typing import Any, Optional, Union
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
+    DEFAULT_POOL,
     base_volume_name,
     overlay_volume_name,
     seed_volume_name,
@@ -66,7 +67,6 @@ ADOPT_ANY = "*"
 DEFAULT_VCPUS = 1
 DEFAULT_MEMORY_MIB = 1024
 DEFAULT_DISK_SIZE_GB = 10
-DEFAULT_POOL = "default"
 DEFAULT_MACHINE = "q35"
 DEFAULT_WAIT_TIMEOUT = 300
 DEFAULT_SHUTDOWN_TIMEOUT = 120

@@ -2,29 +2,29 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The tasks of kvm_proxy and kvm_proxy_set: the module set up, its parameters validated, the flow run.
+"""The tasks of kvm_proxy, kvm_proxy_set and kvm_proxy_info: the parameters validated, the flow run (_common.task).
 
-The only proxy file that needs Ansible: the flow itself (_proxy.flow) imports
-without it, so its unit tests run on any Python.
+The only proxy file that needs Ansible: the flow itself (_proxy.flow) and the
+listing (_proxy.inventory) import without it, so their unit tests run on any Python.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.task import Task
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
 
 
-class ProxyTask:
-    """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor.
-
-    ``kvm`` is the module's _module.KvmModule; ``run_module`` builds it and runs the task.
-    """
+class ProxyTask(Task):
+    """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor."""
 
     requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
     mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
@@ -34,23 +34,16 @@ class ProxyTask:
         ("state", "stopped", ("image", "base_volume"), True),
     ]
 
-    @classmethod
-    def run_module(cls, argument_spec):
-        kvm = KvmModule(argument_spec, requirements=cls.requirements, mutually_exclusive=cls.mutually_exclusive,
-                        required_if=cls.required_if)
-        task = cls(kvm)
-        kvm.run(task.work, validate=task.validate)
-
     def __init__(self, kvm):
-        self.kvm = kvm
+        super().__init__(kvm)
         self.request = None
 
     def validate(self):
-        params = self.kvm.params
-        self.request = ProxyRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
+        # ca_path is looked for here, on the module's host, before any connection.
+        self.request = ProxyRequest.from_params(self.params, DownloadOptions.from_params(self.params).require_ca_path())
 
-    def work(self, hypervisor):
-        return self.kvm.result(run_proxy(hypervisor, self.request, self.kvm.check_mode).module_result(diff_mode=True))
+    def run(self, hypervisor):
+        return run_proxy(hypervisor, self.request, self.kvm.check_mode)
 
 
 class ProxySetTask(ProxyTask):
@@ -60,11 +53,32 @@ class ProxySetTask(ProxyTask):
     required_if = []
 
     def validate(self):
-        params = self.kvm.params
-        self.request = SetRequest.from_params(params, DownloadOptions.from_params(params).require_ca_path())
+        self.request = SetRequest.from_params(self.params, DownloadOptions.from_params(self.params).require_ca_path())
 
-    def work(self, hypervisor):
-        result = run_set(hypervisor, self.request, self.kvm.check_mode).module_result(diff_mode=True)
+    def run(self, hypervisor):
+        return run_set(hypervisor, self.request, self.kvm.check_mode)
+
+    def returned(self, result):
+        result = result.module_result(self.kvm.diff_mode)
         for entry in result["proxies"] + result["removed"]:
-            self.kvm.result(entry)  # each proxy's warnings are the task's; the set's diff holds every proxy's
-        return self.kvm.result(result)
+            self.kvm.result(entry)  # each proxy's warnings are the task's, before the set's
+        return super().returned(result)
+
+
+class ProxyInfoTask(Task):
+    """kvm_proxy_info's task: reads the hypervisor; changes nothing."""
+
+    def validate(self):
+        if self.params["host"] is not None:
+            validate_host_name(self.params["host"])
+        if self.params["name"] is not None and not self.params["name"]:
+            raise ValidationError("name must not be empty; leave it out to list every proxy")
+
+    def run(self, hypervisor):
+        params = self.params
+        host = resolve_host(hypervisor, params["host"])
+        if params["name"] is not None:
+            entry = get_proxy(hypervisor, host, params["name"], uid=params["uid"])
+            return dict(changed=False, host=host, found=entry is not None, proxies=[] if entry is None else [entry])
+        proxies, warnings = list_proxies(hypervisor, host, uid=params["uid"], include_unmanaged=params["include_unmanaged"])
+        return dict(changed=False, host=host, found=bool(proxies), proxies=proxies, warnings=warnings)

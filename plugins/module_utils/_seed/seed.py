@@ -6,7 +6,7 @@
 
 Public API (kvm_seed and kvm_proxy call it)::
 
-    files = seed_files(name, user_data, meta_data, vendor_data, network_config)   # _nocloud
+    files = seed_files(name, user_data, meta_data, vendor_data, network_config)   # _seed.nocloud
     result = ensure_seed(hypervisor, pool_name, name, files, check_mode=False)    # a SeedResult
     removal = seed_removal(hypervisor, pool_name, name, check_mode=False)         # a SeedRemovalResult
 
@@ -39,13 +39,10 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import (
-    seed_volume_name,
-    validate_pool_name,
-    validate_vm_name,
-)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, PermanentError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import seed_volume_name, validate_pool_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import (
     VolumeUsers,
     find_pool,
@@ -61,19 +58,14 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 i
     build_iso,
     read_iso,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import seed_files
-
-# The flow's API, and the names kvm_proxy imports from here that live in _nocloud and _iso9660.
 
 UPLOAD_CHUNK = 256 * 1024
 # NoCloud seeds hold a few small text files. A volume larger than this is
 # not read into memory at all: it is reported unreadable and replaced.
 MAX_SEED_READ = 16 * 1024 * 1024
 
-# What the task found where the seed volume should be.
-PREVIOUS_ABSENT = "absent"
+# What the task found where the seed volume should be: STATE_ABSENT, STATE_PRESENT, or a volume that is no seed.
 PREVIOUS_UNREADABLE = "unreadable"
-PREVIOUS_PRESENT = "present"
 
 # The operations of the seed's plan steps.
 DELETE = "delete"
@@ -142,7 +134,7 @@ class SeedResult(Result):
 
     ``files`` summarises the desired files, ``current_files`` holds the
     contents read from the volume (None unless ``previous_state`` is
-    PREVIOUS_PRESENT), for callers that show them on request, and
+    STATE_PRESENT), for callers that show them on request, and
     ``new_files`` the desired contents. ``changed_files`` compares contents
     when the volume was read, and is every desired file when it was absent
     or unreadable (then nothing is known of what it held). ``reason`` says
@@ -186,7 +178,7 @@ class SeedResult(Result):
         before = {"volume": self.volume, "state": self.previous_state}
         if self.current_files is not None:
             before["files"] = _by_name(self.previous)
-        diff = {"before": before, "after": {"volume": self.volume, "state": PREVIOUS_PRESENT, "files": _by_name(self.files)}}
+        diff = {"before": before, "after": {"volume": self.volume, "state": STATE_PRESENT, "files": _by_name(self.files)}}
         if self.diff_content and self.changed:
             diff["prepared"] = content_diff(self.volume, self.current_files or {}, self.new_files)
         return diff
@@ -205,8 +197,8 @@ class SeedRemovalResult(Result):
                 "actions": list(self.actions)}
 
     def diff(self):
-        return {"before": {"volume": self.volume, "state": PREVIOUS_PRESENT if self.changed else PREVIOUS_ABSENT},
-                "after": {"volume": self.volume, "state": PREVIOUS_ABSENT}}
+        return {"before": {"volume": self.volume, "state": STATE_PRESENT if self.changed else STATE_ABSENT},
+                "after": {"volume": self.volume, "state": STATE_ABSENT}}
 
 
 def _by_name(summary):
@@ -235,7 +227,7 @@ def observe_seed(hypervisor, request):
 def plan_seed(request, observation):
     """Nothing when the volume holds the request's files; else delete it (if there), create and upload the image."""
     volume, vol = request.volume, observation.vol
-    result = SeedResult(volume, observation.path, observation.capacity, PREVIOUS_PRESENT, files=file_summary(request.files),
+    result = SeedResult(volume, observation.path, observation.capacity, STATE_PRESENT, files=file_summary(request.files),
                         current_files=observation.files, new_files=request.files)
     if observation.files is not None:
         changed_files = changed_file_names(observation.files, request.files)
@@ -245,7 +237,7 @@ def plan_seed(request, observation):
     else:
         # Absent or unreadable, nothing is known of the old files: every file is new.
         changed_files = sorted(request.files)
-        result = replace(result, previous_state=PREVIOUS_UNREADABLE if vol is not None else PREVIOUS_ABSENT)
+        result = replace(result, previous_state=PREVIOUS_UNREADABLE if vol is not None else STATE_ABSENT)
         reason = observation.problem if vol is not None else "volume %s does not exist" % volume
     steps = [Step(DELETE, "delete volume %s" % volume, vol)] if vol is not None else []
     steps.append(Step(WRITE, "create volume %s (%d bytes)" % (volume, len(request.image)), observation.pool,
@@ -362,28 +354,3 @@ def content_diff(volume, current, desired):
         parts.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines))
     return "".join(parts)
 
-
-class SeedTask:
-    """One kvm_seed task: ``validate()`` before connecting, then ``run(hypervisor, check_mode)``."""
-
-    def __init__(self, params):
-        self.params = params
-        self.files = None
-
-    def validate(self):
-        params = self.params
-        validate_vm_name(params["name"])
-        validate_pool_name(params["pool"])
-        network_config = params["network_config"]
-        if network_config is not None and not isinstance(network_config, (str, dict)):
-            raise ValidationError("network_config must be a YAML string or a dictionary, got %s" % type(network_config).__name__)
-        if params["state"] == "present":
-            self.files = seed_files(params["name"], params["user_data"], params["meta_data"], params["vendor_data"],
-                                    network_config)
-
-    def run(self, hypervisor, check_mode):
-        params = self.params
-        if params["state"] == "absent":
-            return seed_removal(hypervisor, params["pool"], params["name"], check_mode)
-        result = ensure_seed(hypervisor, params["pool"], params["name"], self.files, check_mode=check_mode)
-        return replace(result, diff_content=params["diff_content"])

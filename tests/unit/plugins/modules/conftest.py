@@ -14,6 +14,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import module as _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def run_main(monkeypatch, capsys):
             hypervisor.uri = uri
             return hypervisor
 
-        monkeypatch.setattr(_module.Hypervisor, "open", fake_open)
+        monkeypatch.setattr(Hypervisor, "open", fake_open)
         module_args = dict(args)
         if check_mode:
             module_args["_ansible_check_mode"] = True
