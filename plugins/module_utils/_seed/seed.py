@@ -353,4 +353,3 @@ def content_diff(volume, current, desired):
         lines = difflib.unified_diff(before_text.splitlines(True), after_text.splitlines(True), header_before, header_after)
         parts.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines))
     return "".join(parts)
-
