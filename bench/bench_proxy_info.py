@@ -28,7 +28,7 @@ import uuid
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import NotFoundError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import UNDEFINE_ALL, Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
@@ -112,7 +112,7 @@ def domain_xml(name, uid, pool_name, bridge):
         pool=pool_name,
         overlay_volume=overlay_volume_name(name),
         seed_volume=seed_volume_name(name),
-        bridge=bridge,
+        interfaces=(NicInfo(bridge=bridge),),
         virt_type=config.VIRT_TYPE,
         cpu_mode=config.CPU_MODE,
     ))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
@@ -88,8 +88,7 @@ def _managed_xml(member, lab):
         pool=lab.pool,
         overlay_volume=overlay_volume_name(member.name),
         seed_volume=seed_volume_name(member.name),
-        bridge=lab.bridge,
-        mac=member.mac,
+        interfaces=(NicInfo(bridge=lab.bridge, mac=member.mac),),
         virt_type=lab.virt_type,
         cpu_mode=lab.cpu_mode,
     ))

@@ -25,6 +25,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header i
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     DomainParams,
+    NicInfo,
     build_domain_xml,
     parse_domain_xml,
 )
@@ -92,10 +93,11 @@ def test_a_volume_name_is_refused_or_read_back_exactly(name):
 # --- metadata inside the domain XML ----------------------------------------------------------------------
 
 
-def _domain(**changes):
+def _domain(bridge="br0", network=None, **changes):
+    """The test's domain; ``bridge`` and ``network`` are its one NIC's."""
     base = DomainParams(name="eptest-prop", metadata=build_instance_element("uid", CREATED), vcpus=1,
                         memory_mib=128, pool="egress", overlay_volume="eptest-prop.qcow2",
-                        seed_volume="eptest-prop-seed.iso", bridge="br0")
+                        seed_volume="eptest-prop-seed.iso", interfaces=(NicInfo(bridge=bridge, network=network),))
     return dataclasses.replace(base, **changes)
 
 

@@ -49,11 +49,11 @@ _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 class DomainParams:
     """Everything build_domain_xml needs, already resolved so the builder stays a pure function.
 
-    ``metadata`` is the element from _metadata.build_instance_element. One NIC
-    sits on exactly one of ``bridge`` (a host bridge) or ``network`` (a libvirt
-    network); ``mac`` None lets libvirt pick one. Several NICs are given as
-    ``interfaces`` instead, in device order (the first is the boot NIC): values
-    with the same three attributes, such as _interfaces.Interface.
+    ``metadata`` is the element from _metadata.build_instance_element.
+    ``interfaces`` are the NICs in device order (the first is the boot NIC):
+    values with the attributes ``bridge`` (a host bridge) or ``network`` (a
+    libvirt network), exactly one of them set, and ``mac`` (None lets libvirt
+    pick one), such as _proxy.interfaces.Interface or NicInfo.
     """
 
     name: str
@@ -63,17 +63,10 @@ class DomainParams:
     pool: str
     overlay_volume: str
     seed_volume: str
-    bridge: Optional[str] = None
-    network: Optional[str] = None
-    mac: Optional[str] = None
+    interfaces: tuple = ()
     virt_type: str = "kvm"
     cpu_mode: str = "host-passthrough"
     machine: str = "q35"
-    interfaces: tuple = ()
-
-    def nics(self):
-        """Every NIC in device order: ``interfaces``, or the one of bridge/network/mac."""
-        return self.interfaces or (self,)
 
 
 @dataclass(frozen=True)
@@ -91,9 +84,9 @@ class DiskInfo:
 class NicInfo:
     """One ``<interface>`` of a domain; bridge or network depending on its type."""
 
-    mac: Optional[str]
-    bridge: Optional[str]
-    network: Optional[str]
+    mac: Optional[str] = None
+    bridge: Optional[str] = None
+    network: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -147,10 +140,10 @@ def validate_domain_params(params):
     validate_pool_name(params.pool)
     validate_volume_name(params.overlay_volume)
     validate_volume_name(params.seed_volume)
-    if params.interfaces and (params.bridge, params.network, params.mac) != (None, None, None):
-        raise ValidationError("domain %r has interfaces and bridge/network/mac: give every NIC in interfaces" % (params.name,))
+    if not params.interfaces:
+        raise ValidationError("domain %r needs a NIC: give at least one in interfaces" % (params.name,))
     macs = set()
-    for index, nic in enumerate(params.nics()):
+    for index, nic in enumerate(params.interfaces):
         if (nic.bridge is None) == (nic.network is None):
             raise ValidationError("domain %r needs exactly one of bridge or network for NIC %d" % (params.name, index))
         if nic.bridge is not None:
@@ -225,7 +218,7 @@ def build_domain_element(params):
     _sub(seed, "readonly")
     _sub(devices, "controller", type="scsi", index="0", model="virtio-scsi")
 
-    for nic in params.nics():
+    for nic in params.interfaces:
         if nic.bridge is not None:
             interface = _sub(devices, "interface", type="bridge")
             _sub(interface, "source", bridge=nic.bridge)

@@ -35,7 +35,8 @@ CREATED = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=datetime.timezone.utc
 NS = "{%s}" % METADATA_URI
 
 
-def params(**changes):
+def params(bridge="eplab0", network=None, mac=None, **changes):
+    """The test's domain; ``bridge``, ``network`` and ``mac`` are its one NIC's."""
     base = DomainParams(
         name="proxy-abc123",
         metadata=build_instance_element("11111111-2222-3333-4444-555555555555", CREATED),
@@ -44,7 +45,7 @@ def params(**changes):
         pool="egress-lab",
         overlay_volume="proxy-abc123.qcow2",
         seed_volume="proxy-abc123-seed.iso",
-        bridge="eplab0",
+        interfaces=(NicInfo(mac=mac, bridge=bridge, network=network),),
     )
     return dataclasses.replace(base, **changes)
 
@@ -164,6 +165,7 @@ def test_qemu_virt_type_and_machine():
     ({"pool": "a/b"}, "storage pool"),
     ({"overlay_volume": "../etc/shadow"}, "volume name"),
     ({"seed_volume": "x y"}, "volume name"),
+    ({"interfaces": ()}, "needs a NIC"),
     ({"bridge": None}, "exactly one of bridge or network"),
     ({"network": "default"}, "exactly one of bridge or network"),
     ({"bridge": 'br0" onload="x'}, "Linux interface name"),

@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     METADATA_URI,
@@ -62,8 +62,7 @@ def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, c
         pool="default",
         overlay_volume=overlay_volume_name(name),
         seed_volume=seed_volume_name(name),
-        bridge="br0",
-        mac=mac_of(name),
+        interfaces=(NicInfo(bridge="br0", mac=mac_of(name)),),
         virt_type="qemu",
         cpu_mode="none",
     ))

@@ -24,6 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     DomainParams,
+    NicInfo,
     build_domain_xml,
     parse_domain_xml,
 )
@@ -671,7 +672,7 @@ def hand_made(hv, state=RUNNING):
 def owned_by(hv, uid):
     xml = build_domain_xml(DomainParams(
         name=NAME, metadata=build_instance_element(uid, NOW, "ab" * 32), vcpus=1, memory_mib=512, pool="default",
-        overlay_volume=OVERLAY, seed_volume=SEED, bridge="br0"))
+        overlay_volume=OVERLAY, seed_volume=SEED, interfaces=(NicInfo(bridge="br0"),)))
     return hv.add_domain(NAME, xml, state=RUNNING)
 
 

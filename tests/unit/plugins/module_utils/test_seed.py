@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, build_domain_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import (
     SEED_LABEL,
@@ -624,7 +624,7 @@ def proxy_domain_xml(name, pool="default"):
     return build_domain_xml(DomainParams(
         name=name, metadata=build_instance_element("uid", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)),
         vcpus=1, memory_mib=512, pool=pool, overlay_volume=name + ".qcow2", seed_volume=seed_volume_name(name),
-        bridge="br0"))
+        interfaces=(NicInfo(bridge="br0"),)))
 
 
 @pytest.mark.parametrize("check_mode", [True, False])
