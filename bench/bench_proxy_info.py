@@ -112,7 +112,7 @@ def domain_xml(name, uid, pool_name, bridge):
         pool=pool_name,
         overlay_volume=overlay_volume_name(name),
         seed_volume=seed_volume_name(name),
-        interfaces=(NicInfo(bridge=bridge),),
+        interfaces=(NicInfo(mac=None, bridge=bridge, network=None),),
         virt_type=config.VIRT_TYPE,
         cpu_mode=config.CPU_MODE,
     ))

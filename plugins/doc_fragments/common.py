@@ -8,9 +8,11 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # What every module of this collection shares: the connection, the libvirt bindings, the attributes'
-    # descriptions (each module states its own support on top) and the action group.
+    # What every module of this collection shares: its authors, the connection, the libvirt bindings, the
+    # attributes' descriptions (each module states its own support on top) and the action group.
     DOCUMENTATION = r"""
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 options:
   uri:
     description:

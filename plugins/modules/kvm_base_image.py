@@ -37,8 +37,6 @@ description:
   - No base volume that another volume of the pool uses as its backing store is ever deleted by this module.
   - Concurrent runs for the same image and pool on the same machine (parallel playbooks, async tasks) download once;
     the second waits for the first and then finds the image ready.
-author:
-  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.image_download

@@ -33,8 +33,6 @@ description:
   - A domain of the same name that this collection did not create, or that records another owner O(uid), is never
     replaced or deleted unless O(force=true) (or, for another owner, O(adopt_uids) lists it); the task fails instead,
     naming the owner. Another owner's VM that matches the request is left as it is, with a warning.
-author:
-  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.proxy

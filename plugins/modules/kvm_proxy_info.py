@@ -24,8 +24,6 @@ description:
   - A domain that disappears while the hypervisor is listed, or whose definition or state cannot be read, is left out
     with a warning, so one broken domain does not hide the others. A hypervisor that cannot be reached, or stops
     answering during the listing, fails the task, so nothing built on this result acts on a partial view.
-author:
-  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 options:
   name:
     description:

@@ -40,8 +40,6 @@ description:
   - A proxy of O(proxies) with O(proxies[].state=absent) that another owner, or nobody, created is left as it is and
     reported (outcome V(left alone (another owner)) or V(left alone (unmanaged)), with the reason and a warning); the
     set's own are removed and the task does not fail. M(egress_proxies.kvm.kvm_proxy) refuses such a domain instead.
-author:
-  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.proxy

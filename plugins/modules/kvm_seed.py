@@ -22,8 +22,6 @@ description:
     files, or a volume that is not a complete seed (for example one whose upload was cut off), are replaced.
   - This module manages the seed volume only. M(egress_proxies.kvm.kvm_proxy) makes the seed of the VMs it creates
     itself; use this module for VMs defined in other ways.
-author:
-  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 extends_documentation_fragment:
   - egress_proxies.kvm.common
 attributes:

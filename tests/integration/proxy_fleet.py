@@ -88,7 +88,7 @@ def _managed_xml(member, lab):
         pool=lab.pool,
         overlay_volume=overlay_volume_name(member.name),
         seed_volume=seed_volume_name(member.name),
-        interfaces=(NicInfo(bridge=lab.bridge, mac=member.mac),),
+        interfaces=(NicInfo(mac=member.mac, bridge=lab.bridge, network=None),),
         virt_type=lab.virt_type,
         cpu_mode=lab.cpu_mode,
     ))

@@ -94,7 +94,7 @@ def test_domain_from_the_builders_is_accepted_started_and_read_back(lab, hypervi
     params = _domain_xml.DomainParams(
         name=NAME, metadata=_metadata.build_instance_element("uid-<&>\"'", created, digest), vcpus=1, memory_mib=128,
         pool=lab.pool, overlay_volume=OVERLAY, seed_volume=SEED,
-        interfaces=(_domain_xml.NicInfo(bridge=lab.bridge, mac="52:54:00:aa:bb:cc"),),
+        interfaces=(_domain_xml.NicInfo(mac="52:54:00:aa:bb:cc", bridge=lab.bridge, network=None),),
         virt_type=lab.virt_type, cpu_mode=lab.cpu_mode)
     dom = hypervisor.define_domain(_domain_xml.build_domain_xml(params))
 

@@ -97,7 +97,7 @@ def _domain(bridge="br0", network=None, **changes):
     """The test's domain; ``bridge`` and ``network`` are its one NIC's."""
     base = DomainParams(name="eptest-prop", metadata=build_instance_element("uid", CREATED), vcpus=1,
                         memory_mib=128, pool="egress", overlay_volume="eptest-prop.qcow2",
-                        seed_volume="eptest-prop-seed.iso", interfaces=(NicInfo(bridge=bridge, network=network),))
+                        seed_volume="eptest-prop-seed.iso", interfaces=(NicInfo(mac=None, bridge=bridge, network=network),))
     return dataclasses.replace(base, **changes)
 
 

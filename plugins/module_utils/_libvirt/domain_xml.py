@@ -84,9 +84,9 @@ class DiskInfo:
 class NicInfo:
     """One ``<interface>`` of a domain; bridge or network depending on its type."""
 
-    mac: Optional[str] = None
-    bridge: Optional[str] = None
-    network: Optional[str] = None
+    mac: Optional[str]
+    bridge: Optional[str]
+    network: Optional[str]
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, c
         pool="default",
         overlay_volume=overlay_volume_name(name),
         seed_volume=seed_volume_name(name),
-        interfaces=(NicInfo(bridge="br0", mac=mac_of(name)),),
+        interfaces=(NicInfo(mac=mac_of(name), bridge="br0", network=None),),
         virt_type="qemu",
         cpu_mode="none",
     ))

@@ -672,7 +672,7 @@ def hand_made(hv, state=RUNNING):
 def owned_by(hv, uid):
     xml = build_domain_xml(DomainParams(
         name=NAME, metadata=build_instance_element(uid, NOW, "ab" * 32), vcpus=1, memory_mib=512, pool="default",
-        overlay_volume=OVERLAY, seed_volume=SEED, interfaces=(NicInfo(bridge="br0"),)))
+        overlay_volume=OVERLAY, seed_volume=SEED, interfaces=(NicInfo(mac=None, bridge="br0", network=None),)))
     return hv.add_domain(NAME, xml, state=RUNNING)
 
 

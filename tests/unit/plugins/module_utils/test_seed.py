@@ -624,7 +624,7 @@ def proxy_domain_xml(name, pool="default"):
     return build_domain_xml(DomainParams(
         name=name, metadata=build_instance_element("uid", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)),
         vcpus=1, memory_mib=512, pool=pool, overlay_volume=name + ".qcow2", seed_volume=seed_volume_name(name),
-        interfaces=(NicInfo(bridge="br0"),)))
+        interfaces=(NicInfo(mac=None, bridge="br0", network=None),)))
 
 
 @pytest.mark.parametrize("check_mode", [True, False])
