@@ -586,7 +586,7 @@ def b2_section(results, b2, plots):
         if missed_actions:
             lines.append(
                 "- Create of %s: the set takes %.1f s, %.2f s per proxy, with up to 8 proxies built at a time "
-                "(`WORKERS` in `_proxy_set.py`). Each build is an overlay, a seed, a define and a QEMU start; on "
+                "(`WORKERS` in `_proxy/flow.py`). Each build is an overlay, a seed, a define and a QEMU start; on "
                 "this 2-vCPU machine, lab-hv1's libvirtd and the QEMU processes it starts share the two cores with "
                 "the controller. What would close it: a profile of the builds against `virsh start` of as many "
                 "defined domains, the floor of the starts alone." % (big, create, create / int(big)))
