@@ -5,6 +5,7 @@ benchmark returns a dict of such figures and plain values, which bench/run write
 into one JSON file and bench/report.py turns into docs/performance.md.
 """
 
+import glob
 import json
 import os
 import resource
@@ -170,6 +171,35 @@ def rss_kib(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
 """
+
+# Runs in a measured process on the hypervisor's Python, its argv[1] the collections path: a module's main() as
+# AnsiballZ runs it there, with ansible's module_utils taken from this checkout's venv (the hypervisor has none).
+# The bench sees the module as a user does (its arguments and its result), not the module_utils behind it.
+RUN_MODULE = r"""
+import contextlib, importlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.append(%r)
+from ansible.module_utils.testing import patch_module_args
+
+
+def module_main(module):
+    # Import it ahead of a measured run, so that its imports are not part of the run.
+    return importlib.import_module("ansible_collections.egress_proxies.kvm.plugins.modules." + module).main
+
+
+def run_module(module, args):
+    # The module's result: the JSON it prints when it exits. A failed task raises.
+    out = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(out):
+        try:
+            module_main(module)()
+        except SystemExit:
+            pass
+    result = json.loads(out.getvalue())
+    if result.get("failed"):
+        raise RuntimeError("%%s failed: %%s" %% (module, result.get("msg")))
+    return result
+""" % next(iter(glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages"))), "")
 
 
 def agent_ipv4(on, domain, prefix):

@@ -7,8 +7,8 @@ server (its own process, sending Content-Length). Timed, on the same file:
   as on a hypervisor), and an `ansible.builtin.ping` task: module work = task - ping;
 - the floor: `virsh vol-create-as` + `virsh vol-upload` of the file into the same pool;
 - `curl` of the URL to /dev/null: what the HTTP side alone costs;
-- the peak RSS (VmHWM) of a fresh /usr/bin/python3 process calling ensure_image, the
-  module's code path without Ansible's wrapper, with its RSS after the imports.
+- the peak RSS (VmHWM) of a fresh /usr/bin/python3 process running the module's main(),
+  the module's code path without Ansible's transport, with its RSS after the imports.
 
 Every volume made is deleted after each run. The 4 GiB size runs once, and only when
 the pool's file system has room for the image, its cached copy and the floor's copy.
@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tempfile
 
-from bench._common import HYPERVISOR_PYTHON, PREFIX, RSS_READER, adhoc, ansible_env, config, delete_volumes, figure, repeat, timed, virsh
+from bench._common import HYPERVISOR_PYTHON, PREFIX, RSS_READER, RUN_MODULE, adhoc, ansible_env, config, delete_volumes, figure, repeat, timed, virsh
 
 IMAGE_NAME = PREFIX + "b1"
 FLOOR_VOLUME = PREFIX + "b1-floor"
@@ -36,22 +36,15 @@ print(server.server_port, flush=True)
 server.serve_forever()
 """
 
-# Runs in the measured process: only what the module itself would do.
-PEAK_RSS = RSS_READER + r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image import cache
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import ImageSpec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
-
+# Runs in the measured process: the module's main() on the hypervisor's Python, without Ansible's transport.
+PEAK_RSS = RSS_READER + RUN_MODULE + r"""
 uri, pool, name, url, sha256 = sys.argv[2:7]
-with Hypervisor.open(uri) as hypervisor:
-    before = rss_kib("VmRSS")
-    result = cache.ensure_image(hypervisor, pool, ImageSpec(name, url, "sha256:" + sha256))
-    peak = rss_kib("VmHWM")
-print(json.dumps({"rss_before_mib": before / 1024, "peak_mib": peak / 1024, "seconds": result.seconds,
-                  "bytes": result.bytes}))
+module_main("kvm_base_image")
+before = rss_kib("VmRSS")
+result = run_module("kvm_base_image", dict(uri=uri, pool=pool, name=name, url=url, checksum="sha256:" + sha256))
+peak = rss_kib("VmHWM")
+print(json.dumps({"rss_before_mib": before / 1024, "peak_mib": peak / 1024, "seconds": result["seconds"],
+                  "bytes": result["bytes"]}))
 """
 
 

@@ -1,11 +1,11 @@
 """Time and memory of the cloud-init seed (kvm_seed, kvm_proxy's seed step), on the local lab.
 
 For each user-data size, a fresh process on the hypervisor's Python (/usr/bin/python3 with Debian's
-python3-libvirt 9.0 and python3-pycdlib 1.12, as the module runs there) works on seed volume
-eptest-bench-seed-seed.iso in the lab pool through a real Hypervisor, in four steps: build_iso
-alone; the first ensure_seed (volume absent: build, create, upload); ensure_seed again with the same
-files (download, parse, compare: unchanged); ensure_seed with one file changed (meta-data gains a
-key: download, parse, compare, delete, create, upload). Each step reports its wall time and the
+python3-libvirt 9.0 and python3-pycdlib 1.12, as the module runs there) runs kvm_seed's main() on seed
+volume eptest-bench-seed-seed.iso in the lab pool, in four steps: check mode with the volume absent
+(the image built, nothing written); the first run (build, create, upload); a run with the same
+files (download, parse, compare: unchanged); a run with one file changed (meta-data gains a key:
+download, parse, compare, delete, create, upload). Each step reports its wall time and the
 process's peak resident memory during that step (the peak is reset before each step through
 /proc/self/clear_refs).
 
@@ -22,10 +22,8 @@ import statistics
 import subprocess
 import sys
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import remove_seed
 from bench._common import BUILD_COLLECTIONS as COLLECTIONS
-from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER
+from bench._common import HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER, RUN_MODULE
 from tests.lab import config
 
 NAME = "eptest-bench-seed"
@@ -33,20 +31,14 @@ NAME = "eptest-bench-seed"
 # unmapped when freed, so a step's peak shows what the step holds, not heap kept from an earlier one.
 MMAP_THRESHOLD = 128 * 1024
 
-# Runs in the measured process: only what the module itself would do, step by step.
-MEASURE = RSS_READER + r"""
-import base64, json, os, sys, time
-sys.path.insert(0, sys.argv[1])
+# Runs in the measured process: kvm_seed's main() on the hypervisor's Python, step by step.
+MEASURE = RSS_READER + RUN_MODULE + r"""
+import base64, os, time
 
 def reset_peak():
     # Writing 5 resets VmHWM to the current RSS (Linux 4.0+).
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
-
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import iso9660
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import nocloud
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed import seed
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
 
 uri, pool, name, size, runs = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 
@@ -55,37 +47,47 @@ def user_data(size):
     head = b"#cloud-config\n"
     body = base64.encodebytes(os.urandom(size))
     text = head + b"".join(b"# " + line for line in body.splitlines(keepends=True))
-    return text[:size - 1] + b"\n"
+    return (text[:size - 1] + b"\n").decode("ascii")
 
-files = nocloud.seed_files(name, user_data=user_data(size))
-changed = nocloud.seed_files(name, user_data=files[nocloud.USER_DATA], meta_data={"bench": "changed"})
+seed = dict(uri=uri, pool=pool, name=name, user_data=user_data(size))
+changed = dict(seed, meta_data={"bench": "changed"})
+absent = dict(uri=uri, pool=pool, name=name, state="absent")
 steps = {}
 
-def step(label, work):
+def step(label, args):
     reset_peak()
     start = rss_kib("VmRSS")
     started = time.perf_counter()
-    result = work()
+    result = run_module("kvm_seed", args)
     seconds = time.perf_counter() - started
     steps.setdefault(label, []).append({"seconds": seconds, "rss_start_kib": start, "peak_kib": rss_kib("VmHWM")})
     return result
 
-with Hypervisor.open(uri) as hypervisor:
-    seed.remove_seed(hypervisor, pool, name)
-    rss_start = rss_kib("VmRSS")
-    try:
-        for _run in range(runs):
-            image_size = len(step("build_iso", lambda: iso9660.build_iso(files)))
-            first = step("ensure_seed, first (create + upload)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
-            same = step("ensure_seed, unchanged (download + parse + compare)", lambda: seed.ensure_seed(hypervisor, pool, name, files))
-            change = step("ensure_seed, one file changed", lambda: seed.ensure_seed(hypervisor, pool, name, changed))
-            assert first.changed and not same.changed and change.changed_files == [nocloud.META_DATA], (
-                first.as_dict(), same.as_dict(), change.as_dict())
-            seed.remove_seed(hypervisor, pool, name)
-    finally:
-        seed.remove_seed(hypervisor, pool, name)
-print(json.dumps({"user_data": len(files[nocloud.USER_DATA]), "image": image_size, "rss_start_kib": rss_start, "steps": steps}))
+module_main("kvm_seed")
+run_module("kvm_seed", absent)
+rss_start = rss_kib("VmRSS")
+try:
+    for _run in range(runs):
+        built = step("check mode, volume absent (the image built, nothing written)", dict(seed, _ansible_check_mode=True))
+        first = step("first run (create + upload)", seed)
+        same = step("unchanged (download + parse + compare)", seed)
+        change = step("one file changed", changed)
+        assert first["changed"] and not same["changed"] and change["changed_files"] == ["meta-data"], (first, same, change)
+        run_module("kvm_seed", absent)
+finally:
+    run_module("kvm_seed", absent)
+print(json.dumps({"user_data": len(seed["user_data"]), "image": built["size"], "rss_start_kib": rss_start, "steps": steps}))
 """
+
+
+def remove_seed():
+    """kvm_seed state=absent on the lab: the seed volume gone, whatever a killed run left."""
+    completed = subprocess.run([HYPERVISOR_PYTHON, "-c", RUN_MODULE + 'run_module("kvm_seed", json.loads(sys.argv[2]))',
+                                COLLECTIONS, json.dumps(dict(uri=config.LIBVIRT_URI, pool=config.POOL_NAME, name=NAME,
+                                                             state="absent"))],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        sys.exit("removing seed volume %s-seed.iso failed:\n%s" % (NAME, completed.stderr))
 
 
 def on_signal(signum, frame):
@@ -123,8 +125,7 @@ def main():
             results.append((kib, json.loads(completed.stdout)))
     finally:
         # The measured process removes its volume; this covers a process that was killed.
-        with Hypervisor.open(config.LIBVIRT_URI) as hypervisor:
-            remove_seed(hypervisor, config.POOL_NAME, NAME)
+        remove_seed()
     print("| user-data | ISO (bytes) | step | median of %d (s) | RSS at step start (MiB) | peak RSS in step (MiB) "
           "| peak - start (MiB) |" % args.runs)
     print("|---|---:|---|---:|---:|---:|---:|")
@@ -135,7 +136,7 @@ def main():
                 size_label(kib), result["image"], label, statistics.median(entry["seconds"] for entry in rounds),
                 worst["rss_start_kib"] / 1024, worst["peak_kib"] / 1024, (worst["peak_kib"] - worst["rss_start_kib"]) / 1024))
     print()
-    print("RSS of the measuring process after generating the user-data, importing and connecting: %s MiB" % ", ".join(
+    print("RSS of the measuring process after generating the user-data and importing the module: %s MiB" % ", ".join(
         "%.1f (%s)" % (result["rss_start_kib"] / 1024, size_label(kib)) for kib, result in results))
 
 
