@@ -132,6 +132,12 @@ def validate_domain_params(params):
     metadata = params.metadata
     if not etree.iselement(metadata) or metadata.tag != "{%s}%s" % (METADATA_URI, INSTANCE_TAG):
         raise ValidationError("domain %r needs the metadata element from build_instance_element" % (params.name,))
+    validate_domain_settings(params)
+
+
+def validate_domain_settings(params):
+    """validate_domain_params without the metadata element: needs no lxml, so a request validates on any Python."""
+    validate_vm_name(params.name)
     if not _is_int(params.vcpus) or not 1 <= params.vcpus <= MAX_VCPUS:
         raise ValidationError("vcpus must be a whole number from 1 to %d, got %r" % (MAX_VCPUS, params.vcpus))
     if not _is_int(params.memory_mib) or not MIN_MEMORY_MIB <= params.memory_mib <= MAX_MEMORY_MIB:

@@ -101,7 +101,8 @@ def parse_rfc3339(text):
         return OLDEST
 
 
-def _validate_uid(uid):
+def validate_uid(uid):
+    """``uid`` when it can be recorded as an owner, else ValidationError (no XML built: needs no lxml)."""
     if not is_value_text(uid) or len(uid) > _MAX_UID_LENGTH:
         raise ValidationError(
             "owner uid %r is not valid: use 1-%d characters without control characters "
@@ -125,7 +126,7 @@ def build_instance_element(uid, created_at, spec_digest=None, spec_json=None):
     """
     texts = [
         ("managed", "true"),
-        ("uid", _validate_uid(uid)),
+        ("uid", validate_uid(uid)),
         ("createdAt", format_rfc3339(created_at)),
     ]
     digest = _validate_spec_digest(spec_digest)

@@ -41,9 +41,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain
     VIRT_TYPES,
     DomainParams,
     normalize_mac,
-    validate_domain_params,
+    validate_domain_settings,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element, validate_uid
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import interfaces_from_params, interfaces_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.network_config import static_network_config
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import (
@@ -166,7 +166,7 @@ class ProxyRequest:
         if isinstance(image, dict):
             image = ImageSpec(**{key: value for key, value in image.items() if value is not None})
         given["image"] = image
-        # virt_type and cpu_mode are validated with the domain's parameters (validate_domain_params), once.
+        # virt_type and cpu_mode are validated with the domain's settings (validate_domain_settings), once.
         given.setdefault("cpu_mode", DEFAULT_CPU_MODE.get(given.get("virt_type", DEFAULT_VIRT_TYPE)))
         if given.get("mac") is not None:
             given["mac"] = normalize_mac(given["mac"])
@@ -188,13 +188,12 @@ class ProxyRequest:
         if self.host is not None:
             validate_host_name(self.host)
         if self.uid is not None:
-            # The metadata builder owns the uid rules; building it once refuses a bad uid now.
-            build_instance_element(self.uid, utcnow())
+            validate_uid(self.uid)
         if self.adopt_uids and self.uid is None:
             raise ValidationError("adopt_uids needs uid: the adopted domains are recorded with this task's uid")
         for adopted in self.adopt_uids:
             if adopted != ADOPT_ANY:
-                build_instance_element(adopted, utcnow())
+                validate_uid(adopted)
         for option in ("wait_timeout", "shutdown_timeout"):
             whole_number(option, getattr(self, option), 0)
         whole_number("disk_size_gb", self.disk_size_gb, 1, MAX_DISK_SIZE_GB)
@@ -218,7 +217,8 @@ class ProxyRequest:
         if not self.interfaces:
             raise ValidationError("state=%s needs bridge (a host bridge such as br0) or network (a libvirt network) "
                                   "for the VM's NIC, or interfaces for several" % self.state)
-        validate_domain_params(self.domain_params(build_instance_element(self.uid or "validation", utcnow())))
+        # Without the metadata element: validating needs no lxml (the controller's filters run it).
+        validate_domain_settings(self.domain_params(None))
 
     def domain_params(self, metadata):
         return DomainParams(
