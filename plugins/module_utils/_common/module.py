@@ -18,16 +18,13 @@ from urllib.parse import unquote
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import url_passwords
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI, LIBVIRT_REQUIREMENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import LIBVIRT_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT
 
 # Every module talks to libvirt and reads or builds its XML.
 BASE_REQUIREMENTS = (LIBVIRT_REQUIREMENT, LXML_REQUIREMENT)
-
-
-def common_argument_spec():
-    return dict(uri=dict(type="str", default=DEFAULT_URI))
 
 
 def _masked_strings(value):

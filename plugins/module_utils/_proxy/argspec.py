@@ -35,6 +35,18 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.argspec import cloud_init_options
 
+# The options' relations, beside the specs: the modules (_proxy/task.py) and the controller's filters
+# (ArgumentSpecValidator) both read them.
+KVM_PROXY_MUTUALLY_EXCLUSIVE = [("bridge", "network"), ("image", "base_volume")]
+# The NIC (bridge, network or interfaces) is checked by ProxyRequest, which names the options of a mix.
+KVM_PROXY_REQUIRED_IF = [
+    ("state", "present", ("image", "base_volume"), True),
+    ("state", "stopped", ("image", "base_volume"), True),
+]
+# Each proxy's own entry may give what the set does not: ProxyRequest checks what each one needs.
+KVM_PROXY_SET_MUTUALLY_EXCLUSIVE = KVM_PROXY_MUTUALLY_EXCLUSIVE
+KVM_PROXY_SET_REQUIRED_IF = []
+
 
 def interface_options():
     """One NIC of the ``interfaces`` list: on a bridge or a network, with an optional MAC, role and static address."""

@@ -17,6 +17,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.task import Task
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
+    KVM_PROXY_MUTUALLY_EXCLUSIVE,
+    KVM_PROXY_REQUIRED_IF,
+    KVM_PROXY_SET_REQUIRED_IF,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, SetRequest
@@ -27,12 +32,8 @@ class ProxyTask(Task):
     """kvm_proxy's task: the module's parameters into a validated request, then the flow on the hypervisor."""
 
     requirements = (REQUESTS_REQUIREMENT, PYCDLIB_REQUIREMENT)
-    mutually_exclusive = [("bridge", "network"), ("image", "base_volume")]
-    # The NIC (bridge, network or interfaces) is checked by ProxyRequest, which names the options of a mix.
-    required_if = [
-        ("state", "present", ("image", "base_volume"), True),
-        ("state", "stopped", ("image", "base_volume"), True),
-    ]
+    mutually_exclusive = KVM_PROXY_MUTUALLY_EXCLUSIVE
+    required_if = KVM_PROXY_REQUIRED_IF
 
     def __init__(self, kvm):
         super().__init__(kvm)
@@ -49,8 +50,7 @@ class ProxyTask(Task):
 class ProxySetTask(ProxyTask):
     """kvm_proxy_set's task: the parameters into a validated set request, then the set's flow."""
 
-    # Each proxy's own entry may give what the set does not: ProxyRequest checks what each one needs.
-    required_if = []
+    required_if = KVM_PROXY_SET_REQUIRED_IF
 
     def validate(self):
         self.request = SetRequest.from_params(self.params, DownloadOptions.from_params(self.params).require_ca_path())
