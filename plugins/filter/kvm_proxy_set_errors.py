@@ -10,11 +10,14 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import LXML_REQUIREMENT, etree
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
+    KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
+    KVM_PROXY_SET_REQUIRED_IF,
+    kvm_proxy_set_argument_spec,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxySetTask
 
 DOCUMENTATION = r"""
 name: kvm_proxy_set_errors
@@ -63,8 +66,8 @@ def kvm_proxy_set_errors(arguments):
                                  "modules need it on the hypervisor" % (library, hint))
     spec = common_argument_spec()
     spec.update(kvm_proxy_set_argument_spec())
-    validator = ArgumentSpecValidator(spec, mutually_exclusive=ProxySetTask.mutually_exclusive,
-                                      required_if=ProxySetTask.required_if)
+    validator = ArgumentSpecValidator(spec, mutually_exclusive=KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
+                                      required_if=KVM_PROXY_SET_REQUIRED_IF)
     checked = validator.validate(dict(arguments))
     if checked.error_messages:
         return list(checked.error_messages)

@@ -13,7 +13,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_argument_spec
 
