@@ -31,6 +31,16 @@ def role_defaults():
         return yaml.safe_load(handle)
 
 
+def role_variables(hypervisor="hv1", **overrides):
+    """The mapping vars/main.yml hands the filters proxy_instances and proxy_set_args (egress_proxy__variables), with
+    the role's defaults and ``overrides`` in it, on the hypervisor ``hypervisor``."""
+    with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
+        names = yaml.safe_load(handle)["egress_proxy__variables"]
+    variables = dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy_host=hypervisor)
+    variables.update(overrides)
+    return {name: variables[name] for name in names}
+
+
 def render_each(renders):
     """Each (template, variables) of ``renders`` rendered: a list of {"text": ...} or {"error": the message}."""
     completed = subprocess.run([sys.executable, os.path.abspath(__file__)], input=json.dumps(renders),

@@ -31,6 +31,8 @@ SHARED = {
     "egress_proxy_autostart": "autostart",
     "egress_proxy_on_drift": "on_drift",
     "egress_proxy_adopt_uids": "adopt_uids",
+    "egress_proxy_shutdown_timeout": "shutdown_timeout",
+    "egress_proxy_wait_timeout": "wait_timeout",
 }
 
 

@@ -9,7 +9,8 @@ import os
 
 import yaml
 
-from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import role_instances, set_arguments
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables
 
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 REMOVE_PROXIES = "Remove the proxies and their disks"
@@ -53,12 +54,18 @@ def test_the_image_goes_only_as_predicted_and_otherwise_a_warning_says_why_and_t
     assert names[-1] == "Report the proxies of this hypervisor" and "when" not in tasks[names[-1]][1]
 
 
-def test_the_removal_gives_a_running_proxy_the_roles_shutdown_timeout(tmp_path):
+def test_the_removal_gives_a_running_proxy_the_roles_shutdown_timeout():
     """A running proxy is stopped with an ACPI request before it is removed: the destroy waits egress_proxy_shutdown_timeout
     for it, as a converge does, not the module's default."""
-    out = run_role_tasks(tmp_path, "egress_proxy", "validate_names", {
-        "egress_proxy_instances": [{"name": "egress-a"}], "egress_proxy_shutdown_timeout": 7,
-        # The removals, rendered from the role's template, are not what this test reads.
-        "egress_proxy__removals": []}, check=True,
-        after=[{"ansible.builtin.debug": {"msg": "TIMEOUT={{ egress_proxy__destroy_args.shutdown_timeout }}"}}])
-    assert '"msg": "TIMEOUT=7"' in out, out
+    variables = dict(role_variables(), egress_proxy_shutdown_timeout=7)
+    instances = role_instances([{"name": "egress-a"}], variables, removing=True)
+    arguments = set_arguments(instances, variables, removing=True)
+    assert arguments["shutdown_timeout"] == 7 and arguments["gc"] is False
+    assert arguments["proxies"] == [{"name": "egress-a", "state": "absent"}]
+
+
+def test_the_removal_passes_the_checked_arguments_each_one_visible():
+    for name in ("Predict which proxies the removal takes", REMOVE_PROXIES):
+        task = removal_block()[name][1]["egress_proxies.kvm.kvm_proxy_set"]
+        assert task == {option: "{{ egress_proxy__destroy_args.%s }}" % option for option in task}, name
+        assert set(task) == {"uri", "host", "uid", "adopt_uids", "pool", "state", "gc", "shutdown_timeout", "proxies"}

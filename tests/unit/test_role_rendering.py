@@ -2,20 +2,20 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The egress_proxy role renders its costly values once per run (issue 19, B2), never printing the user-data."""
+"""The egress_proxy role shapes its data in Python and renders its costly values once per run, never printing the
+user-data (issue 19, B2; issue 25, item 5)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import os
-import re
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
-# Each lazy variable of vars/main.yml that a task fixes into a fact, and the tasks file that does it.
-FIXED = {"egress_proxy__instances": "validate_names.yml", "egress_proxy__set_args": "validate.yml"}
 
 
 def read(*parts):
@@ -27,66 +27,63 @@ def tasks(name):
     return yaml.safe_load(read("tasks", name))
 
 
-def index_of(task_list, predicate):
-    (index,) = [index for index, task in enumerate(task_list) if predicate(task)]
-    return index
+def named(task_list, name):
+    (task,) = [task for task in task_list if task["name"] == name]
+    return task
 
 
-def sets_fact(fact):
-    return lambda task: fact in task.get("ansible.builtin.set_fact", {})
+def test_no_template_builds_data_and_no_variable_builds_lists_in_jinja():
+    assert sorted(os.listdir(os.path.join(ROLE, "templates"))) == ["squid.conf.j2", "user-data.yml.j2"]
+    texts = [read("vars", "main.yml")] + [read("tasks", name) for name in ("main.yml", "arguments.yml", "destroy.yml")]
+    for text in texts:
+        for idiom in ("from_json", "append(", "namespace(", "{% set", "product(", "items2dict"):
+            assert idiom not in text, idiom
 
 
-def test_each_costly_value_is_rendered_into_a_fact_from_its_lazy_variable():
+def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables():
     variables = yaml.safe_load(read("vars", "main.yml"))
-    for fact, tasks_file in FIXED.items():
-        assert fact not in variables, fact
-        assert fact + "_lazy" in variables, fact
-        task_list = tasks(tasks_file)
-        task = task_list[index_of(task_list, sets_fact(fact))]
-        assert task["ansible.builtin.set_fact"] == {fact: "{{ %s_lazy }}" % fact}
+    assert variables["egress_proxy__set_args_lazy"].strip() == (
+        "{{ egress_proxy__instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, "
+        "user_data=egress_proxy__rendered) }}")
+    # Each value of the mapping is the role's variable of that name.
+    assert variables["egress_proxy__variables"] == {name: "{{ %s }}" % name for name in variables["egress_proxy__variables"]}
+    steps = tasks("arguments.yml")
+    instances = named(steps, "Check the proxies of this hypervisor")["ansible.builtin.set_fact"]["egress_proxy__instances"]
+    assert "egress_proxy__desired | egress_proxies.kvm.proxy_instances(egress_proxy__variables)" in instances
 
 
-def test_only_the_tasks_that_fix_them_read_the_lazy_variables():
-    """A loop, a `when` or a template reading a lazy variable would render it again at every reference."""
-    texts = {"vars/main.yml": yaml.safe_dump(list(yaml.safe_load(read("vars", "main.yml")).values()))}
-    for folder in ("tasks", "templates"):
-        texts.update(("%s/%s" % (folder, name), read(folder, name)) for name in os.listdir(os.path.join(ROLE, folder)))
-    readers = {}
-    for path, text in texts.items():
-        for lazy in re.findall(r"\b(egress_proxy__\w+_lazy)\b", text):
-            readers.setdefault(lazy, set()).add(path)
-    assert readers == {"egress_proxy__instances_lazy": {"tasks/validate_names.yml"},
-                       "egress_proxy__set_args_lazy": {"tasks/validate.yml"}}
-    rendering = [task for task in tasks("validate.yml") if "egress_proxy__set_args_lazy" in yaml.safe_dump(task)]
-    assert [task["name"] for task in rendering] == ["Render the proxies' arguments", "Keep the proxies' arguments for the converge"]
+def test_the_user_data_is_rendered_once_per_proxy_and_never_shown():
+    steps = tasks("arguments.yml")
+    render = named(steps, "Render the user-data of each proxy")
+    assert render["no_log"] is True and render["register"] == "egress_proxy__rendered"
+    assert render["loop_control"]["loop_var"] == "egress_proxy_instance"
+    assert "user-data.yml.j2" in render["ansible.builtin.set_fact"]["egress_proxy__user_data"]
+    # The check shows a refusal (no no_log); then the fact that holds the user-data is kept with no_log.
+    names = [task["name"] for task in steps]
+    check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep kvm_proxy_set's arguments for the converge")
+    assert keep == check + 1 and names.index("Render the user-data of each proxy") < check
+    assert "no_log" not in steps[check] and steps[keep]["no_log"] is True
+    assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["that"]
+    assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["fail_msg"]
+    assert steps[keep]["ansible.builtin.set_fact"] == {"egress_proxy__set_args": "{{ egress_proxy__set_args_lazy }}"}
+    # Nothing else reads the lazy arguments (each reference would shape and validate them again).
+    readers = [name for name in os.listdir(os.path.join(ROLE, "tasks")) if "egress_proxy__set_args_lazy" in read("tasks", name)]
+    assert readers == ["arguments.yml"]
 
 
-def test_the_arguments_fact_hides_the_user_data_after_an_assert_has_shown_any_templating_error():
-    task_list = tasks("validate.yml")
-    kept = index_of(task_list, sets_fact("egress_proxy__set_args"))
-    render = task_list[kept - 1]
-    assert task_list[kept]["no_log"] is True
-    assert "ansible.builtin.assert" in render and "no_log" not in render
-    # The condition and the message both render the arguments (2.15 reports an error only from the message).
-    assert "egress_proxy__set_args_lazy" in render["ansible.builtin.assert"]["that"]
-    assert "egress_proxy__set_args_lazy" in render["ansible.builtin.assert"]["fail_msg"]
-    check = index_of(task_list, lambda task: "kvm_proxy_set_errors" in str(task.get("vars", {})))
-    assert check > kept
+def test_the_converge_shows_every_argument_it_passes():
+    (block,) = [task for task in tasks("main.yml") if "block" in task]
+    converge = named(block["block"], "Converge the proxies of this hypervisor")
+    arguments = converge["egress_proxies.kvm.kvm_proxy_set"]
+    assert "module_defaults" not in converge
+    spec = kvm_proxy_set_argument_spec()
+    for option, value in arguments.items():
+        assert option == "uri" or option in spec, option
+        assert value.startswith("{{ egress_proxy__set_args.%s" % option), option
+    assert {"uid", "image", "wait_timeout", "proxies", "gc"} <= set(arguments)
 
 
-def test_the_instances_are_fixed_before_any_task_loops_over_them():
-    task_list = tasks("validate_names.yml")
-    fixed = index_of(task_list, sets_fact("egress_proxy__instances"))
-    loops = [index for index, task in enumerate(task_list) if "egress_proxy__instances" in str(task.get("loop", ""))]
-    assert loops and min(loops) > fixed
-    for entry in ("main.yml", "destroy.yml"):
-        imports = [task.get("ansible.builtin.import_tasks") for task in tasks(entry)]
-        assert "validate_names.yml" in imports or "validate.yml" in imports, entry
-
-
-def test_the_templates_include_one_another_rather_than_call_the_template_lookup_per_proxy():
-    """The lookup deep-copies all of the host's variables on every call: a quarter of a second per proxy."""
-    assert "lookup(" not in read("templates", "proxies.json.j2")
-    assert "{% include 'user-data.yml.j2' %}" in read("templates", "proxies.json.j2")
+def test_the_templates_include_one_another_rather_than_call_the_template_lookup():
+    """The lookup deep-copies all of the host's variables on every call: the role calls it once per proxy."""
     assert "lookup(" not in read("templates", "user-data.yml.j2")
     assert "{% include 'squid.conf.j2' %}" in read("templates", "user-data.yml.j2")

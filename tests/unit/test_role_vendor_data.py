@@ -2,7 +2,7 @@
 
 kvm_proxy's default vendor-data installs qemu-guest-agent through cloud-init `packages:`, which cloud-init takes
 when the role's user-data has none: the role passes an empty vendor-data then, unless egress_proxy_vendor_data says
-otherwise. The role's validate.yml renders the converge's arguments, on localhost, and the test reads vendor_data.
+otherwise. The role's arguments.yml shapes the converge's arguments, on localhost, and the test reads vendor_data.
 """
 
 import json
@@ -25,7 +25,7 @@ SHOW = [{"ansible.builtin.debug": {"msg": "VENDOR_DATA={{ egress_proxy__set_args
 
 def vendor_data(tmp_path, **variables):
     """[vendor_data] as the role passes it to kvm_proxy_set, [] when it leaves the option out (the module's default)."""
-    out = run_role_tasks(tmp_path, "egress_proxy", "validate", dict(ROLE_VARS, **variables), check=True, after=SHOW)
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(ROLE_VARS, **variables), check=True, after=SHOW)
     return json.loads(json.loads(re.search(r'"msg": ("VENDOR_DATA=.*")', out).group(1))[len("VENDOR_DATA="):])
 
 

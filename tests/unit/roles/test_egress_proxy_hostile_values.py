@@ -13,17 +13,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
-import os
-import re
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import ROLE, render_each, role_defaults
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables as role_filter_variables
 
 # Line breaks for squid, YAML or a shell; a comment; quotes; blanks; digits int() takes or refuses that are not
 # ASCII (superscript two, Arabic-Indic 80, fullwidth 80); an IPv6 scope; a value far longer than any real one.
@@ -54,7 +54,7 @@ DIRECTIVES = ["http_port", "acl", "acl", "acl", "acl", "http_access", "http_acce
 
 
 def instance(**overrides):
-    """One entry of egress_proxy__instances as validate_names.yml fills it in."""
+    """One instance as the filter proxy_instances fills it in."""
     entry = {"name": "egress-1", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10, "mac": "",
              "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
              "dns": [], "search": [], "outside": {}}
@@ -62,27 +62,28 @@ def instance(**overrides):
     return entry
 
 
-def role_vars():
-    with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
-        return yaml.safe_load(handle)
-
-
 def role_variables(overrides):
     variables = dict(role_defaults(), inventory_hostname="hv1", egress_proxy_bridge="br0",
-                     egress_proxy_allowed_clients=["10.0.0.0/8"])
+                     egress_proxy_allowed_clients=["10.0.0.0/8"],
+                     egress_proxy_image={"name": "debian-12", "url": "https://images.example/debian-12.qcow2"})
     entry = instance(**overrides.get("instance", {}))
     variables.update((key, value) for key, value in overrides.items() if key != "instance")
     if "egress_proxy_allowed_clients" in overrides:
         entry["allowed_clients"] = overrides["egress_proxy_allowed_clients"]
-    variables["egress_proxy__instances"] = [entry]
+    entry["outside"] = dict(variables["egress_proxy_outside"], **entry["outside"])
+    variables["egress_proxy_instance"] = entry
     return variables, entry
 
 
+def filter_variables(variables):
+    """The role's variables as vars/main.yml hands them to the filters."""
+    return role_filter_variables(**{key: value for key, value in variables.items()
+                                    if key.startswith("egress_proxy_") and key not in ("egress_proxy_instance", "egress_proxy_host")})
+
+
 def squid_conf(rendered):
-    """The squid.conf of the one proxy rendered by proxies.json.j2: its user-data parsed, then the file it writes."""
-    text = rendered["text"]
-    (proxy,) = json.loads(text) if isinstance(text, str) else text
-    user_data = yaml.safe_load(proxy["user_data"])
+    """The squid.conf of the one proxy rendered by user-data.yml.j2: its user-data parsed, then the file it writes."""
+    user_data = yaml.safe_load(rendered["text"])
     (squid,) = [entry["content"] for entry in user_data["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
     return user_data, squid
 
@@ -97,14 +98,14 @@ CASES = [(variable, make(text)) for variable, make in SQUID_VALUES for text in H
 
 @pytest.fixture(scope="module")
 def rendered_cases():
-    """Every case rendered through proxies.json.j2 (which includes user-data.yml.j2 and squid.conf.j2), in one go."""
-    return render_each([("proxies.json.j2", role_variables(overrides)[0]) for _variable, overrides in CASES])
+    """Every case rendered through user-data.yml.j2 (which includes squid.conf.j2), in one go."""
+    return render_each([("user-data.yml.j2", role_variables(overrides)[0]) for _variable, overrides in CASES])
 
 
 def test_the_template_writes_exactly_its_own_directives_for_a_usable_proxy():
     variables, _entry = role_variables({"egress_proxy_allowed_clients": ["10.0.0.0/8", "2001:DB8::/32", "10.1.2.3/32"],
                                         "egress_proxy_safe_ports": ["80", "0443", "1025-65535"]})
-    (rendered,) = render_each([("proxies.json.j2", variables)])
+    (rendered,) = render_each([("user-data.yml.j2", variables)])
     _user_data, squid = squid_conf(rendered)
     assert directives(squid) == DIRECTIVES
     # Written in their normalised form: what was checked is what squid reads.
@@ -117,10 +118,10 @@ def test_a_hostile_squid_value_is_refused_by_the_check_and_the_template_naming_i
     variable, overrides = CASES[index]
     variables, entry = role_variables(overrides)
     if variable == "name":
-        # validate_names.yml refuses the name first, by the role's own pattern.
-        assert not re.match(role_vars()["egress_proxy__name_pattern"], entry["name"]), entry["name"]
-    checked = dict(entry, outside=dict(variables["egress_proxy_outside"], **entry["outside"]))
-    problems = squid_settings_errors(checked, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+        # proxy_instances refuses the name first, by the modules' own rule.
+        with pytest.raises(AnsibleFilterError, match="is not a valid VM name"):
+            proxy_instances([entry], filter_variables(variables))
+    problems = squid_settings_errors(entry, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
                                      variables["egress_proxy_forwarded_for"])
     assert len(problems) == 1 and variable in problems[0], problems
     assert len(problems[0]) < 400, problems[0]
@@ -138,7 +139,7 @@ def test_hostile_ssh_keys_are_written_as_yaml_strings_that_read_back_whole():
     variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
     assert squid_settings_errors(entry, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
                                  variables["egress_proxy_forwarded_for"], keys) == []
-    (rendered,) = render_each([("proxies.json.j2", variables)])
+    (rendered,) = render_each([("user-data.yml.j2", variables)])
     user_data, squid = squid_conf(rendered)
     assert user_data["ssh_authorized_keys"] == keys
     assert directives(squid) == DIRECTIVES
@@ -154,21 +155,15 @@ def test_an_ssh_key_that_would_write_a_line_of_its_own_is_refused_naming_it(text
     assert "U+%04X at offset 26" % ord(text) in problem and text not in problem
 
 
-def test_validate_yml_refuses_such_a_key_naming_it(tmp_path):
-    """The check validate.yml runs on each proxy, rendered as the play renders it, gets the role's keys.
-
-    render_each reads a template by its path under templates/, which an absolute path replaces.
-    """
-    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
-        (block,) = [task["block"] for task in yaml.safe_load(handle) if "block" in task]
-    (check,) = [task for task in block if "squid_settings_errors" in str(task.get("vars"))]
-    expression = tmp_path / "problems.j2"
-    expression.write_text("{{ (%s) | to_json }}" % check["vars"]["egress_proxy__problems"].strip()[2:-2])
+def test_the_roles_check_refuses_such_a_key_naming_it_and_the_proxy():
+    """The check proxy_instances runs on each proxy gets the role's keys."""
     keys = ["ssh-ed25519 AAAAC3Nza key0\nssh-ed25519 AAAAC3Nza evil"]
     variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
-    (rendered,) = render_each([(str(expression), dict(variables, egress_proxy_instance=entry))])
-    (problem,) = json.loads(rendered["text"])
-    assert problem.startswith("egress_proxy_ssh_authorized_keys[0] ") and "U+000A at offset 26" in problem
+    with pytest.raises(AnsibleFilterError) as raised:
+        proxy_instances([dict(entry, outside={})], filter_variables(variables))
+    message = raised.value.message
+    assert "SSH keys of egress-1 on hv1 are not usable: egress_proxy_ssh_authorized_keys[0] " in message
+    assert "U+000A at offset 26" in message
 
 
 STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "nameservers": ["198.18.0.1"],

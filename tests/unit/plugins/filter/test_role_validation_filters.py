@@ -8,17 +8,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
 import pytest
-import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
 
-ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
-                    "..", "roles", "egress_proxy")
 IMAGE = {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}
 VALID = {"uid": "egress-eu", "bridge": "br0", "image": IMAGE, "user_data": "#cloud-config\n{}\n",
          "proxies": [{"name": "egress-eu-1"}, {"name": "egress-eu-2", "vcpus": 2}]}
@@ -85,23 +80,6 @@ def test_what_squid_would_refuse_is_a_problem(proxy, safe, connect, words):
     assert words in problem
 
 
-def test_the_role_passes_the_validated_arguments_to_the_module():
-    """The converge and the removal get exactly the dictionaries validate.yml and destroy.yml check."""
-    # destroy.yml calls the module twice: in check mode to predict what the removal takes, then to remove.
-    for entry, arguments in (("main", "{{ egress_proxy__set_args }}"), ("destroy", "{{ egress_proxy__destroy_args }}")):
-        with open(os.path.join(ROLE, "tasks", entry + ".yml")) as handle:
-            blocks = [task for task in yaml.safe_load(handle) if "block" in task]
-        tasks = [task for block in blocks for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
-        assert tasks, entry
-        for task in tasks:
-            assert task["module_defaults"] == {"egress_proxies.kvm.kvm_proxy_set": arguments}, task["name"]
-            assert task["egress_proxies.kvm.kvm_proxy_set"] == {}, task["name"]
-    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
-        assert "egress_proxy__set_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
-    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
-        assert "egress_proxy__destroy_args | egress_proxies.kvm.kvm_proxy_set_errors" in handle.read()
-
-
 @pytest.mark.parametrize("value", ["#cloud-config\npackages: [squid]\n", "#!/bin/sh\n", "", {"packages": ["squid"]}])
 def test_cloud_init_data_the_modules_write_gives_no_errors(value):
     assert cloud_init_data_errors(value, "egress_proxy_user_data") == []
@@ -117,11 +95,3 @@ def test_cloud_init_data_the_modules_write_gives_no_errors(value):
 def test_cloud_init_data_the_modules_refuse_is_named_as_the_role_variable(value, words):
     (error,) = cloud_init_data_errors(value, "egress_proxy_user_data")
     assert error.startswith(words), error
-
-
-def test_the_role_checks_its_own_user_data_and_vendor_data_before_the_proxies_arguments():
-    with open(os.path.join(ROLE, "tasks", "validate.yml")) as handle:
-        text = handle.read()
-    for variable in ("egress_proxy_user_data", "egress_proxy_vendor_data"):
-        checked = "%s | egress_proxies.kvm.cloud_init_data_errors('%s')" % (variable, variable)
-        assert checked in text and text.index(checked) < text.index("egress_proxy__set_args"), variable

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, set_arguments
+
+DOCUMENTATION = r"""
+name: proxy_set_args
+short_description: The arguments of kvm_proxy_set for one hypervisor of the egress_proxy role, validated by the module
+version_added: 0.4.0
+description:
+  - Turns the instances of one hypervisor (from P(egress_proxies.kvm.proxy_instances#filter)) and the role's variables
+    into the arguments of M(egress_proxies.kvm.kvm_proxy_set), each instance one entry of its O(egress_proxies.kvm.kvm_proxy_set#module:proxies).
+  - Then runs the module's own validation on them (its argument spec, then its checks of every proxy and of the set's
+    options, as P(egress_proxies.kvm.kvm_proxy_set_errors#filter) does), without connecting anywhere, and fails with
+    the module's message and the hypervisor's name; so the role refuses whatever the module would, before its first
+    task that talks to libvirt.
+  - Options the role leaves unset are left out, so the module's defaults apply.
+  - With O(removing) (the destroy entry point) the arguments remove every instance, garbage collection off.
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+extends_documentation_fragment:
+  - egress_proxies.kvm.egress_proxy_role
+positional: _input, variables
+options:
+  _input:
+    description: The hypervisor's instances, as P(egress_proxies.kvm.proxy_instances#filter) returns them.
+    type: list
+    elements: dict
+    required: true
+  user_data:
+    description:
+      - The registered result of the loop that rendered the role's user-data per instance, each item an instance
+        and the text its C(ansible.builtin.set_fact) left in C(egress_proxy__user_data). Unused with
+        C(egress_proxy_user_data), which every proxy gets instead.
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Converge the proxies of this hypervisor
+  vars:
+    set_args: "{{ instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, user_data=rendered) }}"
+  egress_proxies.kvm.kvm_proxy_set:
+    uid: "{{ set_args.uid }}"
+    proxies: "{{ set_args.proxies }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The arguments of M(egress_proxies.kvm.kvm_proxy_set), by option name.
+  type: dict
+"""
+
+
+def proxy_set_args(instances, variables, user_data=None, removing=False):
+    """kvm_proxy_set's arguments for one hypervisor, checked by the module's validation; fails on what it refuses."""
+    try:
+        return set_arguments(instances, variables, user_data, removing)
+    except RoleInputError as error:
+        raise AnsibleFilterError(str(error)) from None
+
+
+class FilterModule:
+    def filters(self):
+        return {"proxy_set_args": proxy_set_args}

@@ -1,0 +1,328 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The egress_proxy role's data, shaped and checked in Python on the controller.
+
+The role hands its variables to two filters: proxy_instances (each instance with the role-wide settings filled
+in, and the checks only the role can make, on its own variables) and proxy_set_args (kvm_proxy_set's arguments,
+validated by the module's own code: its argument spec with ArgumentSpecValidator, then SetRequest.from_params).
+Nothing here imports AnsibleModule or a library the modules need on the hypervisor (libvirt, lxml, pycdlib,
+requests): a controller with ansible-core alone runs it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
+    KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
+    KVM_PROXY_SET_REQUIRED_IF,
+    kvm_proxy_set_argument_spec,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import authorized_keys_problems, squid_settings
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+
+# The per-instance keys and the role-wide variable each one falls back to (meta/argument_specs.yml).
+INSTANCE_DEFAULTS = (
+    ("state", "egress_proxy_state"),
+    ("vcpus", "egress_proxy_vcpus"),
+    ("memory_mib", "egress_proxy_memory_mib"),
+    ("disk_size_gb", "egress_proxy_disk_size_gb"),
+    ("autostart", "egress_proxy_autostart"),
+    ("port", "egress_proxy_port"),
+    ("allowed_clients", "egress_proxy_allowed_clients"),
+    ("address", "egress_proxy_address"),
+    ("gateway", "egress_proxy_gateway"),
+    ("dns", "egress_proxy_dns"),
+    ("search", "egress_proxy_search"),
+)
+# What every call of kvm_proxy_set gets from the role: the hypervisor, the owner, the pool.
+TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
+                  ("adopt_uids", "egress_proxy_adopt_uids"), ("pool", "egress_proxy_pool"))
+
+
+class RoleInputError(Exception):
+    """What the role refuses, as the sentence its task fails with."""
+
+
+def kvm_proxy_set_errors(arguments):
+    """The messages kvm_proxy_set would fail with for ``arguments`` (a dict of its options), before connecting.
+
+    The module's own validation: its argument spec (types, choices, unknown options, mutually_exclusive,
+    required_if), then the set's and each proxy's checks. [] when the module accepts them.
+    """
+    spec = common_argument_spec()
+    spec.update(kvm_proxy_set_argument_spec())
+    validator = ArgumentSpecValidator(spec, mutually_exclusive=KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
+                                      required_if=KVM_PROXY_SET_REQUIRED_IF)
+    checked = validator.validate(dict(arguments))
+    if checked.error_messages:
+        return list(checked.error_messages)
+    params = checked.validated_parameters
+    try:
+        # The download options too; ca_path names a file on the module's host, so it is not looked for here.
+        SetRequest.from_params(params)
+    except KvmError as error:
+        return [error.message]
+    return []
+
+
+def _blank(value):
+    """Jinja's falsiness, which the role's variables have always been read with: "" and [] and {} and None."""
+    return not value
+
+
+def _bool(value):
+    """A role variable read as Jinja's ``bool`` filter reads it (the role's argument spec checks, but does not
+    convert, what the inventory gives: "yes" stays a string)."""
+    return boolean(value, strict=False)
+
+
+def _json(value):
+    return json.dumps(value)
+
+
+def fill_in(entry, variables):
+    """One instance (an entry of egress_proxy_instances or egress_proxy_fleet) with the role-wide settings filled in
+    where it gives none of its own, and ``outside`` its outside NIC: egress_proxy_outside with its own over it."""
+    instance = {key: variables[variable] for key, variable in INSTANCE_DEFAULTS}
+    instance.update(mac="", outside={})
+    instance["autostart"] = _bool(instance["autostart"])
+    instance.update(entry)
+    instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
+    return instance
+
+
+def _name_problems(instances, variables):
+    hypervisor = variables["inventory_hostname"]
+    if _blank(variables["egress_proxy_uid"]):
+        return ["The proxies of %s: %s has an empty owner (egress_proxy_uid); the role records one owner per deployment, "
+                "so set it to a name of your deployment or leave egress_proxy_uid at its default."
+                % (hypervisor, _json(instance["name"])) for instance in instances[:1]]
+    names = [instance.get("name") for instance in instances]
+    problems = []
+    for instance in instances:
+        try:
+            validate_vm_name(instance["name"])
+            wrong = "appears more than once" if names.count(instance["name"]) > 1 else None
+        except ValidationError:
+            wrong = "is not a valid VM name"
+        if wrong:
+            problem = ("The proxies of %s (egress_proxy_instances%s): the name %s %s. Use 1-63 lowercase letters, digits "
+                       "and hyphens, starting and ending with a letter or digit (the name is also the proxy's host "
+                       "name), once per hypervisor." % (hypervisor, " and egress_proxy_fleet" if "hypervisor" in instance else "",
+                                                         _json(instance["name"]), wrong))
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+def _placement_problems(kept, variables):
+    """The image and the network the running and stopped instances need."""
+    image, bridge, network = variables["egress_proxy_image"], variables["egress_proxy_bridge"], variables["egress_proxy_network"]
+    if image is not None and _blank(bridge) != _blank(network):
+        return []
+    return ["%s has instances to run (%s), so the role needs %sexactly one of egress_proxy_bridge (a Linux bridge on the "
+            "hypervisor) or egress_proxy_network (a libvirt network); egress_proxy_bridge is %s, egress_proxy_network is %s."
+            % (variables["inventory_hostname"], ", ".join(instance["name"] for instance in kept),
+               "egress_proxy_image (name, url, and preferably checksum) and " if image is None else "", _json(bridge),
+               _json(network))]
+
+
+def _squid_problems(kept, variables):
+    """Every value squid.conf.j2 writes and the SSH keys user-data.yml.j2 writes, unless a user-data replaces both."""
+    if not _blank(variables["egress_proxy_user_data"]):
+        return []
+    problems = []
+    for instance in kept:
+        found = squid_settings(instance, variables["egress_proxy_safe_ports"],
+                               variables["egress_proxy_connect_ports"], variables["egress_proxy_forwarded_for"])[1]
+        found += authorized_keys_problems(variables["egress_proxy_ssh_authorized_keys"])
+        if found:
+            problems.append("The squid settings or SSH keys of %s on %s are not usable: %s."
+                            % (instance["name"], variables["inventory_hostname"], "; ".join(found)))
+    return problems
+
+
+def _two_nic_problems(kept, variables):
+    problems = []
+    for instance in kept:
+        outside = instance["outside"]
+        if not outside:
+            continue
+        found = [] if instance["address"] else ["address: the inside NIC needs a static address (squid listens only there)"]
+        if _blank(outside.get("address")):
+            found.append("outside.address: the outside NIC needs a static address (the egress address)")
+        if instance["gateway"]:
+            found.append("gateway %s: the default route leaves through the outside NIC; give outside.gateway instead"
+                         % instance["gateway"])
+        if _blank(outside.get("bridge")) == _blank(outside.get("network")):
+            found.append("outside: give exactly one of bridge and network")
+        if found:
+            problems.append("Proxy %s on %s has an outside NIC, so: %s."
+                            % (instance["name"], variables["inventory_hostname"], "; ".join(found)))
+    return problems
+
+
+def _shared_address_problems(kept, variables):
+    statics = []  # (address without its prefix, "<proxy> <field>") of every static NIC
+    for instance in kept:
+        outside = instance["outside"]
+        for field, address in (("address", instance["address"]), ("outside.address", outside.get("address"))):
+            if not _blank(address):
+                statics.append((address.split("/")[0], "%s %s" % (instance["name"], field)))
+    addresses = [address for address, _nic in statics]
+    shared = ["%s %s" % (nic, address) for address, nic in statics if addresses.count(address) > 1]
+    if not shared:
+        return []
+    return ["Two proxies on %s have one static address: %s. Give each NIC its own address."
+            % (variables["inventory_hostname"], ", ".join(shared))]
+
+
+def _port_problems(kept, variables):
+    if not _bool(variables["egress_proxy_wait_for_port"]):
+        return []
+    elsewhere = [instance["name"] for instance in kept if instance["port"] != variables["egress_proxy_port"]]
+    if not elsewhere:
+        return []
+    return ["egress_proxy_wait_for_port waits for egress_proxy_port (%s) on every proxy, but on %s %s set another port. "
+            "Give them egress_proxy_port, or set egress_proxy_wait_for_port to false."
+            % (variables["egress_proxy_port"], variables["inventory_hostname"], ", ".join(elsewhere))]
+
+
+def _cloud_data_problems(variables):
+    """The role's own user-data and vendor-data, as the modules check them (named as the role's variables)."""
+    errors = []
+    for variable, given in (("egress_proxy_user_data", not _blank(variables["egress_proxy_user_data"])),
+                            ("egress_proxy_vendor_data", variables["egress_proxy_vendor_data"] is not None)):
+        if given:
+            try:
+                render_cloud_data(variables[variable], variable)
+            except ValidationError as error:
+                errors.append(error.message)
+    if not errors:
+        return []
+    return ["The proxies of %s are not usable: %s." % (variables["inventory_hostname"], "; ".join(errors))]
+
+
+# The role's checks of its own variables, in the order they run: the first that finds a problem stops there.
+KEPT_CHECKS = (_placement_problems, _squid_problems, _two_nic_problems, _shared_address_problems, _port_problems)
+
+
+def role_instances(desired, variables, removing=False):
+    """The instances of one hypervisor (``desired``: its egress_proxy_instances, then the egress_proxy_fleet entries
+    naming it) with the role-wide settings filled in, after the checks only the role can make.
+
+    ``removing`` (the destroy entry point): every instance is removed, so only the names and the owner are checked.
+    Raises RoleInputError with the sentence the role fails with.
+    """
+    instances = [fill_in(entry, variables) for entry in desired]
+    if removing:
+        instances = [dict(instance, state=STATE_ABSENT) for instance in instances]
+    checks = [lambda: _name_problems(instances, variables)]
+    kept = [instance for instance in instances if instance["state"] != STATE_ABSENT]
+    if kept:
+        checks += [lambda check=check: check(kept, variables) for check in KEPT_CHECKS]
+    if not removing:
+        checks.append(lambda: _cloud_data_problems(variables))
+    for check in checks:
+        problems = check()
+        if problems:
+            raise RoleInputError(" ".join(problems))
+    return instances
+
+
+def _nics(instance, variables):
+    """The NIC options of one proxy: one NIC on egress_proxy_bridge/network; with an outside NIC, both as interfaces
+    with their roles; a static address alone as a one-NIC list."""
+    inside = {"bridge": variables["egress_proxy_bridge"] or None, "network": variables["egress_proxy_network"] or None,
+              "mac": instance["mac"] or None, "address": instance["address"] or None, "gateway": instance["gateway"] or None,
+              "nameservers": instance["dns"] or None, "search": instance["search"] or None}
+    outside = instance["outside"]
+    if outside:
+        return {"interfaces": [dict(inside, role="inside"), {
+            "bridge": outside.get("bridge") or None, "network": outside.get("network") or None,
+            "mac": outside.get("mac") or None, "role": "outside", "address": outside.get("address") or None,
+            "gateway": outside.get("gateway") or None, "nameservers": outside.get("dns") or None,
+            "search": outside.get("search") or None}]}
+    if instance["address"]:
+        return {"interfaces": [inside]}
+    return {key: inside[key] for key in ("bridge", "network", "mac") if inside[key] is not None}
+
+
+def _proxy(instance, variables, user_data):
+    if instance["state"] == STATE_ABSENT:
+        return {"name": instance["name"], "state": STATE_ABSENT}
+    proxy = {"name": instance["name"], "state": instance["state"], "vcpus": instance["vcpus"],
+             "memory_mib": instance["memory_mib"], "disk_size_gb": instance["disk_size_gb"],
+             "autostart": instance["autostart"],
+             "user_data": variables["egress_proxy_user_data"] or user_data.get(instance["name"])}
+    proxy.update(_nics(instance, variables))
+    return proxy
+
+
+def rendered_user_data(results):
+    """{proxy name: its user-data} from the registered result of the loop that rendered templates/user-data.yml.j2
+    per instance (each item an instance, the text its set_fact's egress_proxy__user_data); skipped items give none."""
+    if not results:
+        return {}
+    return {result[result.get("ansible_loop_var", "item")]["name"]: result["ansible_facts"]["egress_proxy__user_data"]
+            for result in results.get("results", []) if "ansible_facts" in result}
+
+
+def set_arguments(instances, variables, user_data=None, removing=False):
+    """kvm_proxy_set's arguments for the hypervisor's ``instances`` (role_instances'), checked by the module's own
+    validation; ``user_data`` the registered render (rendered_user_data). Raises RoleInputError naming the hypervisor.
+
+    Options the role leaves unset (None) are left out, so the module's defaults apply. vendor_data unset with
+    egress_proxy_install_packages false is none at all: kvm_proxy's default installs qemu-guest-agent, and cloud-init
+    takes its `packages` when the role's user-data has none.
+    """
+    arguments = {option: variables[variable] for option, variable in TARGET_OPTIONS}
+    texts = rendered_user_data(user_data)
+    proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts)
+               for instance in instances]
+    if removing:
+        arguments.update(state=STATE_ABSENT, gc=False, shutdown_timeout=variables["egress_proxy_shutdown_timeout"],
+                         proxies=proxies)
+        return _checked(arguments, "The proxies of %s cannot be removed: %s.", variables)
+    image = variables["egress_proxy_image"]
+    vendor_data = variables["egress_proxy_vendor_data"]
+    if vendor_data is None and not _bool(variables["egress_proxy_install_packages"]):
+        vendor_data = ""
+    arguments.update(
+        image={key: value for key, value in image.items() if value} if image else None,
+        virt_type=variables["egress_proxy_virt_type"],
+        cpu_mode=variables["egress_proxy_cpu_mode"] or None,
+        machine=variables["egress_proxy_machine"] or None,
+        vendor_data=vendor_data,
+        on_drift=variables["egress_proxy_on_drift"],
+        shutdown_timeout=variables["egress_proxy_shutdown_timeout"],
+        wait_for_ip=_bool(variables["egress_proxy_wait_for_ip"]),
+        wait_timeout=variables["egress_proxy_wait_timeout"],
+        wait_for_port=variables["egress_proxy_port"] if _bool(variables["egress_proxy_wait_for_port"]) else None,
+        gc=_bool(variables["egress_proxy_gc"]),
+        gc_grace_period=variables["egress_proxy_gc_grace_period"],
+        max_unavailable=variables["egress_proxy_max_unavailable"],
+        proxies=proxies,
+    )
+    return _checked({option: value for option, value in arguments.items() if value is not None},
+                    "The proxies of %s are not usable: %s.", variables)
+
+
+def _checked(arguments, sentence, variables):
+    errors = kvm_proxy_set_errors(arguments)
+    if errors:
+        raise RoleInputError(sentence % (variables["inventory_hostname"], "; ".join(errors)))
+    return arguments
