@@ -15,7 +15,7 @@ version_added: 0.2.0
 description:
   - Runs the validation of M(egress_proxies.kvm.kvm_proxy_set) (its argument spec, then its own checks of every proxy
     and of the set's options) on a dictionary of the module's arguments, without connecting anywhere.
-  - Needs neither lxml nor any other library the module needs on the hypervisor: ansible-core alone runs it.
+  - Needs neither lxml nor any other library the module needs on the hypervisor; ansible-core alone runs it.
   - The egress_proxy role runs the same validation on the arguments it is about to pass
     (P(egress_proxies.kvm.proxy_set_args#filter)), so bad input fails before the role's first task that talks to
     libvirt, with the module's own message, and the role cannot check less than the module.
