@@ -119,10 +119,10 @@ def _name_problems(instances, variables):
         except ValidationError:
             wrong = "is not a valid VM name"
         if wrong:
-            problem = ("The proxies of %s (egress_proxy_instances%s): the name %s %s. Use 1-63 lowercase letters, digits "
-                       "and hyphens, starting and ending with a letter or digit (the name is also the proxy's host "
-                       "name), once per hypervisor." % (hypervisor, " and egress_proxy_fleet" if "hypervisor" in instance else "",
-                                                         _json(instance["name"]), wrong))
+            lists = "egress_proxy_instances and egress_proxy_fleet" if "hypervisor" in instance else "egress_proxy_instances"
+            problem = ("The proxies of %s (%s): the name %s %s. Use 1-63 lowercase letters, digits and hyphens, starting "
+                       "and ending with a letter or digit (the name is also the proxy's host name), once per hypervisor."
+                       % (hypervisor, lists, _json(instance["name"]), wrong))
             if problem not in problems:
                 problems.append(problem)
     return problems
