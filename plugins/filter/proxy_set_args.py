@@ -25,9 +25,9 @@ description:
   - With O(removing) (the destroy entry point) the arguments remove every instance, garbage collection off.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+positional: _input, variables
 extends_documentation_fragment:
   - egress_proxies.kvm.egress_proxy_role
-positional: _input, variables
 options:
   _input:
     description: The hypervisor's instances, as P(egress_proxies.kvm.proxy_instances#filter) returns them.
