@@ -29,6 +29,9 @@ CACHE = os.path.expanduser("~/.cache/egress-proxies-bench")
 PEER_ANSIBLE = "ansible==12.3.0"
 # Every domain and volume a benchmark makes starts with this; each benchmark removes its own.
 PREFIX = "eptest-bench-"
+# How often kvm_proxy's wait_for_ip asks libvirt for the address, in seconds, as B4 and B7 report it. It mirrors
+# the wait's poll (POLL_INTERVAL in the collection's address wait): the bench imports none of the module_utils.
+MODULE_POLL_SECONDS = 1
 
 
 def read_text(path):
@@ -200,6 +203,41 @@ def run_module(module, args):
         raise RuntimeError("%%s failed: %%s" %% (module, result.get("msg")))
     return result
 """ % next(iter(glob.glob(os.path.join(VENV, "lib", "python3*", "site-packages"))), "")
+
+
+# Runs in a measured process ahead of RUN_MODULE's runs: count_libvirt_calls() wraps every public method of the
+# libvirt-python classes a module calls through, so each call is recorded in libvirt_calls as (Class.method, the
+# domain's name or None, seconds). The counts are libvirt's own calls, whatever the collection's code between.
+COUNT_LIBVIRT = r"""
+import inspect, time
+import libvirt
+
+# Answered by libvirt-python from the object it holds: no round trip to libvirtd.
+CLIENT_SIDE = frozenset({"virDomain.name", "virStoragePool.name", "virStorageVol.name"})
+libvirt_calls = []
+_domain_name = libvirt.virDomain.name
+
+
+def _counted(cls, method_name, method):
+    label = "%s.%s" % (cls.__name__, method_name)
+
+    def call(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            domain = _domain_name(self) if cls is libvirt.virDomain else None
+            # list.append holds the GIL: the set's worker threads record safely.
+            libvirt_calls.append((label, domain, time.perf_counter() - started))
+    return call
+
+
+def count_libvirt_calls():
+    for cls in (libvirt.virConnect, libvirt.virDomain, libvirt.virStoragePool, libvirt.virStorageVol, libvirt.virStream):
+        for method_name, method in list(vars(cls).items()):
+            if not method_name.startswith("_") and inspect.isfunction(method):
+                setattr(cls, method_name, _counted(cls, method_name, method))
+"""
 
 
 def agent_ipv4(on, domain, prefix):

@@ -1,7 +1,7 @@
 """B3: listing N managed domains with owner and creation time, beside community.libvirt.
 
 N stopped domains `eptest-bench-<i>` carrying the collection's metadata are defined
-in the lab pool (bench_proxy_info's fleet: a 1 MiB overlay and a 64 KiB seed each).
+in the lab pool (bench/fleet.py: a 1 MiB overlay and a 64 KiB seed each).
 Timed through Ansible on the same machine, the modules on /usr/bin/python3:
 
 - `kvm_proxy_info uid=...` (every entry has uid and created_at);
@@ -18,9 +18,9 @@ hypervisor (over qemu+ssh) and both plugins read the three hypervisors at once: 
 one source with three entries, the peer's from one source per hypervisor (it takes one URI).
 
 The libvirt calls are counted, not estimated: bench_proxy_info's MEASURE process runs
-the module's listing through a wrapper around the seam (every public Hypervisor method
-call, with the domain it is about). `domain_name` is answered by the client library,
-so the round trips per domain are the calls minus that one.
+kvm_proxy_info's main() with every libvirt-python connection, domain, pool, volume and
+stream method wrapped (each call recorded with the domain it is about). A domain's `name`
+is answered by libvirt-python itself, so the round trips per domain are the calls minus those.
 """
 
 import contextlib
@@ -28,9 +28,25 @@ import os
 import tempfile
 import uuid
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
-from bench import bench_proxy_info as fleet
-from bench._common import VENV, adhoc, ansible_env, config, cpu_seconds, figure, peer_venv, peer_version, repeat, timed, write_text
+import libvirt
+
+from bench import bench_proxy_info
+from bench._common import (
+    BUILD_COLLECTIONS,
+    PREFIX,
+    VENV,
+    adhoc,
+    ansible_env,
+    config,
+    cpu_seconds,
+    figure,
+    peer_venv,
+    peer_version,
+    repeat,
+    timed,
+    write_text,
+)
+from bench.fleet import grow_fleet, remove_fleet
 
 # 100 x get_xml took 51 s while the issue was prepared: at 1000 it would be most of bench/run's time.
 GET_XML_UP_TO = 100
@@ -51,12 +67,11 @@ GET_XML_PLAYBOOK = """
 
 
 def counted_calls(uid):
-    measured = fleet.measure(uid, 1)
-    per_domain, overhead, methods = fleet.calls_per_domain(measured)
-    calls = sorted(set(per_domain.values()))
-    # domain_name is virDomainGetName: the client library answers it, no round trip.
-    round_trips = sorted({len([m for m in called if m != "domain_name"]) for called in methods.values()})
-    return {"calls_per_domain": calls, "round_trips_per_domain": round_trips, "other_calls": overhead,
+    measured = bench_proxy_info.measure(uid, 1)
+    round_trips, overhead, methods = bench_proxy_info.calls_per_domain(measured)
+    # "libvirt-python": the counts are of libvirt's own calls (report.py tells them from the seam's of older runs).
+    return {"counted": "libvirt-python", "calls_per_domain": sorted({len(called) for called in methods.values()}),
+            "round_trips_per_domain": sorted(set(round_trips.values())), "other_calls": overhead,
             "methods": sorted(set(next(iter(methods.values()), [])))}
 
 
@@ -87,11 +102,12 @@ def three_hypervisors(work, uid, runs, env, peer, peer_env):
     hypervisors = [(LOCAL, config.LIBVIRT_URI)] + [(spec.name, spec.uri) for spec in specs]
     with contextlib.ExitStack() as stack:
         for spec in specs:
-            remote = stack.enter_context(Hypervisor.open(spec.uri))
+            remote = libvirt.open(spec.uri)
+            stack.callback(remote.close)
             # Registered after the open, so it runs before the close, also when a later step fails.
-            stack.callback(fleet.remove_fleet, remote, config.HV_POOL_NAME)
-            fleet.remove_fleet(remote, config.HV_POOL_NAME)
-            fleet.grow_fleet(remote, uid, 0, PER_HYPERVISOR, 0, config.HV_POOL_NAME, config.HV_BRIDGE)
+            stack.callback(remove_fleet, remote, config.HV_POOL_NAME)
+            remove_fleet(remote, config.HV_POOL_NAME)
+            grow_fleet(remote, uid, 0, PER_HYPERVISOR, 0, config.HV_POOL_NAME, config.HV_BRIDGE)
         ours = inventory_argv(VENV, [our_plugin_source(work, uid, hypervisors)])
         return {
             "hypervisors": [name for name, _uri in hypervisors], "domains_each": PER_HYPERVISOR,
@@ -109,7 +125,7 @@ def listing_row(work, uid, count, runs, env, peer, peer_env):
         "peer_plugin": repeat(runs, inventory_argv(peer, peer_plugin_sources(work, local)), env=peer_env),
     }
     if count <= GET_XML_UP_TO:
-        names = ["%s%d" % (fleet.PREFIX, index) for index in range(count)]
+        names = ["%s%d" % (PREFIX, index) for index in range(count)]
         playbook = write_text(os.path.join(work, "get_xml.yml"), GET_XML_PLAYBOOK % names)
         row["peer_get_xml_loop"] = figure([timed([os.path.join(peer, "bin", "ansible-playbook"), playbook],
                                                  env=peer_env)[0]])
@@ -121,23 +137,24 @@ def run(counts, runs):
     uid = "bench-b3-" + uuid.uuid4().hex[:8]
     peer = peer_venv()
     # A source that fails to parse fails the run instead of timing a warning.
-    env = ansible_env(fleet.COLLECTIONS, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true")
-    peer_env = ansible_env(fleet.COLLECTIONS, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
+    env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true")
+    peer_env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="true",
                            PATH=os.path.join(peer, "bin") + ":" + os.environ["PATH"])
     results = {"peer_version": peer_version(peer), "get_xml_up_to": GET_XML_UP_TO, "by_domains": {}}
     results["ping"] = repeat(runs, adhoc("ansible.builtin.ping", ""), env=env)
     # Ansible's own cost of an inventory run: ansible-inventory over a static one-host source.
     results["inventory_start"] = repeat(runs, inventory_argv(VENV, ["localhost,"]), env=env)
-    with Hypervisor.open(config.LIBVIRT_URI) as hypervisor, tempfile.TemporaryDirectory(prefix="bench-b3-") as work:
-        fleet.remove_fleet(hypervisor)
+    conn = libvirt.open(config.LIBVIRT_URI)
+    with contextlib.closing(conn), tempfile.TemporaryDirectory(prefix="bench-b3-") as work:
+        remove_fleet(conn)
         defined = 0
         try:
             for count in sorted(counts):
-                fleet.grow_fleet(hypervisor, uid, defined, count, 0)
+                grow_fleet(conn, uid, defined, count, 0)
                 defined = count
                 results["by_domains"][str(count)] = listing_row(work, uid, count, runs, env, peer, peer_env)
                 if count == PER_HYPERVISOR:
                     results["three_hypervisors"] = three_hypervisors(work, uid, runs, env, peer, peer_env)
         finally:
-            fleet.remove_fleet(hypervisor)
+            remove_fleet(conn)
     return results
