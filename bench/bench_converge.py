@@ -9,8 +9,9 @@ modules (PEER_PLAYBOOK, run by the pinned `ansible` package's ansible-playbook i
 Task times come from the fleet_timeline callback (start to end of the task on the host; the peer's
 from its first task's start to its last one's end); the playbook's wall time is kept too. Every
 figure is the median of the runs.
-Last, the libvirt calls of a no-op set of 40 are counted through a wrapper around the seam (the set's
-flow run in this process over qemu+ssh, on a set of its own made and removed here).
+Last, the libvirt calls of a no-op set of 40 are counted: kvm_proxy_set's main() runs in a process on
+/usr/bin/python3 over qemu+ssh (as AnsiballZ runs it, without Ansible's transport) with every
+libvirt-python method wrapped, on a set of its own made and removed there.
 
 Usage (as root, lab up, under the integration lock; bench/run runs it as part of B2):
   flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.bench_converge [--runs 3] [--ways set,loop,peer]
@@ -22,17 +23,11 @@ import collections
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
-import time
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
-    kvm_proxy_set_argument_spec,
-)
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_set
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
-from bench._common import REPO_ROOT, figure, peer_venv, peer_version
+from bench._common import BUILD_COLLECTIONS, COUNT_LIBVIRT, HYPERVISOR_PYTHON, REPO_ROOT, RUN_MODULE, figure, peer_venv, peer_version
 from tests.integration.fleet_fixtures import Fleet
 from tests.lab import config, hypervisors
 
@@ -279,46 +274,48 @@ class Bench:
             hypervisors.virsh(self.fleet.hv1, "vol-delete", PEER_BASE, "--pool", config.HV_POOL_NAME, check=False)
 
 
-class Counting:
-    """Stands in for the Hypervisor: every public method call is counted, by method."""
+# Runs in a process of its own: kvm_proxy_set's main() makes the set, runs it again (a no-op) with libvirt's
+# calls counted, and removes it, also when the no-op fails.
+COUNT_NOOP = RUN_MODULE + COUNT_LIBVIRT + r"""
+import time
 
-    def __init__(self, target):
-        self._target = target
-        self.calls = collections.Counter()
-
-    def __getattr__(self, name):
-        attr = getattr(self._target, name)
-        if name.startswith("_") or not callable(attr):
-            return attr
-
-        def counted(*args, **kwargs):
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-        return counted
+args = json.loads(sys.argv[2])
+run_module("kvm_proxy_set", args)
+try:
+    count_libvirt_calls()
+    started = time.perf_counter()
+    result = run_module("kvm_proxy_set", args)
+    seconds = time.perf_counter() - started
+    calls = list(libvirt_calls)
+    assert not result["changed"], result
+finally:
+    run_module("kvm_proxy_set", dict(args, state="absent"))
+print(json.dumps({"calls": [call for call, _domain, _seconds in calls], "client_side": sorted(CLIENT_SIDE),
+                  "seconds": seconds}))
+"""
 
 
 def count_noop_calls(spec, role_vars, count):
-    """{calls, per_proxy, by_method, seconds} of one no-op kvm_proxy_set run over ``count`` proxies it creates first."""
+    """{calls, per_proxy, by_method, seconds} of one no-op kvm_proxy_set run over ``count`` proxies it creates first.
+
+    calls are libvirt round trips: a domain's name, which libvirt-python answers itself, is counted apart.
+    """
     names = ["%sbench-count-%02d" % (config.TEST_DOMAIN_PREFIX, index) for index in range(count)]
-    params = {option: option_spec.get("default") for option, option_spec in kvm_proxy_set_argument_spec().items()}
-    params.update(uri=spec.uri, pool=role_vars["egress_proxy_pool"], bridge=role_vars["egress_proxy_bridge"],
-                  uid="eptest-bench-count", gc=False, image=role_vars["egress_proxy_image"], vcpus=1,
-                  virt_type=role_vars["egress_proxy_virt_type"], cpu_mode=role_vars["egress_proxy_cpu_mode"],
-                  memory_mib=role_vars["egress_proxy_memory_mib"], disk_size_gb=role_vars["egress_proxy_disk_size_gb"],
-                  user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names])
-    with Hypervisor.open(spec.uri) as hypervisor:
-        run_set(hypervisor, SetRequest.from_params(params))
-        try:
-            counting = Counting(hypervisor)
-            started = time.perf_counter()
-            result = run_set(counting, SetRequest.from_params(params))
-            seconds = time.perf_counter() - started
-            assert not result.changed, result.as_dict()
-        finally:
-            run_set(hypervisor, SetRequest.from_params(dict(params, state="absent")))
-    total = sum(counting.calls.values())
-    return {"proxies": count, "calls": total, "per_proxy": round(total / count, 2), "by_method": dict(counting.calls),
-            "seconds": round(seconds, 3)}
+    args = dict(uri=spec.uri, pool=role_vars["egress_proxy_pool"], bridge=role_vars["egress_proxy_bridge"],
+                uid="eptest-bench-count", gc=False, image=role_vars["egress_proxy_image"], vcpus=1,
+                virt_type=role_vars["egress_proxy_virt_type"], cpu_mode=role_vars["egress_proxy_cpu_mode"],
+                memory_mib=role_vars["egress_proxy_memory_mib"], disk_size_gb=role_vars["egress_proxy_disk_size_gb"],
+                user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names])
+    completed = subprocess.run([HYPERVISOR_PYTHON, "-c", COUNT_NOOP, BUILD_COLLECTIONS, json.dumps(args)],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError("counting a no-op kvm_proxy_set failed:\n%s" % completed.stderr[-3000:])
+    measured = json.loads(completed.stdout)
+    by_method = collections.Counter(call for call in measured["calls"] if call not in measured["client_side"])
+    total = sum(by_method.values())
+    return {"counted": "libvirt-python", "proxies": count, "calls": total, "per_proxy": round(total / count, 2),
+            "by_method": dict(by_method), "client_side_calls": len(measured["calls"]) - total,
+            "seconds": round(measured["seconds"], 3)}
 
 
 def summary(samples):

@@ -223,6 +223,23 @@ def b3_three_hypervisors(b3, cores):
     return lines
 
 
+def counted_at(entry):
+    """Whether ``entry``'s libvirt calls were counted at libvirt-python (the bench's way since 2026-12-03).
+
+    Results from before that counted the calls of the collection's own libvirt seam: their text says so.
+    """
+    return entry.get("counted") == "libvirt-python"
+
+
+B3_COUNTED = {
+    True: "libvirt calls are counted at libvirt-python, in kvm_proxy_info's main() on /usr/bin/python3: every "
+          "method call of its connection and domain objects, the connection's own included; a domain's `name` is "
+          "answered by libvirt-python itself, so the round trips are the calls without it.",
+    False: "libvirt calls are counted through a wrapper around the collection's seam (its `Hypervisor` methods, "
+           "around the listing, the connection's opening left out); the bench counts at libvirt-python now.",
+}
+
+
 @section("B3", "## B3: listing managed domains")
 def b3_section(results, b3, plots):
     rows = sorted(((int(count), row) for count, row in b3["by_domains"].items()), key=lambda item: item[0])
@@ -231,11 +248,10 @@ def b3_section(results, b3, plots):
              "%s) has `virt command=info`, without metadata or uuid; its inventory plugin community.libvirt.libvirt, "
              "which gives every domain of the hypervisor with its whole XML (the metadata in it, unparsed, no filter "
              "by owner); and `virt command=get_xml` per domain, the only module way it offers to read the metadata "
-             "(a loop of N tasks, one run, only up to %d domains). libvirt calls are counted through a wrapper "
-             "around the seam. Medians of %s runs; Ansible's own cost: a ping task %.2f s, an `ansible-inventory` "
-             "run over a one-host static source %.2f s." % (
-                 b3["peer_version"], results["peer"].split("==")[1], b3["get_xml_up_to"], runs_of(results, "B3"),
-                 b3["ping"]["median"], b3["inventory_start"]["median"]), ""]
+             "(a loop of N tasks, one run, only up to %d domains). %s Medians of %s runs; Ansible's own cost: a ping "
+             "task %.2f s, an `ansible-inventory` run over a one-host static source %.2f s." % (
+                 b3["peer_version"], results["peer"].split("==")[1], b3["get_xml_up_to"], B3_COUNTED[counted_at(rows[-1][1])],
+                 runs_of(results, "B3"), b3["ping"]["median"], b3["inventory_start"]["median"]), ""]
     lines += table_head(["domains", "kvm_proxy_info (s)", "kvm_proxies plugin, 1 hypervisor (s)", "peer `virt info` (s)",
                          "peer libvirt plugin (s)", "peer N x `get_xml` (s)", "speed-up over get_xml", "target",
                          "round trips per domain", "target"], "rrrrrrrlrl")
@@ -245,9 +261,9 @@ def b3_section(results, b3, plots):
             count, row["module"]["median"], row["plugin"]["median"], row["peer_info"]["median"],
             row["peer_plugin"]["median"], b3_get_xml_cells(rows, count, row), trips, met(trips <= 4)))
     last = rows[-1][1]
-    lines += ["", "Calls per domain: %s (%s); other calls per listing: %d." % (
+    lines += ["", "Calls per domain: %s (%s); other %s per listing: %d." % (
         "/".join(str(c) for c in last["calls_per_domain"]), ", ".join("`%s`" % m for m in last["methods"]),
-        last["other_calls"])]
+        "round trips" if counted_at(last) else "calls", last["other_calls"])]
     if "three_hypervisors" in b3:
         lines += b3_three_hypervisors(b3, results["machine"]["cpus"])
     bars = [("%s, %d" % (label, count), row[key]["median"], colour)
@@ -562,9 +578,18 @@ def b2_section(results, b2, plots):
               "the image cache, the report): %.1f s of the no-op at %d proxy and %.1f s at %s, where the loop's and "
               "the peer's playbooks grow by the proxy." % (role_tasks[str(counts[0])], counts[0], role_tasks[big], big)]
     by_method = ", ".join("%s %d" % item for item in sorted(calls["by_method"].items(), key=lambda item: -item[1]))
-    lines += ["", "libvirt calls of a no-op set of %d, counted through a wrapper around the seam (the set's flow in "
-              "this process over qemu+ssh to %s): %.2f per proxy, %d in all (%s), %.2f s for the whole flow." % (
-                  calls["proxies"], b2["host"], calls["per_proxy"], calls["calls"], by_method, calls["seconds"])]
+    if counted_at(calls):
+        lines += ["", "libvirt round trips of a no-op set of %d, counted at libvirt-python (every method call of its "
+                  "connection, domain, pool, volume and stream objects in kvm_proxy_set's main(), run on /usr/bin/python3 "
+                  "over qemu+ssh to %s; the %d calls of a domain's `name`, which libvirt-python answers itself, left out): "
+                  "%.2f per proxy, %d in all (%s), %.2f s for main(), its connection included." % (
+                      calls["proxies"], b2["host"], calls["client_side_calls"], calls["per_proxy"], calls["calls"],
+                      by_method, calls["seconds"])]
+    else:
+        lines += ["", "libvirt calls of a no-op set of %d, counted through a wrapper around the collection's seam "
+                  "(the set's flow in this process over qemu+ssh to %s): %.2f per proxy, %d in all (%s), %.2f s for "
+                  "the whole flow (the bench counts at libvirt-python now: round trips of the module's main())." % (
+                      calls["proxies"], b2["host"], calls["per_proxy"], calls["calls"], by_method, calls["seconds"])]
     if missed_noop or missed_actions or slower:
         first, last = noop["set"][str(counts[0])], noop["set"][big]
         create = figures["create_%s" % big]["set"]["task"]["median"]
@@ -575,13 +600,15 @@ def b2_section(results, b2, plots):
         if missed_noop:
             lines.append(
                 "- No-op: the role's converge task is flat in the number of proxies (%.2f s at %d, %.2f s at %s), "
-                "and the set's whole flow for %d proxies takes %.2f s in this process, so what is over the ping "
+                "and the set's %s for %d proxies takes %.2f s%s, so what is over the ping "
                 "(%.2f s at %d) is the cost of one module task over SSH rather than work per proxy. That cost is "
                 "sending the module and its module_utils (AnsiballZ), starting Python on the hypervisor with "
                 "libvirt and lxml, and opening the connection. What would close it: a smaller payload and fewer "
                 "imports at the module's start. Neither is measured apart yet; `python3 -X importtime` of the "
                 "module on the hypervisor is the next step." % (
-                    first["task"]["median"], counts[0], last["task"]["median"], big, calls["proxies"], calls["seconds"],
+                    first["task"]["median"], counts[0], last["task"]["median"], big,
+                    "main()" if counted_at(calls) else "whole flow", calls["proxies"], calls["seconds"],
+                    " on its own, its connection included" if counted_at(calls) else " in the bench's process",
                     first["ping"]["median"], counts[0]))
         if missed_actions:
             lines.append(
