@@ -326,3 +326,26 @@ def _checked(arguments, sentence, variables):
     if errors:
         raise RoleInputError(sentence % (variables["inventory_hostname"], "; ".join(errors)))
     return arguments
+
+
+def report(converged, check_mode=False):
+    """What the role shows of kvm_proxy_set's result: one line per listed proxy, and the garbage collection's summary.
+
+    A proxy's line is its id, state and address; in check mode what the run would do to it (a proxy to be created
+    does not exist yet, and is not missing), in a real run what was done to one that is gone.
+    """
+    lines = []
+    for proxy in converged["proxies"]:
+        line = proxy["id"]
+        if proxy.get("state"):
+            line += " %s %s" % (proxy["state"], proxy.get("ip") or "no address")
+        if check_mode and proxy["outcome"] != "unchanged":
+            line += " (would be %s)" % proxy["outcome"]
+        elif not proxy.get("state"):
+            line += " " + proxy["outcome"]
+        lines.append(line)
+    spared = ["%s (%s)" % (proxy["name"], proxy.get("reason") or "no reason given") for proxy in converged["spared"]]
+    gc = "%s: %s; kept: %s; not this owner's: %s" % (
+        "would remove" if check_mode else "removed", ", ".join(proxy["name"] for proxy in converged["removed"]) or "none",
+        ", ".join(spared) or "none", ", ".join(proxy["name"] for proxy in converged["foreign"]) or "none")
+    return {"proxies": lines, "gc": gc}

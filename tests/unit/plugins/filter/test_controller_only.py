@@ -49,6 +49,7 @@ for name in %(names)r:
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_report import proxy_report
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings import squid_settings
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
@@ -68,6 +69,9 @@ instances = proxy_instances([{"name": "egress-a"}], variables)
 ran["proxy_instances"] = instances[0]["state"]
 arguments = proxy_set_args(instances, variables)
 ran["proxy_set_args"] = [proxy["name"] for proxy in arguments["proxies"]]
+ran["proxy_report"] = proxy_report({"proxies": [{"id": "hosts/hv1/domains/egress-a", "name": "egress-a", "state": None,
+                                                "ip": None, "outcome": "created"}],
+                                    "removed": [], "spared": [], "foreign": []}, True)["proxies"]
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
 print(json.dumps(ran))
 '''
@@ -94,4 +98,5 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
             ["gc_grace_period must be a whole number of at least 0, got -1"]],
         "proxy_instances": "present",
         "proxy_set_args": ["egress-a"],
+        "proxy_report": ["hosts/hv1/domains/egress-a (would be created)"],
     }

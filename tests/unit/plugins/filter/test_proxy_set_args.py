@@ -123,3 +123,18 @@ def test_a_removal_checks_only_the_names_and_the_owner():
     assert proxy_instances([{"name": "egress-a", "port": 0}], settings, removing=True)[0]["state"] == "absent"
     with pytest.raises(AnsibleFilterError, match="is not a valid VM name"):
         proxy_instances([{"name": "-a"}], settings, removing=True)
+
+
+def test_the_report_lines_and_the_gc_summary():
+    from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_report import proxy_report
+
+    converged = {"proxies": [{"id": "hosts/hv1/domains/egress-a", "state": "Running", "ip": None, "outcome": "replaced"},
+                             {"id": "hosts/hv1/domains/egress-b", "state": None, "ip": None, "outcome": "removed"},
+                             {"id": "hosts/hv1/domains/egress-c", "state": "Stopped", "ip": None, "outcome": "unchanged"}],
+                 "removed": [{"name": "egress-old"}], "spared": [{"name": "egress-young", "reason": None}], "foreign": []}
+    assert proxy_report(converged, True) == {
+        "proxies": ["hosts/hv1/domains/egress-a Running no address (would be replaced)",
+                    "hosts/hv1/domains/egress-b (would be removed)", "hosts/hv1/domains/egress-c Stopped no address"],
+        "gc": "would remove: egress-old; kept: egress-young (no reason given); not this owner's: none"}
+    assert proxy_report(converged)["proxies"][:2] == ["hosts/hv1/domains/egress-a Running no address",
+                                                      "hosts/hv1/domains/egress-b removed"]

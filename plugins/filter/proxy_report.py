@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import report
+
+DOCUMENTATION = r"""
+name: proxy_report
+short_description: What the egress_proxy role shows of a kvm_proxy_set result
+version_added: 0.4.0
+description:
+  - One line per proxy of the result's C(proxies) (its id, state and address; in check mode what the run would do
+    to it, in a real run what was done to one that is gone), and the garbage collection's summary (the proxies it
+    removed, those it kept with the module's reason, those of other owners).
+author:
+  - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
+positional: _input, check_mode
+options:
+  _input:
+    description: The registered result of a M(egress_proxies.kvm.kvm_proxy_set) task.
+    type: dict
+    required: true
+  check_mode:
+    description: Whether the task ran in check mode (C(ansible_check_mode)).
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Show the proxies of this hypervisor
+  ansible.builtin.debug:
+    msg: "{{ (converged | egress_proxies.kvm.proxy_report(ansible_check_mode)).proxies }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(proxies), the lines (list of strings), and C(gc), the garbage collection's summary (a string).
+  type: dict
+"""
+
+
+def proxy_report(converged, check_mode=False):
+    """The lines the role shows for kvm_proxy_set's result ``converged``."""
+    return report(converged, check_mode)
+
+
+class FilterModule:
+    def filters(self):
+        return {"proxy_report": proxy_report}
