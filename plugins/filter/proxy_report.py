@@ -25,15 +25,23 @@ options:
     type: dict
     required: true
   check_mode:
-    description: Whether the task ran in check mode (C(ansible_check_mode)).
+    description:
+      - Whether the task ran in check mode (C(ansible_check_mode)); the lines then say what the run would do.
     type: bool
     default: false
 """
 
 EXAMPLES = r"""
 - name: Show the proxies of this hypervisor
+  vars:
+    shown: "{{ converged | egress_proxies.kvm.proxy_report(ansible_check_mode) }}"
   ansible.builtin.debug:
-    msg: "{{ (converged | egress_proxies.kvm.proxy_report(ansible_check_mode)).proxies }}"
+    msg: "{{ shown.proxies }}"
+
+- name: Show what the garbage collection removed and kept
+  ansible.builtin.debug:
+    msg: "{{ (converged | egress_proxies.kvm.proxy_report(ansible_check_mode)).gc }}"
+  when: converged.removed or converged.spared
 """
 
 RETURN = r"""
