@@ -234,7 +234,8 @@ class ProxyFlow:
         await_ipv4(self.hv, awaited, self.request.wait_timeout, self.timing, self.request.wait_for_port)
 
     def _result(self, member):
-        settle = None if self.check_mode else lambda: member.settle(self.hv)
+        # A proxy the run did not touch is described as observed: its state and autostart are not asked again.
+        settle = None if self.check_mode or not member.plan.steps else lambda: member.settle(self.hv)
         described = describe_proxy(self.hv, self.host, member.request, member.observation, member.outcome, settle)
         return ProxyResult(member.request, self.host, member.observation, member.plan, member.outcome, described)
 

@@ -97,20 +97,21 @@ def _created_at(metadata):
     return format_rfc3339(metadata.created_at_as_of(datetime.datetime.now(datetime.timezone.utc)))
 
 
-def inspect_domain(hypervisor, dom, host, domain_info=None):
+def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
     """Build the entry of one domain.
 
     ``domain_info`` is the DomainInfo parsed from the domain's XML when the
     caller already read it (list_proxies does, to filter on the metadata);
-    otherwise the XML is read here. Raises the typed error of any failed
+    otherwise the XML is read here. ``status`` is its ``(state, autostart)``
+    when the caller read those since the domain last changed (a proxy's flow
+    did, observing it), else they are asked here. Raises the typed error of any failed
     libvirt call (NotFoundError when the domain vanished) and PermanentError
     for unreadable XML or metadata.
     """
     if domain_info is None:
         domain_info = parse_domain_xml(hypervisor.domain_xml(dom))
     metadata = domain_info.metadata
-    state = hypervisor.domain_state(dom)
-    autostart = hypervisor.domain_autostart(dom)
+    state, autostart = status if status is not None else (hypervisor.domain_state(dom), hypervisor.domain_autostart(dom))
     macs = domain_info.macs()
     lookups = {}
     ip = None

@@ -54,10 +54,11 @@ LEFT_UNMANAGED = "left alone (unmanaged)"
 def describe_proxy(hypervisor, host, request, observation, outcome, settle):
     """state, ip, uid, created_at, spec_digest, mac, autostart and NICs of the domain as the run leaves it.
 
-    ``settle()`` gives ``(handle, DomainInfo)`` of that domain after a real
-    run; it is None in check mode, where this is the domain as it is now
-    (nothing ran; a VM to be replaced included), or the prediction for one
-    that would be created.
+    ``settle()`` gives ``(handle, DomainInfo)`` of that domain after a run
+    that carried out steps. It is None in check mode and when the run had
+    nothing to do: then this is the domain as it was observed (a VM to be
+    replaced included; its state and autostart are not asked again), or the
+    prediction for one that would be created.
     """
     absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "uid", "created_at", "spec_digest", "mac",
                             "autostart"))
@@ -74,11 +75,12 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
         absent.update(uid=outcome.uid, spec_digest=outcome.digest, mac=request.interfaces[0].mac,
                       autostart=request.autostart, interfaces=interfaces)
         return absent
-    return _entry(hypervisor, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None)
+    return _entry(hypervisor, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None,
+                  (domain.state, domain.autostart))
 
 
-def _entry(hypervisor, host, dom, info, uid):
-    entry = inspect_domain(hypervisor, dom, host, info)
+def _entry(hypervisor, host, dom, info, uid, status=None):
+    entry = inspect_domain(hypervisor, dom, host, info, status)
     described = {key: entry[key] for key in _DESCRIBED}
     described["uid"] = uid
     described["mac"] = entry["macs"][0] if entry["macs"] else None

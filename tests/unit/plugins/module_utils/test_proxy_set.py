@@ -100,6 +100,18 @@ def test_a_set_is_created_then_left_alone(converge):
     assert again["changed"] is False and {p["outcome"] for p in again["proxies"]} == {"unchanged"}
 
 
+def test_a_set_that_changes_nothing_asks_each_domain_its_state_and_autostart_once(run):
+    hv = ready_host()
+    names = ["proxy-a", "proxy-b", "proxy-c"]
+    run(hv, set_request(names))
+    for check_mode in (True, False):
+        before = len(hv.calls)
+        result = run(hv, set_request(names), check_mode=check_mode)
+        assert result["changed"] is False and [p["state"] for p in result["proxies"]] == ["Provisioning"] * 3
+        calls = hv.calls[before:]
+        assert calls.count("domain_xml") == calls.count("domain_state") == calls.count("domain_autostart") == 3
+
+
 def test_a_kept_sets_base_whose_marker_was_overwritten_is_hashed_once_and_marked_again(converge):
     hv = ready_host()
     names = ["proxy-a", "proxy-b"]
