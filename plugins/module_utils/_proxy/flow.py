@@ -48,7 +48,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing, carry_out
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import resolve_host
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import ImageSource, SharedImages, observe_proxy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import ImageSource, Listing, SharedImages, observe_proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.plan import plan
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.result import ProxyResult, SetResult, describe_proxy
@@ -136,12 +136,13 @@ class ProxyFlow:
     def run(self):
         request = self.request
         self.host = resolve_host(self.hv, next((proxy.host for proxy in request.proxies if proxy.host), None))
-        # One listing for the whole set: each proxy's domain is found in it, and GC sweeps it. A hypervisor that
-        # cannot be listed fails here, before anything changes. kvm_proxy looks its one domain up by name.
-        listed = None if request.single else {self.hv.domain_name(dom): dom for dom in self.hv.list_domains()}
+        # One listing for the whole set: each proxy's domain is found in it, and GC sweeps it; each domain's XML is
+        # read once. A hypervisor that cannot be listed fails here, before anything changes. kvm_proxy looks its one
+        # domain up by name.
+        listed = None if request.single else Listing(self.hv)
         members = [self._member(proxy, listed, None if request.single else "proxies[%d] (%s)" % (index, proxy.name))
                    for index, proxy in enumerate(request.proxies)]
-        found = sweep(self.hv, request, listed, self.timing.clock()) if request.gc else Sweep()
+        found = sweep(request, listed, self.timing.clock()) if request.gc else Sweep()
         removals = [self._member(proxy, listed, "unlisted proxy '%s' (garbage collection)" % proxy.name)
                     for proxy in found.removals]
         done = []

@@ -99,18 +99,39 @@ class BuildObservation:
     seed_current: bool  # a seed volume with exactly the request's files exists
 
 
+class Listing:
+    """A set's one listing of the hypervisor's domains: ``handles`` ({name: handle}), each domain's XML read once.
+
+    Garbage collection (_proxy.sweep) reads an unlisted domain's XML to decide
+    on it; observing the removal it decides on takes that reading from here.
+    """
+
+    def __init__(self, hypervisor):
+        self.hv = hypervisor
+        self.handles = {hypervisor.domain_name(dom): dom for dom in hypervisor.list_domains()}
+        self._infos = {}
+
+    def info(self, name, what):
+        """The DomainInfo of domain ``name``; ``what`` names its XML in the error of one that cannot be read (not kept)."""
+        if name not in self._infos:
+            self._infos[name] = parse_domain_element(parse_xml(self.hv.domain_xml(self.handles[name]), what))
+        return self._infos[name]
+
+
 def observe_domain(hypervisor, name, listed=None):
-    """The domain called ``name``, or None: found in ``listed`` ({name: handle}, a set's one listing), else looked up by name."""
+    """The domain called ``name``, or None: found in ``listed`` (a set's one Listing), else looked up by name."""
+    what = "the XML of domain '%s'" % name
     if listed is not None:
-        dom = listed.get(name)
+        dom = listed.handles.get(name)
         if dom is None:
             return None
+        info = listed.info(name, what)
     else:
         try:
             dom = hypervisor.lookup_domain(name)
         except NotFoundError:
             return None
-    info = parse_domain_element(parse_xml(hypervisor.domain_xml(dom), "the XML of domain '%s'" % name))
+        info = parse_domain_element(parse_xml(hypervisor.domain_xml(dom), what))
     return DomainObservation(handle=dom, info=info, spec=recorded_spec(info.metadata),
                              state=hypervisor.domain_state(dom), autostart=hypervisor.domain_autostart(dom))
 
@@ -282,8 +303,8 @@ class Observation:
 def observe_proxy(hypervisor, request, images, listed=None):
     """Everything the plan of ``request`` needs, read once; what is read depends on the verdict on its domain.
 
-    ``images`` is the proxy's ImageSource; ``listed`` ({name: handle}) a set's
-    listing of every domain, in which the domain is found rather than looked up.
+    ``images`` is the proxy's ImageSource; ``listed`` a set's Listing of every
+    domain, in which the domain is found rather than looked up.
     """
     domain = observe_domain(hypervisor, request.name, listed)
     spec = digest = probe = None

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import CLOCK_SKEW_TOLERANCE
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
 
@@ -36,16 +35,16 @@ class Sweep:
     warnings: list = field(default_factory=list)
 
 
-def sweep(hypervisor, request, listed, now):
-    """What garbage collection does with ``listed`` ({name: handle}) for the set ``request`` at ``now``."""
+def sweep(request, listed, now):
+    """What garbage collection does with ``listed`` (the set's _proxy.observe.Listing) for the set ``request`` at ``now``."""
     desired = {proxy.name for proxy in request.proxies}
     grace = datetime.timedelta(seconds=request.gc_grace_period)
     found = Sweep()
-    for name, dom in sorted(listed.items()):  # by name, so reports keep one order
+    for name in sorted(listed.handles):  # by name, so reports keep one order
         if name in desired:
             continue
         try:
-            metadata = parse_domain_xml(hypervisor.domain_xml(dom)).metadata
+            metadata = listed.info(name, "domain XML").metadata
         except KvmError as error:
             found.spared.append({"name": name, "reason": error.message})  # one bad domain never wedges the sweep
             continue

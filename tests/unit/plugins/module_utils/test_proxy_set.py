@@ -171,6 +171,17 @@ def test_gc_removes_this_owners_unlisted_proxies_past_the_grace_period_only(run,
     assert sorted(hv.domains) == ["proxy-a"]
 
 
+def test_gc_reads_each_domain_xml_once_the_removals_included(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a", "proxy-b", "proxy-c"]))
+    for check_mode in (True, False):
+        before = len(hv.calls)
+        result = run(hv, set_request(["proxy-a"]), check_mode=check_mode, clock=lambda: NOW + DAY)
+        assert [r["name"] for r in result["removed"]] == ["proxy-b", "proxy-c"]
+        # The sweep's reading of proxy-b and proxy-c is the one their removal is planned on.
+        assert hv.calls[before:].count("domain_xml") == 3
+
+
 def test_gc_never_touches_unmanaged_domains_or_other_owners(run, converge):
     hv = ready_host()
     hand_made(hv)
