@@ -94,14 +94,15 @@ class Member:
         """A replacement of a running VM: its egress is down until the new one is up."""
         return self.outcome.verdict.kind == REPLACE and self.serving
 
-    def awaited(self, single):
+    @property
+    def awaited(self):
         """Whether its address is awaited: it should run, and (in a set) this run created, replaced or started it."""
-        return (self.request.state == STATE_PRESENT and (single or bool(self.plan.steps))
+        return (self.request.state == STATE_PRESENT and (self.label is None or bool(self.plan.steps))
                 and self.outcome.verdict.kind not in (LEAVE, REMOVE, CLEAN))
 
-    def said(self, text):
-        """``text`` about this proxy in a set's message or actions (prefixed with its name), as is for kvm_proxy's."""
-        return text if self.label is None else "%s: %s" % (self.request.name, text)
+    def said(self, text, who=None):
+        """``text`` about this proxy in a set's message or actions, after ``who`` (its name); as is for kvm_proxy's."""
+        return text if self.label is None else "%s: %s" % (who or self.request.name, text)
 
     def settle(self, hypervisor):
         """(handle, DomainInfo) of its domain as the run leaves it; read once.
@@ -176,16 +177,15 @@ class ProxyFlow:
         the proxies that take its place are up, so a set whose new proxies fail keeps its old ones running. A set of
         one has no other proxy to keep serving while it is replaced: nothing rolls.
         """
-        single = self.request.single
-        rolling = [] if single else [m for m in members if m.rolls] + [m for m in removals if m.serving]
+        rolling = [] if self.request.single else [m for m in members if m.rolls] + [m for m in removals if m.serving]
         try:
             self._run_together([m for m in members + removals if m not in rolling], done)
-            self._await([m for m in members if m.awaited(single) and m not in rolling])
+            self._await([m for m in members if m.awaited and m not in rolling])
             while rolling:
                 batch = rolling[:self.request.max_unavailable]
                 self._run_together(batch, done)
                 rolling = rolling[len(batch):]
-                self._await([m for m in batch if m.awaited(single)])
+                self._await([m for m in batch if m.awaited])
         except KvmError as error:
             raise error.after(error.message + _untouched(rolling, members), done) from error
 
@@ -204,8 +204,7 @@ class ProxyFlow:
             actions = member.plan.actions if error is None else error.completed_actions or []
             done.extend(member.said(action) for action in actions)
             if error is not None:
-                failed.append(error.message if member.label is None else "proxy '%s': %s" % (
-                    member.request.name, error.message))
+                failed.append(member.said(error.message, "proxy '%s'" % member.request.name))
         first = next((error for error in errors if error is not None), None)
         if first is not None:
             raise first.after("; ".join(failed), done) from first
