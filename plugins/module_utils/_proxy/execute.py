@@ -45,7 +45,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metada
     unqualified_xml,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import VIR_DOMAIN_SHUTOFF
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import delete_volume, find_volume
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import find_volume, volume_deleter
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import BaseImage
@@ -109,7 +109,7 @@ class _Operations:
             steps.FETCH: self.fetch_image, steps.VERIFY: self.verify_image, steps.CREATE_VOLUME: self.create_overlay,
             steps.WRITE: self.write_seed, steps.DEFINE: self.define, steps.START: self.start,
             steps.AUTOSTART: self.set_autostart, steps.SHUTDOWN: self.shutdown, steps.DESTROY: self.destroy,
-            steps.UNDEFINE: self.undefine, steps.DELETE: self.delete, steps.RECORD: self.record_owner,
+            steps.UNDEFINE: self.undefine, steps.DELETE: volume_deleter(self.hv), steps.RECORD: self.record_owner,
         }
 
     def fetch_image(self, _target, outcome):
@@ -201,7 +201,3 @@ class _Operations:
                 if error.code not in _UNSUPPORTED_FLAG_CODES or flags == 0:
                     raise
         return replace(outcome, dom=dom)
-
-    def delete(self, vol, outcome):
-        delete_volume(self.hv, vol)
-        return outcome
