@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
@@ -235,7 +235,7 @@ class ImageSource:
     request: Any  # _proxy.request.ProxyRequest
     http: Any = None
     lock_dir: Optional[str] = None
-    shared: Optional[SharedImages] = None
+    shared: SharedImages = field(default_factory=SharedImages)
 
     def ensure(self, check_mode):
         request = self.request
@@ -247,8 +247,6 @@ class ImageSource:
             return ensure_image(self.hv, request.pool, request.image, request.download, check_mode=check_mode,
                                 http=self.http, lock_dir=self.lock_dir, max_virtual_size=max_virtual_size)
 
-        if self.shared is None:
-            return ask()
         return self.shared.answer((request.pool, request.image, request.download, check_mode, max_virtual_size), ask)
 
 
