@@ -38,7 +38,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
@@ -159,7 +159,6 @@ class ProxyFlow:
 
     def _member(self, proxy, listed, label):
         """The proxy observed and planned; an error says which entry (``label``) it is about."""
-        proxy = replace(proxy, host=self.host)
         images = ImageSource(self.hv, proxy, **self.image_options)
         try:
             observation = observe_proxy(self.hv, proxy, images, listed)
