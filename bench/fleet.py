@@ -1,9 +1,9 @@
-"""A fleet of managed-looking domains for the listing benchmarks, made with plain libvirt-python and XML text.
+"""A fleet of managed-looking domains for the listing benchmarks, defined with plain libvirt-python.
 
-Each domain `eptest-bench-<i>` carries the collection's metadata element (as kvm_proxy writes it, so
-kvm_proxy_info and the kvm_proxies plugin list it), a 1 MiB qcow2 overlay and a 64 KiB raw seed. The XML
-is written here rather than with the collection's builders: the bench uses the collection only as a user
-does, through its modules and its plugin.
+Each domain `eptest-bench-<i>` is the small proxy domain of tests/integration/proxy_fleet.py (the XML
+kvm_proxy writes, with the collection's metadata element, so kvm_proxy_info and the kvm_proxies plugin
+list it), with an empty 1 MiB qcow2 overlay and a 64 KiB raw seed. Only the fleet is built with the
+collection's code; what is measured runs the modules and the plugin as a user does.
 """
 
 import datetime
@@ -11,7 +11,10 @@ import re
 
 import libvirt
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from bench._common import PREFIX, config
+from tests.integration.proxy_fleet import managed_domain_xml
 
 BENCH_DOMAIN = re.compile(re.escape(PREFIX) + r"\d+")
 OVERLAY_BYTES = 1 << 20
@@ -19,40 +22,21 @@ SEED_BYTES = 64 << 10
 UNDEFINE_ALL = (libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
                 | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
 
-# The collection's metadata element (namespace https://github.com/egress-proxies/kvm/metadata/1) and a small
-# domain on the lab's bridge; virt type qemu and no <cpu> (the lab's cpu mode none), so it starts under TCG.
-DOMAIN_XML = """<domain type="%(virt_type)s"><name>%(name)s</name>
-<metadata><egressproxy:instance xmlns:egressproxy="https://github.com/egress-proxies/kvm/metadata/1">
-<egressproxy:managed>true</egressproxy:managed><egressproxy:uid>%(uid)s</egressproxy:uid>
-<egressproxy:createdAt>%(created_at)s</egressproxy:createdAt>
-<egressproxy:specDigest>%(digest)s</egressproxy:specDigest></egressproxy:instance></metadata>
-<memory unit="MiB">128</memory><vcpu>1</vcpu><os><type arch="x86_64" machine="q35">hvm</type><boot dev="hd"/></os>
-<features><acpi/><apic/></features><devices>
-<disk type="volume" device="disk"><driver name="qemu" type="qcow2"/>
-<source pool="%(pool)s" volume="%(name)s.qcow2"/><target dev="vda" bus="virtio"/></disk>
-<disk type="volume" device="cdrom"><driver name="qemu" type="raw"/>
-<source pool="%(pool)s" volume="%(name)s-seed.iso"/><target dev="sda" bus="scsi"/><readonly/></disk>
-<controller type="scsi" index="0" model="virtio-scsi"/>
-<interface type="bridge"><source bridge="%(bridge)s"/><model type="virtio"/></interface>
-<channel type="unix"><target type="virtio" name="org.qemu.guest_agent.0"/></channel></devices></domain>"""
-
-VOLUME_XML = ('<volume type="file"><name>%s</name><capacity unit="bytes">%d</capacity>'
-              '<target><format type="%s"/></target></volume>')
-
 
 def grow_fleet(conn, uid, first, count, running, pool_name=config.POOL_NAME, bridge=config.BRIDGE):
     """Define domains ``first`` .. ``count - 1`` with their volumes on ``conn``; start those below ``running``.
 
     The defaults are the single lab's pool and bridge; a lab hypervisor has its own (config.HV_POOL_NAME, HV_BRIDGE).
+    Virt type and cpu mode are the lab's (qemu, none), so a started domain runs under TCG.
     """
     pool = conn.storagePoolLookupByName(pool_name)
-    created_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     for index in range(first, count):
         name = "%s%d" % (PREFIX, index)
-        pool.createXML(VOLUME_XML % (name + ".qcow2", OVERLAY_BYTES, "qcow2"), 0)
-        pool.createXML(VOLUME_XML % (name + "-seed.iso", SEED_BYTES, "raw"), 0)
-        dom = conn.defineXML(DOMAIN_XML % dict(virt_type=config.VIRT_TYPE, name=name, uid=uid, created_at=created_at,
-                                               digest="0" * 64, pool=pool_name, bridge=bridge))
+        pool.createXML(build_volume_xml(VolumeSpec(overlay_volume_name(name), OVERLAY_BYTES, "qcow2")), 0)
+        pool.createXML(build_volume_xml(VolumeSpec(seed_volume_name(name), SEED_BYTES, "raw")), 0)
+        dom = conn.defineXML(managed_domain_xml(name, uid, created_at, pool_name, bridge, config.VIRT_TYPE,
+                                                config.CPU_MODE))
         if index < running:
             dom.create()
 

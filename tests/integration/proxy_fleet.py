@@ -79,19 +79,29 @@ def _hand_made_xml(member, lab):
     )
 
 
-def _managed_xml(member, lab):
+def managed_domain_xml(name, uid, created_at, pool, bridge, virt_type, cpu_mode, mac=None):
+    """A small proxy domain of owner ``uid`` as kvm_proxy defines one (the collection's builders), on ``bridge``.
+
+    Its disks are the volumes overlay_volume_name(name) and seed_volume_name(name) of ``pool``; the fleets of
+    the listing tests and of the listing benchmarks (bench/fleet.py) are made of these.
+    """
     return build_domain_xml(DomainParams(
-        name=member.name,
-        metadata=build_instance_element(member.uid, member.created_at, "0" * 64),
+        name=name,
+        metadata=build_instance_element(uid, created_at, "0" * 64),
         vcpus=1,
         memory_mib=128,
-        pool=lab.pool,
-        overlay_volume=overlay_volume_name(member.name),
-        seed_volume=seed_volume_name(member.name),
-        interfaces=(NicInfo(mac=member.mac, bridge=lab.bridge, network=None),),
-        virt_type=lab.virt_type,
-        cpu_mode=lab.cpu_mode,
+        pool=pool,
+        overlay_volume=overlay_volume_name(name),
+        seed_volume=seed_volume_name(name),
+        interfaces=(NicInfo(mac=mac, bridge=bridge, network=None),),
+        virt_type=virt_type,
+        cpu_mode=cpu_mode,
     ))
+
+
+def _managed_xml(member, lab):
+    return managed_domain_xml(member.name, member.uid, member.created_at, lab.pool, lab.bridge, lab.virt_type,
+                              lab.cpu_mode, member.mac)
 
 
 def _upload_new_volume(hypervisor, pool, name, disk_format, content):
