@@ -29,9 +29,6 @@ CACHE = os.path.expanduser("~/.cache/egress-proxies-bench")
 PEER_ANSIBLE = "ansible==12.3.0"
 # Every domain and volume a benchmark makes starts with this; each benchmark removes its own.
 PREFIX = "eptest-bench-"
-# How often kvm_proxy's wait_for_ip asks libvirt for the address, in seconds, as B4 and B7 report it. It mirrors
-# the wait's poll (POLL_INTERVAL in the collection's address wait): the bench imports none of the module_utils.
-MODULE_POLL_SECONDS = 1
 
 
 def read_text(path):

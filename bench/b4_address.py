@@ -22,10 +22,10 @@ import tempfile
 import time
 from xml.etree import ElementTree
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from bench._common import (
     BUILD_COLLECTIONS,
     HYPERVISOR_PYTHON,
-    MODULE_POLL_SECONDS,
     PREFIX,
     VENV,
     BootWatch,
@@ -195,7 +195,7 @@ def run(env):
     """B4's three paths, each once: ``env`` is the checkout's Ansible environment."""
     peer = peer_venv()
     results = {"peer_version": peer_version(peer), "peer_module": "community.libvirt.virt_install",
-               "poll_interval": MODULE_POLL_SECONDS}
+               "poll_interval": POLL_INTERVAL}
     with tempfile.TemporaryDirectory(prefix="bench-b4-") as work:
         playbook = proxy_playbook(work)
         remove_peer()

@@ -19,9 +19,9 @@ import time
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from bench._common import (
     BUILD_COLLECTIONS,
-    MODULE_POLL_SECONDS,
     PREFIX,
     REPO_ROOT,
     VENV,
@@ -83,7 +83,7 @@ def run():
     hypervisor = spec()
     on = Virsh(hypervisor)
     prefix = hypervisor.lan_prefix + "."
-    results = {"host": HOST, "poll_interval": MODULE_POLL_SECONDS}
+    results = {"host": HOST, "poll_interval": POLL_INTERVAL}
     with tempfile.TemporaryDirectory(prefix="bench-b7-") as work:
         inventory_path = inventory(work)
         env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"))
