@@ -149,7 +149,7 @@ PLUGIN_DATA_IS_UNTRUSTED = hasattr(ansible_template, "trust_as_template")
 VAR_PREFIX = "kvm_proxy_"
 ALL_GROUP = "kvm_proxies"
 
-# Entry keys from _inventory that become host variables (with VAR_PREFIX), and their names.
+# Entry keys from _proxy.inventory that become host variables (with VAR_PREFIX), and their names.
 _HOST_VARS = (
     ("id", "id"),
     ("name", "name"),

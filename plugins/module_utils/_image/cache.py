@@ -12,7 +12,7 @@ Public API (used by kvm_base_image and kvm_proxy)::
     result = ensure_image(hypervisor, pool_name, spec, DownloadOptions(timeout=60, retries=3, ...),
                           check_mode=False, http=None, max_virtual_size=None, size_limit_name=None)
 
-    # the same, step by step (_plan): observe, plan, then apply unless in check mode
+    # the same, step by step (_common.plan): observe, plan, then apply unless in check mode
     with open_downloader(options, http) as downloader:
         cache = ImageCache(hypervisor, downloader, options.lock_timeout)
         request = cache.resolve(ImageRequest(pool_name, spec, max_virtual_size=None))
@@ -22,12 +22,13 @@ Public API (used by kvm_base_image and kvm_proxy)::
     result.volume, .path, .format, .sha256, .size, .downloaded, .changed, .bytes, .seconds,
     .throughput, .actions, .diff(), .as_dict()
 
-Removal and prune are in _image_removal, the pool's volumes in _image_pool,
-HTTP in _download (its options in _image.options), the lock in _locks. A base is self-contained: an image
-whose header names a backing file or an external data file would let every
-VM on it read that file of the hypervisor, so it is refused from its first
-bytes (_image_header), and a base that libvirt reports with a backing store
-after the refresh is deleted before its marker is written.
+Removal and prune are in _image.removal, the pool's volumes in _image.pool,
+HTTP in _image.download (its options in _image.options), the lock in
+_common.locks. A base is self-contained: an image whose header names a
+backing file or an external data file would let every VM on it read that
+file of the hypervisor, so it is refused from its first bytes
+(_image.header), and a base that libvirt reports with a backing store after
+the refresh is deleted before its marker is written.
 
 The download is streamed: the HTTP body is read in chunks that are hashed on
 the way and sent straight into libvirt's upload stream, so memory stays flat
@@ -41,7 +42,7 @@ pre-created by libvirt can be larger than the image and would keep a tail
 of its own metadata (measured on libvirt 9.0). The pool refresh afterwards
 lets libvirt probe the real format and virtual size.
 
-Concurrent runs on one machine serialise on the volume's lock (_locks), so
+Concurrent runs on one machine serialise on the volume's lock (_common.locks), so
 the image is downloaded once: the second run waits, then finds it ready.
 """
 
@@ -71,8 +72,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.pool imp
     with_users,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import require_pool, volume_deleter, volume_info
-
-# The flow's API, and the names kvm_proxy imports from here that live in _download, _image_spec and _locks.
 
 GIB = 1024 ** 3
 
@@ -114,7 +113,7 @@ class ImageRequest:
 class ImageObservation:
     """The pool's handle, what it holds under the request's base volume name, and the image's header.
 
-    ``header`` (an _image_header.ImageHeader) is read in check mode only,
+    ``header`` (an _image.header.ImageHeader) is read in check mode only,
     for an image that would be downloaded: a real run reads it off the
     download itself.
     """
@@ -131,7 +130,7 @@ class ImageResult(Result):
     ``path`` is None when check mode predicts a download; ``size`` (the
     virtual size in bytes) then comes from the image's header, or is the
     length of a raw image (None if the server did not say it). ``pruned``
-    is the _image_removal.RemovalResult of a prune that followed (kvm_base_image's prune).
+    is the _image.removal.RemovalResult of a prune that followed (kvm_base_image's prune).
     """
 
     volume: str
@@ -318,7 +317,7 @@ class ImageCache:
                        after=dict(result.after, sha256=digest))
 
     def _upload(self, request, pool, body):
-        """Stream ``body`` (a _download.ImageBody) into a new base volume: (sha256, bytes, seconds)."""
+        """Stream ``body`` (a _image.download.ImageBody) into a new base volume: (sha256, bytes, seconds)."""
         # Checked before the volume exists, so a refused image writes nothing.
         check_header(body.read_header(), request)
         vol = self.hv.create_volume(pool, raw_volume_xml(request.volume, body.length))

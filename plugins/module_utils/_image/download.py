@@ -16,7 +16,7 @@ next time: a 5xx, a refused or dropped connection, a timeout, a body shorter
 than its Content-Length. Everything else (a 4xx, no Content-Length, a TLS
 failure, a redirect to another scheme) is a PermanentError at once. The
 body of an image is read in chunks that are hashed and counted on the way,
-and its first chunks, enough for the header (_image_header), are read
+and its first chunks, enough for the header (_image.header), are read
 before anything else is done with it. The rest is received and hashed in a
 thread of its own, a few chunks ahead of the caller sending them into
 libvirt's stream (read_ahead), so the three overlap instead of taking turns.

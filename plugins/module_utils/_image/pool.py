@@ -5,13 +5,13 @@
 """The image cache's volumes in a pool, which is the cache's only state: bases, their markers, their users.
 
 - A base volume per image content: ``base-<image>-<first 16 hex of
-  sha256>.<fmt>`` with a checksum, ``base-<image>.<fmt>`` without (_names).
+  sha256>.<fmt>`` with a checksum, ``base-<image>.<fmt>`` without (_common.names).
 - A marker volume ``<base>.sha256`` holding the 64 hex digits of the
   verified upload, written last. Base + well-formed marker (+ the expected
   digest when a checksum is given) is what "ready" means; anything else is
   the leftover of an interrupted attempt.
 - A base is in use while another volume of the pool names it as its backing
-  store, or a domain has it as a disk (_storage.find_users); no flow deletes
+  store, or a domain has it as a disk (_libvirt.storage.find_users); no flow deletes
   it then.
 """
 
@@ -49,7 +49,7 @@ class CachedBase:
 
     ``base`` and ``marker`` are volume handles (None when absent),
     ``marker_digest`` the digest a well-formed marker records, ``info`` the
-    base's parsed XML and ``users`` its _storage.VolumeUsers (read only where needed).
+    base's parsed XML and ``users`` its _libvirt.storage.VolumeUsers (read only where needed).
     """
 
     volume: str

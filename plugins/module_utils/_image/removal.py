@@ -10,14 +10,14 @@ Public API::
     removal = prune_images(hypervisor, pool_name, image_name, keep=(volume,), check_mode=False)
     removal.removed, removal.kept, removal.changed, removal.actions, removal.diff(), removal.as_dict()
 
-    # the same, step by step (_plan)
+    # the same, step by step (_common.plan)
     observation = observe_removal(hypervisor, request)
     plan = plan_removal(request, observation)
     removal = plan.result if check_mode else apply_removal(hypervisor, request, observation, plan)
 
 No base that another volume of the pool backs onto is ever removed: removing
 the image fails naming the volumes that use it, pruning keeps it and says so.
-A real run removes each base under its lock (_locks), after reading it again:
+A real run removes each base under its lock (_common.locks), after reading it again:
 a run may have finished that download, or created an overlay on it, since.
 ``departing`` names the volumes the same run removes first (the proxies a
 playbook removes before their image): check mode, which removed nothing,
@@ -78,7 +78,7 @@ class RemovalRequest:
 
 @dataclass(frozen=True)
 class RemovalObservation:
-    """The pool's handle and its cached copies of the image: {base volume name: _image_pool.CachedBase}.
+    """The pool's handle and its cached copies of the image: {base volume name: _image.pool.CachedBase}.
 
     Only the copies the request targets have their users read.
     """

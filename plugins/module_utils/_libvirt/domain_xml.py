@@ -49,7 +49,7 @@ _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 class DomainParams:
     """Everything build_domain_xml needs, already resolved so the builder stays a pure function.
 
-    ``metadata`` is the element from _metadata.build_instance_element.
+    ``metadata`` is the element from _libvirt.metadata.build_instance_element.
     ``interfaces`` are the NICs in device order (the first is the boot NIC):
     values with the attributes ``bridge`` (a host bridge) or ``network`` (a
     libvirt network), exactly one of them set, and ``mac`` (None lets libvirt

@@ -7,7 +7,7 @@
 Everything else in module_utils talks to a ``Hypervisor`` and never imports
 libvirt, so the unit tests drive the same flows through an in-memory fake
 (tests/unit/fake_hypervisor.py) that implements exactly these methods. Every
-libvirt failure leaves here as a typed error from _errors.py that keeps
+libvirt failure leaves here as a typed error from _common/errors.py that keeps
 libvirt's code and message. Handles (domains, pools, volumes) are opaque to
 callers: they are only ever passed back into a ``Hypervisor`` method.
 """
@@ -207,7 +207,7 @@ class Hypervisor:
     def set_domain_metadata(self, dom, xml, key, uri, live):
         """Replace the metadata element under ``uri`` in the persistent definition and, when ``live``, the running one.
 
-        ``xml`` is unqualified (_metadata.unqualified_xml): libvirt qualifies it with ``uri`` under prefix ``key``.
+        ``xml`` is unqualified (_libvirt.metadata.unqualified_xml): libvirt qualifies it with ``uri`` under prefix ``key``.
         """
         flags = METADATA_AFFECT_CONFIG | (METADATA_AFFECT_LIVE if live else 0)
         self._call("writing the metadata of domain '%s'" % dom.name(), dom.setMetadata, METADATA_ELEMENT, xml, key,

@@ -53,7 +53,7 @@ class InstanceMetadata:
     uid: Optional[str]
     created_at_raw: Optional[str]
     spec_digest: Optional[str] = None
-    spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy_request)
+    spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy.request)
 
     @property
     def created_at(self):
@@ -159,7 +159,7 @@ def unqualified_xml(element):
 
 
 def instance_metadata_from_domain_element(domain):
-    """Our element under ``metadata`` of a parsed ``<domain>`` (_domain_xml checked the root); None when it has none.
+    """Our element under ``metadata`` of a parsed ``<domain>`` (_libvirt.domain_xml checked the root); None when it has none.
 
     An element present but not saying managed ``true`` reads with ``managed=False``.
     """

@@ -54,12 +54,12 @@ def delete_volume(hypervisor, vol):
 
 
 def volume_info(hypervisor, vol):
-    """The volume's parsed XML (_volume_xml.VolumeInfo): format, capacity, path, backing file."""
+    """The volume's parsed XML (_libvirt.volume_xml.VolumeInfo): format, capacity, path, backing file."""
     return parse_volume_xml(hypervisor.volume_xml(vol))
 
 
 def volume_deleter(hypervisor):
-    """A plan operation (_plan.execute) deleting the step's target volume as delete_volume does; the result as it was."""
+    """A plan operation (_common.plan.execute) deleting the step's target volume as delete_volume does; the result as it was."""
     def delete(vol, result):
         delete_volume(hypervisor, vol)
         return result

@@ -17,7 +17,7 @@ def cloud_init_options(user_data_default=None):
 
     no_log keeps user-data, vendor-data (a bootcmd with a token) and meta-data
     (a token) out of the invocation Ansible returns with -v, out of results
-    and messages, and out of the hypervisor's journal; _module.KvmModule masks
+    and messages, and out of the hypervisor's journal; _common.module.KvmModule masks
     a dictionary among them as one document.
     raw, not str: Ansible would turn a dictionary into its Python repr, which
     cloud-init ignores; seed_files writes one as cloud-config.

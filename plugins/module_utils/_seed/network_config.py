@@ -18,7 +18,7 @@ __metaclass__ = type
 
 
 def static_network_config(interfaces):
-    """The network-config dictionary for ``interfaces`` (_interfaces.Interface), or None when none is static."""
+    """The network-config dictionary for ``interfaces`` (_proxy.interfaces.Interface), or None when none is static."""
     if all(interface.address is None for interface in interfaces):
         return None
     ethernets = {}

@@ -10,14 +10,14 @@ Public API (kvm_seed and kvm_proxy call it)::
     result = ensure_seed(hypervisor, pool_name, name, files, check_mode=False)    # a SeedResult
     removal = seed_removal(hypervisor, pool_name, name, check_mode=False)         # a SeedRemovalResult
 
-    # the same, step by step (_plan): observe, plan, then apply unless in check mode
+    # the same, step by step (_common.plan): observe, plan, then apply unless in check mode
     request = SeedRequest.of(pool_name, name, files)                              # the image built
     plan = plan_seed(request, observe_seed(hypervisor, request))
     result = plan.result if check_mode else apply_seed(hypervisor, request, plan)
     plan = plan_seed_removal(observe_seed_removal(hypervisor, pool_name, name), pool_name)
     result = plan.result if check_mode else apply_seed_removal(hypervisor, plan)
 
-The files are rendered in _nocloud, the image built and read in _iso9660.
+The files are rendered in _seed.nocloud, the image built and read in _seed.iso9660.
 The existing volume is read back through libvirt (its capacity, when that
 is within the read limit), parsed and compared file by file: the same files
 leave it untouched. Different files, or a volume that is not a complete seed
@@ -25,7 +25,7 @@ leave it untouched. Different files, or a volume that is not a complete seed
 volume of the image's size, upload. A truncated seed is never kept, since a
 VM booted from it would come up without its cloud-init configuration.
 
-A seed that a domain has as a disk is never removed (_storage.find_users,
+A seed that a domain has as a disk is never removed (_libvirt.storage.find_users,
 the check that keeps a base image its overlays use): the VM could not start
 again, and kvm_proxy would rebuild it on a wiped disk.
 """
@@ -115,7 +115,7 @@ class SeedObservation:
 
     ``vol`` is that volume's handle (None: absent), ``files`` what it was read
     back as (None when absent or unreadable, ``problem`` then says why).
-    ``users`` (_storage.VolumeUsers) are read for a removal only.
+    ``users`` (_libvirt.storage.VolumeUsers) are read for a removal only.
     """
 
     volume: str
