@@ -106,10 +106,11 @@ class KvmModule:
     what the result's invocation shows: a no_log dictionary as one document.
     """
 
-    def __init__(self, argument_spec, requirements=(), supports_check_mode=True, **kwargs):
+    def __init__(self, argument_spec, requirements=(), **kwargs):
         spec = common_argument_spec()
         spec.update(argument_spec)
-        self.module = _AnsibleModule(argument_spec=spec, supports_check_mode=supports_check_mode, **kwargs)
+        # Every module of the collection predicts its changes in check mode.
+        self.module = _AnsibleModule(argument_spec=spec, supports_check_mode=True, **kwargs)
         self.params = self.module.params
         self._mask_dictionaries()
         for library, install_hint, import_error in BASE_REQUIREMENTS + tuple(requirements):
