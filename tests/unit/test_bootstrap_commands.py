@@ -62,6 +62,10 @@ def table_commands():
     return {what for kind, what, _package in requirements() if kind == "command"}
 
 
+# Programs outside PATH (squid's helpers in /usr/lib/squid), listed and run by their absolute paths.
+TABLE_FILES = frozenset(what for kind, what, _package in requirements() if kind == "file")
+
+
 def programs_of(words):
     """The programs one command line runs: its first word, and the command a wrapper runs.
 
@@ -73,6 +77,9 @@ def programs_of(words):
         word, rest = words[0], words[1:]
         if "/" in word and not word.startswith("/"):
             break  # a script of this repository, run by its path
+        if word in TABLE_FILES:
+            found.append(word)  # a program the table probes as a file, by the path it is run by
+            break
         name = os.path.basename(word)
         if name == "command" and rest[:1] in (["-v"], ["-V"]):
             break  # only looks the program up
@@ -439,7 +446,7 @@ def programs():
 
 
 def test_every_program_the_code_runs_is_in_the_table(programs):
-    listed = table_commands() | DEV_VENV_COMMANDS
+    listed = table_commands() | TABLE_FILES | DEV_VENV_COMMANDS
     missing = {program: sorted(set(where)) for program, where in programs.items() if program not in listed}
     assert not missing, "run but not in %s (add `command PROGRAM DEBIAN-PACKAGE`): %s" % (
         REQUIREMENTS.relative_to(REPO_ROOT), "; ".join("%s (%s)" % (p, ", ".join(w)) for p, w in sorted(missing.items())))
@@ -454,6 +461,7 @@ def test_every_command_in_the_table_is_run(programs):
 PYTHON_CASES = {
     "subprocess list": ('import subprocess\nsubprocess.run(["qemu-img", "info", path], check=True)\n', {"qemu-img"}),
     "absolute path": ('import subprocess\nsubprocess.Popen(["/usr/sbin/sshd", "-D"])\n', {"sshd"}),
+    "file probe": ('HELPER = "/usr/lib/squid/basic_ncsa_auth"\nsubprocess.run([HELPER, path])\n', {"/usr/lib/squid/basic_ncsa_auth"}),
     "netns wrapper and bound name": (
         'PY = "/usr/bin/python3"\nsubprocess.Popen(["ip", "netns", "exec", ns, PY, "-m", "http.server"])\n', {"ip", "python3"}),
     "prefix in a conditional": ('from tests.lab.shell import succeeds\nprefix = ["ip", "-n", ns] if ns else ["ip"]\n'
