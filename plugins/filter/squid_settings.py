@@ -48,6 +48,10 @@ _value:
     - C(name), C(port) (an integer), C(allowed_clients), C(safe_ports) and C(connect_ports) (lists of strings) and
       C(forwarded_for) as squid.conf gets them; C(listen_address) (the inside address) and C(outgoing_address) (the
       outside one) for a proxy with an outside NIC, else null.
+    - The policy, C(allowed_domains), C(allowed_networks), C(denied_domains), C(denied_networks) (names lowercase, a
+      name under a dotted domain of its list left out, networks collapsed), C(internal_networks) (what
+      C(deny_internal) refuses, the proxy's own NICs' networks included; empty without it) and C(users)
+      (C(name) and C(hash) each).
   type: dict
 """
 

@@ -20,7 +20,9 @@ description:
   - C(name) must be a VM name; C(port) a TCP port from 1 to 65535; C(allowed_clients) IPv4 or IPv6 addresses or
     networks (an address with host bits after the prefix is refused too); C(address) and C(outside.address), when
     given, IPv4 addresses with their prefix length; the safe and CONNECT ports ports or ranges C(low-high) of them,
-    in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values.
+    in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values; each of C(allowed_destinations) and
+    C(denied_destinations) a host name, a domain with its leading dot, or an IPv4 or IPv6 address or network; each user
+    a name of letters, digits and C(. _ @ + -) given once, with the hash the role wrote.
   - Each of O(ssh_authorized_keys) must be one line. cloud-init writes a key as a line of C(authorized_keys), where a
     line feed (or a carriage return, NUL, U+2028 or another control character) inside it would write a line, another
     key or one with options such as C(command=), of its own.

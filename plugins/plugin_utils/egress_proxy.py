@@ -24,6 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
     KVM_PROXY_SET_REQUIRED_IF,
@@ -32,6 +33,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import authorized_keys_problems, squid_settings
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
 # The per-instance keys and the role-wide variable each one falls back to (meta/argument_specs.yml).
 INSTANCE_DEFAULTS = (
@@ -46,6 +48,10 @@ INSTANCE_DEFAULTS = (
     ("gateway", "egress_proxy_gateway"),
     ("dns", "egress_proxy_dns"),
     ("search", "egress_proxy_search"),
+    ("allowed_destinations", "egress_proxy_allowed_destinations"),
+    ("denied_destinations", "egress_proxy_denied_destinations"),
+    ("deny_internal", "egress_proxy_deny_internal"),
+    ("users", "egress_proxy_users"),
 )
 # What every call of kvm_proxy_set gets from the role: the hypervisor, the owner, the pool.
 TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
@@ -98,8 +104,9 @@ def fill_in(entry, variables):
     where it gives none of its own, and ``outside`` its outside NIC: egress_proxy_outside with its own over it."""
     instance = {key: variables[variable] for key, variable in INSTANCE_DEFAULTS}
     instance.update(mac="", outside={})
-    instance["autostart"] = _bool(instance["autostart"])
     instance.update(entry)
+    instance["autostart"] = _bool(instance["autostart"])
+    instance["deny_internal"] = _bool(instance["deny_internal"])
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
     return instance
 
@@ -138,6 +145,30 @@ def _placement_problems(kept, variables):
             % (variables["inventory_hostname"], ", ".join(instance["name"] for instance in kept),
                "egress_proxy_image (name, url, and preferably checksum) and " if image is None else "", _json(bridge),
                _json(network))]
+
+
+def _password_problems(kept, variables):
+    """Each user's password is text squid can be sent: not empty, no control character. Never quoted."""
+    problems = []
+    for instance in kept:
+        for index, user in enumerate(instance["users"] or []):
+            password = user.get("password") if isinstance(user, dict) else None
+            if not isinstance(password, str) or not password or control_character(password) is not None:
+                problems.append("users[%d] (%s) of %s on %s: the password is empty, not text, or has a control character"
+                                % (index, _json(user.get("name") if isinstance(user, dict) else None), instance["name"],
+                                   variables["inventory_hostname"]))
+    return problems
+
+
+def _with_user_hashes(instance, owner):
+    """``instance`` with each user's password replaced by its hash (squid_user_hash): from here on, the instance
+    (a fact the role shows at -v) carries no password. An instance being removed keeps no users. A name that is not
+    text gets no hash; squid_settings refuses it, naming it."""
+    users = [] if instance["state"] == STATE_ABSENT else instance["users"] or []
+    return dict(instance, users=[
+        {"name": user.get("name"),
+         "hash": squid_user_hash(owner, user["name"], user["password"]) if isinstance(user.get("name"), str) else None}
+        for user in users])
 
 
 def _squid_problems(kept, variables):
@@ -230,17 +261,23 @@ def role_instances(desired, variables, removing=False):
     instances = [fill_in(entry, variables) for entry in desired]
     if removing:
         instances = [dict(instance, state=STATE_ABSENT) for instance in instances]
-    checks = [lambda: _name_problems(instances, variables)]
     kept = [instance for instance in instances if instance["state"] != STATE_ABSENT]
-    if kept:
-        checks += [lambda check=check: check(kept, variables) for check in KEPT_CHECKS]
+    _refuse_first([lambda: _name_problems(instances, variables), lambda: _password_problems(kept, variables)])
+    instances = [_with_user_hashes(instance, variables["egress_proxy_uid"]) for instance in instances]
+    kept = [instance for instance in instances if instance["state"] != STATE_ABSENT]
+    checks = [lambda check=check: check(kept, variables) for check in KEPT_CHECKS] if kept else []
     if not removing:
         checks.append(lambda: _cloud_data_problems(variables))
+    _refuse_first(checks)
+    return instances
+
+
+def _refuse_first(checks):
+    """Run ``checks`` in order; the first that finds problems raises RoleInputError with them."""
     for check in checks:
         problems = check()
         if problems:
             raise RoleInputError(" ".join(problems))
-    return instances
 
 
 def _nics(instance, variables):

@@ -28,6 +28,8 @@ QUICK_START, FLEET, SERIAL, DESTROY, FACT = (
 # The page's other blocks, by section, with the reason no run takes them.
 NOT_RUN = {
     "What runs inside a proxy": "squid.conf as the role renders it (tests/unit/test_role_docs.py checks it)",
+    "Policy": "the policy's variables and their vaulted passwords (tests/unit/roles/test_egress_proxy_policy.py renders "
+              "them and squid -k parse reads the result; test_networking.py proves a policy on a booted proxy)",
     "Networking": "static addresses on a LAN and an uplink with a router (test_networking.py proves a two-NIC "
                   "proxy on the lab), and kvm_proxy_info's output",
 }

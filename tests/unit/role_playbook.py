@@ -9,10 +9,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_role_tasks(tmp_path, role, tasks_from, variables, check=False, after=()):
+def run_role_tasks(tmp_path, role, tasks_from, variables, check=False, after=(), options=()):
     """ansible-playbook of one play: include_role ``role`` (public) ``tasks_from``, then the ``after`` tasks -> stdout.
 
-    Fails the test when the play fails.
+    ``options`` are more of ansible-playbook's (``-vvv``). Fails the test when the play fails.
     """
     play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
         {"ansible.builtin.include_role": {"name": "egress_proxies.kvm." + role, "tasks_from": tasks_from, "public": True}},
@@ -24,7 +24,7 @@ def run_role_tasks(tmp_path, role, tasks_from, variables, check=False, after=())
                ANSIBLE_NOCOLOR="true", ANSIBLE_STDOUT_CALLBACK="default")
     argv = [str(REPO_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", str(playbook),
             "-e", json.dumps(dict(variables, ansible_python_interpreter=sys.executable))]
-    completed = subprocess.run(argv + (["--check"] if check else []), capture_output=True, text=True, check=False,
+    completed = subprocess.run(argv + (["--check"] if check else []) + list(options), capture_output=True, text=True, check=False,
                                env=env, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     return completed.stdout

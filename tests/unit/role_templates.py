@@ -55,6 +55,21 @@ def render(template, variables):
     return rendered["text"]
 
 
+def squid_parsed(squid_conf, tmp_path):
+    """The directives squid itself reads from ``squid_conf`` (squid -k parse, its "Processing:" lines), failing on
+    a file squid refuses or warns about."""
+    path = tmp_path / "squid.conf"
+    path.write_text(squid_conf)
+    parsed = subprocess.run(["squid", "-k", "parse", "-f", str(path)], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert parsed.returncode == 0, parsed.stderr
+    # squid warns of `via off`, which the role writes on purpose (egress_proxy_via); any other warning is the file's.
+    warnings = [line for line in parsed.stderr.splitlines()
+                if ("WARNING" in line or "ERROR" in line) and "HTTP requires the use of Via" not in line]
+    assert warnings == [], parsed.stderr
+    return [line.split("Processing: ", 1)[1] for line in parsed.stderr.splitlines() if "Processing: " in line]
+
+
 def _render_in_this_python(renders):
     from ansible.errors import AnsibleError
     from ansible.parsing.dataloader import DataLoader

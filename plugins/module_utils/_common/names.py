@@ -36,6 +36,8 @@ _BRIDGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")
 # Inventory host names, FQDNs and IP addresses (IPv6 included) all fit.
 _HOST_NAME = re.compile(r"[A-Za-z0-9_:][A-Za-z0-9_.:-]{0,252}")
 _IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+# A DNS name: labels of letters, digits and inner hyphens (RFC 1123), at most 253 characters in all.
+_DNS_NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 # A content-addressed base volume ends in "-<16 hex>"; an image name ending
 # like that would make "base-<image>.<fmt>" of one image indistinguishable
 # from the content-addressed volume of another.
@@ -52,6 +54,11 @@ BaseVolumeName.__doc__ = """A volume recognised as an image's base volume or its
 hex digits of the image's sha256 (None for an unchecksummed base), and
 ``is_marker`` tells the ``<base>.sha256`` sidecar from the base itself.
 """
+
+
+def is_dns_name(value):
+    """Whether ``value`` is a DNS name (RFC 1123 labels, no trailing dot, ASCII only)."""
+    return isinstance(value, str) and _DNS_NAME.fullmatch(value) is not None
 
 
 def _check(pattern, value, message):

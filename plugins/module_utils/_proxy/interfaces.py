@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_bridge_name, validate_network_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import is_dns_name, validate_bridge_name, validate_network_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ip_address, ipv4_address, ipv4_interface, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import normalize_mac
 
@@ -35,7 +35,6 @@ INTERFACE_OPTIONS = ("bridge", "network", "mac", "role") + STATIC_OPTIONS
 LIST_OPTIONS = ("nameservers", "search")
 
 _ROLE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-_DOMAIN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 # QEMU's prefix: a MAC derived here is locally administered and never a real vendor's.
 _DERIVED_MAC_PREFIX = "52:54:00"
 
@@ -166,7 +165,7 @@ def _validate_static(given):
     if "nameservers" in given:
         given["nameservers"] = tuple(servers)
     for domain in given.get("search", ()):
-        if not _DOMAIN.fullmatch(domain):
+        if not is_dns_name(domain):
             raise ValidationError("search: %s is not a domain name" % quoted(domain))
 
 

@@ -16,8 +16,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
+import re
+
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import is_dns_name, validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
     ascii_decimal,
     control_character,
@@ -29,6 +32,20 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
 MAX_PORT = 65535
 # squid's forwarded_for values.
 FORWARDED_FOR = ("delete", "on", "off", "transparent", "truncate")
+# What deny_internal refuses: every destination address that is not globally routable (the IANA special-purpose
+# registries): this network, RFC 1918, shared (CGNAT), loopback, link-local with the cloud metadata address, IETF
+# protocol assignments, the documentation and benchmarking ranges, multicast and reserved; IPv6 unspecified,
+# loopback, discard, documentation, unique local, link-local and multicast. The IPv4-mapped IPv6 range is not
+# listed: squid keeps every IPv4 address in that form, so it would match them all; it matches the IPv4 range.
+INTERNAL_NETWORKS = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
+    "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4",
+    "240.0.0.0/4", "::/128", "::1/128", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
+)
+# A proxy user's name: a line of squid's password file (name:hash) starts with it, and a client types it.
+_USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+# The hash password_hash.squid_user_hash writes: SHA-512-crypt with its rounds, salt and hash in crypt's alphabet.
+_USER_HASH = re.compile(r"\$6\$rounds=[0-9]{4,9}\$[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}")
 
 
 def _port(value):
@@ -66,16 +83,15 @@ def _ports(variable, values, problems):
     return written
 
 
-def _ip(proxy, option, problems):
-    """The address, without its prefix, of the static NIC option (``address`` or ``outside.address``), or None."""
+def _interface(proxy, option, problems):
+    """The IPv4Interface of the static NIC option (``address`` or ``outside.address``), or None."""
     value = proxy.get(option) if option == "address" else (proxy.get("outside") or {}).get("address")
     if not value:
         return None
     interface = ipv4_interface(value)
     if interface is None:
         problems.append("%s %s is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (option, quoted(value)))
-        return None
-    return str(interface.ip)
+    return interface
 
 
 def _client(network):
@@ -113,8 +129,10 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     if bad_clients:
         problems.append("allowed_clients %s are not IPv4 or IPv6 addresses or networks (address/prefix, no host bits, "
                         "no %%scope)" % ", ".join(bad_clients))
-    outgoing_address = _ip(proxy, "outside.address", problems)
-    listen_address = _ip(proxy, "address", problems)
+    outside = _interface(proxy, "outside.address", problems)
+    inside = _interface(proxy, "address", problems)
+    outgoing_address = None if outside is None else str(outside.ip)
+    listen_address = None if inside is None else str(inside.ip)
     if outgoing_address is not None and not proxy.get("address"):
         problems.append("address: the inside NIC needs a static address (squid listens only there)")
     if forwarded_for is not None and forwarded_for not in FORWARDED_FOR:
@@ -129,7 +147,91 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "connect_ports": _ports("egress_proxy_connect_ports", connect_ports, problems),
         "forwarded_for": forwarded_for,
     }
+    settings.update(_policy(proxy, [nic.network for nic in (inside, outside) if nic is not None], problems))
     return settings, problems
+
+
+def destination(text):
+    """One entry of allowed_destinations or denied_destinations as squid matches it: ``("network", "10.0.0.0/8")``
+    for an address or CIDR (matched on the address the destination resolves to), ``("domain", ".example.com")`` for
+    a host name or a domain with its leading dot (matched on the URL's host, lowercase); None for anything else.
+
+    A name ends in a label that is not all digits, so ``300.1.1.1`` is neither an address nor a name.
+    """
+    network = ip_network(text)
+    if network is not None:
+        return "network", _client(network)
+    if not isinstance(text, str):
+        return None
+    name = text[1:] if text.startswith(".") else text
+    if not is_dns_name(name) or name.rpartition(".")[2].isdigit():
+        return None
+    return "domain", text.lower()
+
+
+def _destinations(variable, entries, problems):
+    """(domains, networks) of one destination list, in squid's forms; the names a domain of the list covers left out
+    (squid refuses a dstdomain list holding both .example.com and api.example.com)."""
+    found = [(entry, destination(entry)) for entry in entries or []]
+    bad = ["%s[%d] %s" % (variable, index, quoted(entry)) for index, (entry, kind) in enumerate(found) if kind is None]
+    if bad:
+        problems.append("%s: neither a host name (api.example.com), a domain with its leading dot (.example.com: it "
+                        "and every name under it; write .example.com, not *.example.com), nor an IP address or network "
+                        "(address/prefix, no host bits)" % ", ".join(bad))
+    domains = sorted({value for _entry, (kind, value) in _valid(found) if kind == "domain"})
+    dotted = [domain for domain in domains if domain.startswith(".")]
+    kept = [domain for domain in domains
+            if not any(domain != other and ("." + domain.lstrip(".")).endswith(other) for other in dotted)]
+    return kept, [value for _entry, (kind, value) in _valid(found) if kind == "network"]
+
+
+def _valid(found):
+    return [(entry, kind) for entry, kind in found if kind is not None]
+
+
+def _collapsed(networks):
+    """``networks`` (texts) as the fewest networks covering them, IPv4 first: squid warns of one inside another."""
+    parsed = [ipaddress.ip_network(network) for network in networks]
+    return [_client(network) for version in (4, 6)
+            for network in ipaddress.collapse_addresses(n for n in parsed if n.version == version)]
+
+
+def internal_networks(nic_networks=()):
+    """What deny_internal refuses, as squid.conf lists it: INTERNAL_NETWORKS and ``nic_networks`` (the proxy's own
+    static NICs'), collapsed."""
+    return _collapsed(list(INTERNAL_NETWORKS) + [str(network) for network in nic_networks])
+
+
+def _users(users, problems):
+    """The users squid authenticates, as ``[{"name", "hash"}]``; each entry carries its hash (never a password)."""
+    names = [user.get("name") if isinstance(user, dict) else None for user in users or []]
+    for index, (user, name) in enumerate(zip(users or [], names)):
+        if not isinstance(name, str) or not _USER_NAME.fullmatch(name):
+            problems.append("users[%d].name %s is not 1-64 letters, digits and . _ @ + - (no colon or blank), starting with a letter or digit"
+                            % (index, quoted(name)))
+        elif names.count(name) > 1 and names.index(name) == index:
+            problems.append("users[%d].name %s appears more than once" % (index, quoted(name)))
+        elif not isinstance(user.get("hash"), str) or not _USER_HASH.fullmatch(user["hash"]):
+            problems.append("users[%d] (%s) has no password hash of the role's (the role hashes each password)"
+                            % (index, name))
+    return [{"name": user["name"], "hash": user["hash"]} for user in users or []]
+
+
+def _policy(proxy, nic_networks, problems):
+    """Where the proxy lets its clients go and who it asks for credentials (the keys squid.conf.j2 reads)."""
+    allowed_domains, allowed_networks = _destinations("allowed_destinations", proxy.get("allowed_destinations"), problems)
+    denied_domains, denied_networks = _destinations("denied_destinations", proxy.get("denied_destinations"), problems)
+    deny_internal = proxy.get("deny_internal", True)
+    if not isinstance(deny_internal, bool):
+        problems.append("deny_internal %s is not a boolean" % quoted(deny_internal))
+    return {
+        "allowed_domains": allowed_domains,
+        "allowed_networks": _collapsed(allowed_networks),
+        "denied_domains": denied_domains,
+        "denied_networks": _collapsed(denied_networks),
+        "internal_networks": internal_networks(nic_networks) if deny_internal else [],
+        "users": _users(proxy.get("users"), problems),
+    }
 
 
 def authorized_keys_problems(keys):

@@ -22,6 +22,8 @@ from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_error
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import internal_networks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables as role_filter_variables
 
@@ -46,11 +48,16 @@ SQUID_VALUES = [
     ("outside.address", lambda text: {"instance": {"address": "198.18.0.5/24",
                                                    "outside": dict(OUTSIDE, address="198.19.0.5/24" + text)}}),
     ("name", lambda text: {"instance": {"name": "egress-1" + text}}),
+    ("allowed_destinations", lambda text: {"egress_proxy_allowed_destinations": ["api.example.com" + text + INJECTED]}),
+    ("allowed_destinations", lambda text: {"instance": {"allowed_destinations": [".example.com", "10.0.0.0/8" + text]}}),
+    ("denied_destinations", lambda text: {"egress_proxy_denied_destinations": [text + "example.com"]}),
+    ("users", lambda text: {"instance": {"users": [{"name": "alice" + text, "hash": squid_user_hash("o", "alice", "x")}]}}),
 ]
 OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
-# The directives squid.conf.j2 writes, by their first word, for the proxy below.
-DIRECTIVES = ["http_port", "acl", "acl", "acl", "acl", "http_access", "http_access", "http_access", "http_access",
-              "forwarded_for", "via", "cache", "reply_header_add", "coredump_dir", "shutdown_lifetime"]
+# The directives squid.conf.j2 writes, by their first word, for the proxy below: its clients, ports and CONNECT, the
+# internal destinations (deny_internal's default), five rules.
+DIRECTIVES = (["http_port"] + ["acl"] * (4 + len(internal_networks())) + ["http_access"] * 5
+              + ["forwarded_for", "via", "cache", "reply_header_add", "coredump_dir", "shutdown_lifetime"])
 
 
 def instance(**overrides):
@@ -68,8 +75,9 @@ def role_variables(overrides):
                      egress_proxy_image={"name": "debian-12", "url": "https://images.example/debian-12.qcow2"})
     entry = instance(**overrides.get("instance", {}))
     variables.update((key, value) for key, value in overrides.items() if key != "instance")
-    if "egress_proxy_allowed_clients" in overrides:
-        entry["allowed_clients"] = overrides["egress_proxy_allowed_clients"]
+    for key in ("allowed_clients", "allowed_destinations", "denied_destinations"):
+        if "egress_proxy_" + key in overrides:
+            entry[key] = overrides["egress_proxy_" + key]
     entry["outside"] = dict(variables["egress_proxy_outside"], **entry["outside"])
     variables["egress_proxy_instance"] = entry
     return variables, entry

@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The egress policy (issue 26): which destinations a proxy lets through, and to whom, as squid.conf says it.
+
+Each combination of the policy variables is filled in by the role's filter (proxy_instances, which hashes the
+passwords), rendered through user-data.yml.j2 and read by squid itself (squid -k parse): the rules come in the
+order squid needs, and squid accepts the file. Bad entries are refused naming the variable and the entry; a
+password's clear text reaches neither the instance the role keeps as a fact nor the user-data.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import subprocess
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import destination, internal_networks
+from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import inventory_files
+from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults, role_variables, squid_parsed
+
+PASSWORD = "correct horse:battery staple"
+ENTRY = {"name": "egress-1", "address": "198.51.100.5/24", "outside": {"bridge": "br1", "address": "203.0.113.5/24"}}
+BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.100.0/24"],
+        "egress_proxy_outside": {"gateway": "203.0.113.1"},
+        "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}}
+ALLOW = [".example.com", "api.example.com", "Mirror.Example.ORG", "198.18.20.0/24", "2001:DB8:1::7"]
+DENY = ["secret.example.com", "198.18.20.9"]
+USERS = [{"name": "alice", "password": PASSWORD}, {"name": "bob@corp", "password": "p"}]
+
+
+def filled(**overrides):
+    """The one instance proxy_instances fills in with the role's defaults, BASE and ``overrides``."""
+    variables = role_variables(**dict(BASE, **overrides))
+    (instance,) = proxy_instances([dict(ENTRY)], variables)
+    return instance
+
+
+def rendered(**overrides):
+    """(the user-data's parsed document, the squid.conf it writes) for the instance of ``overrides``."""
+    variables = dict(role_defaults(), inventory_hostname="hv1", **BASE)
+    variables.update(overrides, egress_proxy_instance=filled(**overrides))
+    (result,) = render_each([("user-data.yml.j2", variables)])
+    assert "error" not in result, result["error"]
+    user_data = yaml.safe_load(result["text"])
+    files = {entry["path"]: entry for entry in user_data["write_files"]}
+    return result["text"], files
+
+
+def access_rules(squid):
+    return [line for line in squid.splitlines() if line.startswith("http_access")]
+
+
+COMMON_RULES = ["http_access deny !safe_ports", "http_access deny CONNECT !connect_ports",
+                "http_access deny !egress_clients"]
+# (overrides, the http_access rules after COMMON_RULES).
+COMBINATIONS = [
+    ({"egress_proxy_deny_internal": False}, ["http_access allow all"]),
+    ({}, ["http_access deny internal_destinations", "http_access allow all"]),
+    ({"egress_proxy_allowed_destinations": ALLOW},
+     ["http_access deny internal_destinations !allowed_networks", "http_access allow allowed_domains",
+      "http_access allow allowed_networks", "http_access deny all"]),
+    ({"egress_proxy_allowed_destinations": [".example.com"], "egress_proxy_denied_destinations": DENY},
+     ["http_access deny denied_domains", "http_access deny denied_networks", "http_access deny internal_destinations",
+      "http_access allow allowed_domains", "http_access deny all"]),
+    ({"egress_proxy_denied_destinations": DENY, "egress_proxy_deny_internal": False},
+     ["http_access deny denied_domains", "http_access deny denied_networks", "http_access allow all"]),
+    ({"egress_proxy_users": USERS},
+     ["http_access deny !egress_users", "http_access deny internal_destinations", "http_access allow all"]),
+    ({"egress_proxy_users": USERS, "egress_proxy_allowed_destinations": ALLOW, "egress_proxy_denied_destinations": DENY},
+     ["http_access deny !egress_users", "http_access deny denied_domains", "http_access deny denied_networks",
+      "http_access deny internal_destinations !allowed_networks", "http_access allow allowed_domains",
+      "http_access allow allowed_networks", "http_access deny all"]),
+]
+
+
+@pytest.mark.parametrize("overrides, rules", COMBINATIONS, ids=[str(index) for index in range(len(COMBINATIONS))])
+def test_each_combination_renders_its_rules_in_order_and_squid_accepts_it(overrides, rules, tmp_path):
+    text, files = rendered(**overrides)
+    squid = files["/etc/squid/squid.conf"]["content"]
+    assert access_rules(squid) == COMMON_RULES + rules
+    parsed = squid_parsed(squid, tmp_path)
+    assert [line for line in parsed if line.startswith("http_access")] == COMMON_RULES + rules
+    assert ("/etc/squid/egress-users" in files) == bool(overrides.get("egress_proxy_users"))
+    assert PASSWORD not in text
+
+
+def test_destinations_are_written_in_squids_forms_without_an_entry_another_covers():
+    _text, files = rendered(egress_proxy_allowed_destinations=ALLOW, egress_proxy_denied_destinations=DENY)
+    squid = files["/etc/squid/squid.conf"]["content"]
+    acls = [line for line in squid.splitlines() if line.startswith(("acl allowed", "acl denied"))]
+    # api.example.com is under .example.com, which squid refuses in one list; names lowercase; addresses as ipaddress
+    # writes them, a single address without its prefix.
+    assert acls == ["acl allowed_domains dstdomain -n .example.com", "acl allowed_domains dstdomain -n mirror.example.org",
+                    "acl allowed_networks dst 198.18.20.0/24", "acl allowed_networks dst 2001:db8:1::7",
+                    "acl denied_domains dstdomain -n secret.example.com", "acl denied_networks dst 198.18.20.9"]
+
+
+def test_deny_internal_covers_the_special_ranges_and_the_proxys_own_networks():
+    _text, files = rendered()
+    squid = files["/etc/squid/squid.conf"]["content"]
+    internal = [ipaddress.ip_network(line.split()[-1]) for line in squid.splitlines()
+                if line.startswith("acl internal_destinations dst")]
+    for address in ("10.1.2.3", "169.254.169.254", "127.0.0.1", "100.64.0.1", "198.19.0.1", "172.31.0.1",
+                    "192.168.1.1", "224.0.0.1", "255.255.255.255", "0.0.0.0", "fd00::1", "fe80::1", "::1", "ff02::1",
+                    "::", "2001:db8::1"):
+        assert [network for network in internal if ipaddress.ip_address(address) in network], address
+    for address in ("192.0.43.10", "8.8.8.8", "2001:4860::8888", "172.32.0.1", "100.128.0.1"):
+        assert not [network for network in internal if ipaddress.ip_address(address) in network], address
+    # The inside and outside NICs' networks are documentation ranges, so covered already.
+    assert internal == [ipaddress.ip_network(network) for network in internal_networks()]
+
+
+def test_an_outside_network_that_is_public_is_added_to_the_internal_ones():
+    outside = {"bridge": "br1", "address": "192.0.43.5/28"}
+    variables = role_variables(**BASE)
+    (instance,) = proxy_instances([dict(ENTRY, outside=outside)], variables)
+    variables = dict(role_defaults(), inventory_hostname="hv1", **BASE)
+    variables["egress_proxy_instance"] = instance
+    (result,) = render_each([("squid.conf.j2", variables)])
+    assert "acl internal_destinations dst 192.0.43.0/28\n" in result["text"]
+
+
+def test_users_are_written_as_hashes_squids_helper_reads_and_the_fact_holds_no_password():
+    instance = filled(egress_proxy_users=USERS)
+    assert PASSWORD not in str(instance)
+    assert [user["name"] for user in instance["users"]] == ["alice", "bob@corp"]
+    text, files = rendered(egress_proxy_users=USERS)
+    users = files["/etc/squid/egress-users"]
+    assert (users["owner"], users["permissions"], users["defer"]) == ("root:proxy", "0640", True)
+    lines = users["content"].splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == ["alice", "bob@corp"]
+    assert all(line.split(":", 1)[1].startswith("$6$rounds=") for line in lines)
+    squid = files["/etc/squid/squid.conf"]["content"]
+    assert "auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/egress-users\n" in squid
+    # The same input hashes the same on every run: the user-data, and with it the proxy, stays as it was.
+    assert rendered(egress_proxy_users=USERS)[0] == text
+    assert PASSWORD not in text
+
+
+def test_squids_own_helper_accepts_the_written_hash(tmp_path):
+    _text, files = rendered(egress_proxy_users=USERS)
+    path = tmp_path / "egress-users"
+    path.write_text(files["/etc/squid/egress-users"]["content"])
+    # The helper reads "user password" lines, each URL-escaped as squid sends them.
+    answers = subprocess.run(["/usr/lib/squid/basic_ncsa_auth", str(path)], capture_output=True, text=True, timeout=60,
+                             input="alice correct%20horse%3Abattery%20staple\nalice wrong\nbob%40corp p\n", check=True)
+    assert [line.split()[0] for line in answers.stdout.splitlines()] == ["OK", "ERR", "OK"], answers.stdout
+
+
+@pytest.mark.parametrize("entry", ["*.example.com", "exa mple.com", "10.0.0.0/33", "10.0.0.1/8", "300.1.1.1",
+                                   "example.com.", "a\nhttp_access allow all", "fe80::1%eth0", ".", "", "-a.example",
+                                   "ex_ample.com", "http://example.com/", "\u00e9xample.com"])
+@pytest.mark.parametrize("variable", ["allowed_destinations", "denied_destinations"])
+def test_a_bad_destination_is_refused_naming_the_variable_and_the_entry(variable, entry):
+    assert destination(entry) is None
+    with pytest.raises(AnsibleFilterError) as refused:
+        filled(**{"egress_proxy_" + variable: ["api.example.com", entry]})
+    message = str(refused.value)
+    assert "%s[1] %r" % (variable, entry) in message and "egress-1" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("users, words", [
+    ([{"name": "al ice", "password": "x"}], "users[0].name 'al ice' is not 1-64 letters"),
+    ([{"name": "al:ice", "password": "x"}], "users[0].name 'al:ice' is not"),
+    ([{"name": "alice", "password": ""}], 'users[0] ("alice") of egress-1 on hv1: the password is empty'),
+    ([{"name": "alice", "password": "a\nb"}], "has a control character"),
+    ([{"name": "alice", "password": "x"}, {"name": "alice", "password": "y"}], "users[0].name 'alice' appears more than once"),
+])
+def test_bad_users_are_refused_naming_the_entry_never_the_password(users, words):
+    with pytest.raises(AnsibleFilterError) as refused:
+        filled(egress_proxy_users=users)
+    message = str(refused.value)
+    assert words in message, message
+    assert all(user["password"] not in message for user in users if len(user["password"]) > 1), message
+
+
+def test_no_password_reaches_the_roles_output_at_vvv_only_its_hash_reaches_the_module(tmp_path):
+    # Role-wide users, and a fleet entry with its own: the fleet's check loops over the entries.
+    variables = dict(BASE, egress_proxy_users=USERS, egress_proxy_instances=[ENTRY], egress_proxy_fleet=[
+        dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"}, hypervisor="localhost",
+             users=[{"name": "carol", "password": "fleet-entry-secret"}])])
+    show = [{"ansible.builtin.debug": {"msg": "{{ egress_proxy__set_args.proxies | map(attribute='user_data') | list }}"}}]
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, after=show, options=["-vvv"])
+    assert PASSWORD not in out.replace("\\n", "\n") and "fleet-entry-secret" not in out
+    assert out.count("alice:$6$rounds=100000$") == 1 and out.count("carol:$6$rounds=100000$") == 1, out[-3000:]
+
+
+def test_the_worked_example_of_the_docs_renders_and_squid_accepts_it(tmp_path):
+    files = inventory_files("Policy")
+    vaulted = files["group_vars/hypervisors/vault.yml"]
+    policy = dict(files["group_vars/hypervisors/policy.yml"])
+    # The vaulted passwords as the play reads them once decrypted.
+    policy["egress_proxy_users"] = [dict(user, password=vaulted[user["password"].strip("{} ")])
+                                    for user in policy["egress_proxy_users"]]
+    _text, written = rendered(**policy)
+    squid = written["/etc/squid/squid.conf"]["content"]
+    assert "acl allowed_networks dst 10.30.4.20\n" in squid and "acl allowed_domains dstdomain -n deb.debian.org\n" in squid
+    assert [line.split(":")[0] for line in written["/etc/squid/egress-users"]["content"].splitlines()] == ["ci", "build"]
+    squid_parsed(squid, tmp_path)
