@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import squid_parsed
 from tests.lab import config
+from tests.unit.role_templates import squid_parsed
 
 pytestmark = pytest.mark.integration
 
