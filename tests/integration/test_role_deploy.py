@@ -305,6 +305,13 @@ def test_owner_is_stable_another_owner_is_reported_and_adoption_is_explicit(lab,
     ({"egress_proxy_max_unavailable": 0}, "max_unavailable"),
     ({"egress_proxy_gc_grace_period": -5}, "gc_grace_period"),
     ({"egress_proxy_instances": [{"name": RUNNING, "mac": "52:54:zz:00:00:01"}]}, "MAC address"),
+    # Issue 26: the policy's entries, named with their index; a password never quoted.
+    ({"egress_proxy_allowed_destinations": ["deb.debian.org", "*.example.com"]},
+     "allowed_destinations[1] '*.example.com': neither a host name"),
+    ({"egress_proxy_denied_destinations": ["10.0.0.0/33"]}, "denied_destinations[0] '10.0.0.0/33'"),
+    ({"egress_proxy_users": [{"name": "ci", "password": ""}]}, 'users[0] ("ci") of %s on localhost: the password is empty' % RUNNING),
+    ({"egress_proxy_users": [{"name": "c i", "password": "x"}]}, "users[0].name 'c i' is not"),
+    ({"egress_proxy_deny_internal": "sometimes"}, "egress_proxy_deny_internal"),
 ])
 def test_bad_input_fails_before_anything_is_touched(lab, run_playbook, overrides, words):
     run = run_playbook(DEPLOY, role_vars(lab, **overrides), check=True)
