@@ -77,8 +77,12 @@ def without_url_passwords(text):
 def quoted(value):
     """``value`` for a message: its repr (control characters escaped, URL passwords hidden), cut after 60 characters.
 
-    A password is hidden before the repr escapes or the cut shortens it, where Ansible could no longer find it.
+    A password is hidden before the repr escapes or the cut shortens it, where Ansible could no longer find it. A
+    whole number of more than MAX_DECIMAL_DIGITS digits is described, not written: Python refuses to write one of
+    more than 4300 digits (ValueError), which a value such as "9" * 5000 becomes once an argument spec makes it an int.
     """
+    if isinstance(value, int) and abs(value) >= 10 ** MAX_DECIMAL_DIGITS:
+        return "a number of more than %d digits" % MAX_DECIMAL_DIGITS
     shown = repr(without_url_passwords(value) if isinstance(value, str) else value)
     return shown if len(shown) <= _QUOTE_CHARS else shown[:_QUOTE_CHARS] + "..."
 

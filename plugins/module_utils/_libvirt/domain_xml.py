@@ -21,7 +21,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_vm_name,
     validate_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     INSTANCE_TAG,
     METADATA_URI,
@@ -117,7 +117,7 @@ def _is_int(value):
 def normalize_mac(mac):
     """Return ``mac`` in lowercase colon form when it is a unicast MAC address, else raise ValidationError."""
     if not isinstance(mac, str) or not _MAC.fullmatch(mac):
-        raise ValidationError("MAC address %r is not valid: use six hex pairs separated by ':', e.g. 52:54:00:12:34:56" % (mac,))
+        raise ValidationError("MAC address %s is not valid: use six hex pairs separated by ':', e.g. 52:54:00:12:34:56" % (quoted(mac),))
     mac = mac.lower()
     if int(mac[:2], 16) & 1:
         raise ValidationError("MAC address %r is a multicast address; a NIC needs a unicast one (even first octet)" % (mac,))
@@ -139,10 +139,10 @@ def validate_domain_settings(params):
     """validate_domain_params without the metadata element: needs no lxml, so a request validates on any Python."""
     validate_vm_name(params.name)
     if not _is_int(params.vcpus) or not 1 <= params.vcpus <= MAX_VCPUS:
-        raise ValidationError("vcpus must be a whole number from 1 to %d, got %r" % (MAX_VCPUS, params.vcpus))
+        raise ValidationError("vcpus must be a whole number from 1 to %d, got %s" % (MAX_VCPUS, quoted(params.vcpus)))
     if not _is_int(params.memory_mib) or not MIN_MEMORY_MIB <= params.memory_mib <= MAX_MEMORY_MIB:
         raise ValidationError(
-            "memory_mib must be a whole number from %d to %d, got %r" % (MIN_MEMORY_MIB, MAX_MEMORY_MIB, params.memory_mib))
+            "memory_mib must be a whole number from %d to %d, got %s" % (MIN_MEMORY_MIB, MAX_MEMORY_MIB, quoted(params.memory_mib)))
     validate_pool_name(params.pool)
     validate_volume_name(params.overlay_volume)
     validate_volume_name(params.seed_volume)
@@ -170,7 +170,7 @@ def validate_domain_settings(params):
         raise ValidationError(
             "cpu_mode host-passthrough needs virt_type kvm; with virt_type qemu use host-model, maximum or none")
     if not isinstance(params.machine, str) or not _MACHINE.fullmatch(params.machine):
-        raise ValidationError("machine %r is not a valid machine type, e.g. q35 or pc-q35-7.2" % (params.machine,))
+        raise ValidationError("machine %s is not a valid machine type, e.g. q35 or pc-q35-7.2" % (quoted(params.machine),))
 
 
 def _sub(parent, tag, text=None, **attributes):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import etree, is_value_text, to_string
 
 METADATA_URI = "https://github.com/egress-proxies/kvm/metadata/1"
@@ -105,8 +106,8 @@ def validate_uid(uid):
     """``uid`` when it can be recorded as an owner, else ValidationError (no XML built: needs no lxml)."""
     if not is_value_text(uid) or len(uid) > _MAX_UID_LENGTH:
         raise ValidationError(
-            "owner uid %r is not valid: use 1-%d characters without control characters "
-            "or leading/trailing whitespace" % (uid, _MAX_UID_LENGTH))
+            "owner uid %s is not valid: use 1-%d characters without control characters "
+            "or leading/trailing whitespace" % (quoted(uid), _MAX_UID_LENGTH))
     return uid
 
 

@@ -35,6 +35,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_volume_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS, DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
@@ -111,7 +112,7 @@ def whole_number(option, value, least, most=None):
     """Refuse ``value`` unless it is an int (not a bool) from ``least`` to ``most`` (no upper bound when None)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < least or (most is not None and value > most):
         bounds = "of at least %d" % least if most is None else "from %d to %d" % (least, most)
-        raise ValidationError("%s must be a whole number %s, got %r" % (option, bounds, value))
+        raise ValidationError("%s must be a whole number %s, got %s" % (option, bounds, quoted(value)))
 
 
 @dataclass(frozen=True)

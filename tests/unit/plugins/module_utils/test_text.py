@@ -36,3 +36,9 @@ def test_quoted_hides_a_password_before_it_escapes_or_cuts():
     password = "it's-a-\\long-" + "x" * 60
     shown = quoted("https://user:%s@images.example/a\nb" % password)
     assert shown == repr("https://user:********@images.example/a\nb")
+
+
+def test_quoted_describes_a_number_python_would_refuse_to_write():
+    # int("9" * 5000) is what an argument spec makes of the text; repr() of it raises ValueError (over 4300 digits).
+    assert quoted(int("9" * 20)) == "99999999999999999999"
+    assert quoted(10 ** 20) == quoted(-10 ** 4500) == "a number of more than 20 digits"
