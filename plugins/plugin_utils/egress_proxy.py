@@ -25,13 +25,18 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import validate_uid
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
     KVM_PROXY_SET_REQUIRED_IF,
     kvm_proxy_set_argument_spec,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import authorized_keys_problems, squid_settings
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import (
+    authorized_keys_problems,
+    is_user_name,
+    squid_settings,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
@@ -95,6 +100,15 @@ def _bool(value):
     return boolean(value, strict=False)
 
 
+def _bool_or_given(value):
+    """A per-instance flag as a bool when it is one (True, "yes", "false", 0...), else as given, for the check that owns
+    it to refuse, naming it: ``_bool`` would read "true\n" or "sometimes" as false, and so turn deny_internal off."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        return value
+
+
 def _json(value):
     return json.dumps(value)
 
@@ -105,8 +119,8 @@ def fill_in(entry, variables):
     instance = {key: variables[variable] for key, variable in INSTANCE_DEFAULTS}
     instance.update(mac="", outside={})
     instance.update(entry)
-    instance["autostart"] = _bool(instance["autostart"])
-    instance["deny_internal"] = _bool(instance["deny_internal"])
+    instance["autostart"] = _bool_or_given(instance["autostart"])
+    instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
     return instance
 
@@ -117,6 +131,11 @@ def _name_problems(instances, variables):
         return ["The proxies of %s: %s has an empty owner (egress_proxy_uid); the role records one owner per deployment, "
                 "so set it to a name of your deployment or leave egress_proxy_uid at its default."
                 % (hypervisor, _json(instance["name"])) for instance in instances[:1]]
+    # Checked before the users' passwords are hashed with it (squid_user_hash refuses a NUL), by the modules' rule.
+    try:
+        validate_uid(variables["egress_proxy_uid"])
+    except ValidationError as error:
+        return ["The proxies of %s: egress_proxy_uid: %s." % (hypervisor, error.message)] if instances else []
     names = [instance.get("name") for instance in instances]
     problems = []
     for instance in instances:
@@ -163,11 +182,11 @@ def _password_problems(kept, variables):
 def _with_user_hashes(instance, owner):
     """``instance`` with each user's password replaced by its hash (squid_user_hash): from here on, the instance
     (a fact the role shows at -v) carries no password. An instance being removed keeps no users. A name that is not
-    text gets no hash; squid_settings refuses it, naming it."""
+    a user's name (not text, a NUL, a line feed...) gets no hash; squid_settings refuses it, naming it."""
     users = [] if instance["state"] == STATE_ABSENT else instance["users"] or []
     return dict(instance, users=[
         {"name": user.get("name"),
-         "hash": squid_user_hash(owner, user["name"], user["password"]) if isinstance(user.get("name"), str) else None}
+         "hash": squid_user_hash(owner, user["name"], user["password"]) if is_user_name(user.get("name")) else None}
         for user in users])
 
 
@@ -358,10 +377,19 @@ def set_arguments(instances, variables, user_data=None, removing=False):
                     "The proxies of %s are not usable: %s.", variables)
 
 
+# kvm_proxy_set names a proxy's NICs by their place in its interfaces (_nics): which of the role's variables each is.
+NIC_VARIABLES = ("In the role's variables, interfaces[0] is the proxy's (inside) NIC: egress_proxy_bridge or "
+                 "egress_proxy_network, and the mac, address, gateway, dns (nameservers) and search of the instance or "
+                 "the role-wide egress_proxy_*; interfaces[1] is its outside NIC, outside (and egress_proxy_outside).")
+
+
 def _checked(arguments, sentence, variables):
     errors = kvm_proxy_set_errors(arguments)
     if errors:
-        raise RoleInputError(sentence % (variables["inventory_hostname"], "; ".join(errors)))
+        refusal = sentence % (variables["inventory_hostname"], "; ".join(errors))
+        if any("interfaces[" in error for error in errors):
+            refusal += " " + NIC_VARIABLES
+        raise RoleInputError(refusal)
     return arguments
 
 

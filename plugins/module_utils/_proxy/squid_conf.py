@@ -202,11 +202,17 @@ def internal_networks(nic_networks=()):
     return _collapsed(list(INTERNAL_NETWORKS) + [str(network) for network in nic_networks])
 
 
+def is_user_name(name):
+    """Whether ``name`` can be a proxy user's name: a line of the password file starts with it (and squid_user_hash
+    takes it, which refuses a NUL)."""
+    return isinstance(name, str) and _USER_NAME.fullmatch(name) is not None
+
+
 def _users(users, problems):
     """The users squid authenticates, as ``[{"name", "hash"}]``; each entry carries its hash (never a password)."""
     names = [user.get("name") if isinstance(user, dict) else None for user in users or []]
     for index, (user, name) in enumerate(zip(users or [], names)):
-        if not isinstance(name, str) or not _USER_NAME.fullmatch(name):
+        if not is_user_name(name):
             problems.append("users[%d].name %s is not 1-64 letters, digits and . _ @ + - (no colon or blank), starting with a letter or digit"
                             % (index, quoted(name)))
         elif names.count(name) > 1 and names.index(name) == index:

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 
 import pytest
 import yaml
@@ -21,8 +22,15 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
+    build_instance_element,
+    instance_metadata_from_domain_element,
+)
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import etree
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import internal_networks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import NIC_VARIABLES
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables as role_filter_variables
@@ -200,3 +208,163 @@ def test_a_hostile_nic_value_is_refused_by_the_modules_check_naming_it(option, v
 def test_vendor_data_with_a_control_character_is_refused_without_quoting_it():
     (error,) = cloud_init_data_errors("#cloud-config\nbootcmd: [echo token-1234\x00]\n", "egress_proxy_vendor_data")
     assert error.startswith("egress_proxy_vendor_data holds binary data") and "token-1234" not in error
+
+
+# The values the modules write (domain XML, its metadata, volume names, the seed's meta-data and network-config), each
+# through the role's real path on the controller: proxy_instances, then proxy_set_args with kvm_proxy_set's own
+# validation. (what the message names, how a hostile text becomes (the role's variables, the instance's own keys)).
+IMAGE = {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}
+STATIC = {"address": "198.18.0.5/24"}
+TWO_NICS = dict(STATIC, outside=OUTSIDE)
+MODULE_VALUES = [
+    ("pool", lambda text: ({"egress_proxy_pool": "default" + text}, {})),
+    ("bridge", lambda text: ({"egress_proxy_bridge": "br0" + text}, {})),
+    ("network", lambda text: ({"egress_proxy_bridge": "", "egress_proxy_network": text + "default"}, {})),
+    ("host", lambda text: ({"egress_proxy_host": "hv1" + text}, {})),
+    ("image name", lambda text: ({"egress_proxy_image": dict(IMAGE, name="debian-12" + text)}, {})),
+    ("checksum", lambda text: ({"egress_proxy_image": dict(IMAGE, checksum="sha256:" + "a" * 64 + text)}, {})),
+    ("format", lambda text: ({"egress_proxy_image": dict(IMAGE, format="qcow2" + text)}, {})),
+    ("MAC address", lambda text: ({}, {"mac": "52:54:00:00:00:01" + text})),
+    ("interfaces[0]: gateway", lambda text: ({}, dict(STATIC, gateway="198.18.0.1" + text))),
+    ("interfaces[0]: nameservers", lambda text: ({"egress_proxy_dns": ["198.18.0.1" + text]}, STATIC)),
+    ("interfaces[0]: search", lambda text: ({}, dict(STATIC, search=["example.com" + text]))),
+    ("interfaces[1]: bridge", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, bridge="br1" + text)))),
+    ("interfaces[1]: network", lambda text: ({"egress_proxy_outside": {"network": "outside" + text}},
+                                             dict(TWO_NICS, outside={"address": "198.19.0.5/24"}))),
+    ("interfaces[1]: MAC address", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, mac="52:54:00:00:00:02" + text)))),
+    ("interfaces[1]: gateway", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, gateway="198.19.0.1" + text)))),
+    ("interfaces[1]: nameservers", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, dns=[text + "198.19.0.1"])))),
+    ("interfaces[1]: search", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, search=["example.com" + text])))),
+    ("machine", lambda text: ({"egress_proxy_machine": "q35" + text}, {})),
+    ("cpu_mode", lambda text: ({"egress_proxy_cpu_mode": "host-model" + text}, {})),
+    ("virt_type", lambda text: ({"egress_proxy_virt_type": "kvm" + text}, {})),
+]
+# Their messages are ansible-core's (ArgumentSpecValidator's choices), which quote a value whole; in a play the role's
+# argument spec, with the same choices, refuses such a value first.
+CHOICE_MESSAGES = ("format", "cpu_mode", "virt_type")
+
+
+def set_args(variables, entry):
+    """kvm_proxy_set's arguments for one proxy ``egress-1`` (and ``entry``) as tasks/arguments.yml shapes them."""
+    variables = role_filter_variables(**dict({"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["10.0.0.0/8"],
+                                              "egress_proxy_image": IMAGE}, **variables))
+    instances = proxy_instances([dict(entry, name="egress-1")], variables)
+    return proxy_set_args(instances, variables)
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=[repr(text)[:12] for text in HOSTILE])
+@pytest.mark.parametrize("option, make", MODULE_VALUES, ids=[option for option, _make in MODULE_VALUES])
+def test_a_hostile_value_the_modules_write_is_refused_before_anything_naming_it(option, make, text):
+    with pytest.raises(AnsibleFilterError) as refused:
+        set_args(*make(text))
+    message = refused.value.message
+    assert message.startswith("The proxies of hv1 are not usable: ") and option in message, message
+    if option.startswith("interfaces["):
+        # The module's names for the NICs, said in the role's variables.
+        assert message.endswith(" " + NIC_VARIABLES) and "dns (nameservers)" in NIC_VARIABLES
+        message = message[:-len(NIC_VARIABLES)]
+    if option not in CHOICE_MESSAGES:
+        assert "proxies[0] (egress-1): " in message and len(message) < 400, message
+        assert all(character not in message for character in "\n\r\x00\u2028\u0085\t"), message
+
+
+def metadata_uid(uid):
+    """``uid`` written into a domain's metadata element and read back from the XML text, with the element's children."""
+    domain = etree.fromstring("<domain><metadata/></domain>")
+    domain.find("metadata").append(build_instance_element(uid, datetime.datetime.now(datetime.timezone.utc)))
+    read = etree.fromstring(etree.tostring(domain))
+    return instance_metadata_from_domain_element(read).uid, [etree.QName(child).localname for child in read.find("metadata")[0]]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=[repr(text)[:12] for text in HOSTILE])
+def test_a_hostile_owner_is_refused_naming_it_or_recorded_whole_as_one_element(text):
+    """egress_proxy_uid is the text of <uid> in each proxy's metadata; egress_proxy_adopt_uids are only compared with it."""
+    uid = "deploy" + text + "eu"
+    try:
+        arguments = set_args({"egress_proxy_uid": uid, "egress_proxy_adopt_uids": ["old" + text + "eu"]}, {})
+    except AnsibleFilterError as refused:
+        assert "owner uid " in refused.message and len(refused.message) < 400, refused.message
+        assert "\n" not in refused.message
+        return
+    assert (arguments["uid"], arguments["adopt_uids"]) == (uid, ["old" + text + "eu"])
+    assert metadata_uid(uid) == (uid, ["managed", "uid", "createdAt"])
+
+
+def test_an_owner_with_a_nul_is_refused_naming_egress_proxy_uid_before_a_password_is_hashed_with_it():
+    with pytest.raises(AnsibleFilterError) as refused:
+        set_args({"egress_proxy_uid": "deploy\x00eu", "egress_proxy_users": [{"name": "alice", "password": "pw-1234"}]}, {})
+    assert refused.value.message.startswith("The proxies of hv1: egress_proxy_uid: owner uid 'deploy\\x00eu' is not valid")
+    assert "pw-1234" not in refused.value.message
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=[repr(text)[:12] for text in HOSTILE])
+def test_a_hostile_user_name_is_refused_naming_the_entry_never_the_password(text):
+    users = [{"name": "alice", "password": "pw-1234"}, {"name": "bo" + text + "b", "password": "pw-5678"}]
+    for variables, entry in (({"egress_proxy_users": users}, {}), ({}, {"users": users})):
+        with pytest.raises(AnsibleFilterError) as refused:
+            set_args(variables, entry)
+        message = refused.value.message
+        assert "users[1].name " in message and "egress-1 on hv1" in message, message
+        assert "pw-" not in message and "\n" not in message and len(message) < 400, message
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=[repr(text)[:12] for text in HOSTILE])
+def test_a_hostile_password_is_hashed_never_shown_and_the_users_file_keeps_one_line_each(text):
+    users = [{"name": "alice", "password": "pw-" + text + "-1234"}, {"name": "bob", "password": "pw-5678"}]
+    try:
+        arguments = set_args({"egress_proxy_users": users}, {})
+    except AnsibleFilterError as refused:
+        assert "users[0] (\"alice\") of egress-1 on hv1: the password" in refused.message
+        assert "1234" not in refused.message
+        return
+    assert "1234" not in str(arguments)
+    variables, entry = role_variables({})
+    variables["egress_proxy_instance"] = proxy_instances([dict(entry, users=users)], filter_variables(variables))[0]
+    (rendered,) = render_each([("user-data.yml.j2", variables)])
+    user_data = yaml.safe_load(rendered["text"])
+    (written,) = [item["content"] for item in user_data["write_files"] if item["path"] == "/etc/squid/egress-users"]
+    assert [line.split(":")[0] for line in written.splitlines()] == ["alice", "bob"]
+    assert "1234" not in rendered["text"]
+
+
+@pytest.mark.parametrize("variables, entry", [({"egress_proxy_deny_internal": "sometimes"}, {}),
+                                              ({}, {"deny_internal": "true\x00"}), ({}, {"deny_internal": "yes'"}),
+                                              ({}, {"deny_internal": "9" * 5000})])
+def test_a_deny_internal_that_is_no_boolean_is_refused_not_read_as_false(variables, entry):
+    with pytest.raises(AnsibleFilterError) as refused:
+        set_args(variables, entry)
+    assert "egress-1 on hv1 are not usable: deny_internal " in refused.value.message
+    assert "is not a boolean" in refused.value.message and len(refused.value.message) < 400
+
+
+@pytest.mark.parametrize("value, written", [("yes", True), ("off", False), (" true\n", True), (0, False)])
+def test_deny_internal_given_as_text_of_a_boolean_is_read_as_that_boolean(value, written):
+    variables = role_filter_variables(egress_proxy_bridge="br0", egress_proxy_allowed_clients=["10.0.0.0/8"],
+                                      egress_proxy_image=IMAGE, egress_proxy_deny_internal=value)
+    (filled,) = proxy_instances([{"name": "egress-1"}], variables)
+    assert filled["deny_internal"] is written
+
+
+@pytest.mark.parametrize("variables, entry, option", [({"egress_proxy_vcpus": "9" * 5000}, {}, "vcpus"),
+                                                      ({}, {"memory_mib": "9" * 5000}, "memory_mib"),
+                                                      ({}, {"disk_size_gb": "9" * 5000}, "disk_size_gb")])
+def test_a_number_of_thousands_of_digits_is_refused_naming_it(variables, entry, option):
+    """An argument spec makes "9" * 5000 an int, which Python refuses to write back in a message (over 4300 digits)."""
+    with pytest.raises(AnsibleFilterError) as refused:
+        set_args(variables, entry)
+    assert "proxies[0] (egress-1): %s must be a whole number" % option in refused.value.message
+    assert refused.value.message.endswith("got a number of more than 20 digits.")
+
+
+def test_hostile_ssh_host_key_types_and_via_are_written_inert():
+    """The argument spec's choices refuse these in a play; written anyway, they stay one YAML string each and on/off."""
+    types = ["ed25519" + text for text in HOSTILE]
+    variables, _entry = role_variables({"egress_proxy_ssh_host_key_types": types})
+    (rendered,) = render_each([("user-data.yml.j2", variables)])
+    user_data, squid = squid_conf(rendered)
+    assert user_data["ssh_genkeytypes"] == types
+    assert directives(squid) == DIRECTIVES
+    renders = [("squid.conf.j2", role_variables({"egress_proxy_via": "true" + text})[0]) for text in HOSTILE]
+    for rendered in render_each(renders):
+        assert directives(rendered["text"]) == DIRECTIVES
+        assert [line for line in rendered["text"].splitlines() if line.startswith("via")] in (["via on"], ["via off"])
