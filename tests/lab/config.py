@@ -102,6 +102,11 @@ OUTSIDE_IFACE = "out0"
 OUTSIDE_PREFIX_LEN = 24
 # The origin server (tests/lab/origin.py) on each LAN and outside segment: it reports the peer it saw.
 ORIGIN_PORT = 8080
+# Names each hypervisor's dnsmasq answers for its LAN (HypervisorSpec.dns_records), so a proxy whose DNS is the LAN's
+# address reaches the origins by name: ORIGIN_NAME is the outside segment's origin, a destination; REBIND_NAME the
+# LAN's, an internal address behind a name a policy may allow (the DNS-rebinding case).
+ORIGIN_NAME = "origin.lab"
+REBIND_NAME = "rebind.lab"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,8 +170,19 @@ class HypervisorSpec:
         return self.outside_prefix + ".1"
 
     def origin_url(self, address):
-        """The origin server on one of this hypervisor's segments (lan_address or outside_address)."""
+        """The origin server on one of this hypervisor's segments (lan_address or outside_address, or a name of one)."""
         return "http://%s:%d/" % (address, ORIGIN_PORT)
+
+    @property
+    def origin_cidrs(self):
+        """The segments its origin servers are on, LAN and outside: internal addresses a proxy refuses unless its
+        allowed_destinations lists them."""
+        return (self.lan_cidr, self.outside_cidr)
+
+    @property
+    def dns_records(self):
+        """(name, address) of each name the LAN's dnsmasq answers besides its DHCP clients' names."""
+        return ((ORIGIN_NAME, self.outside_address), (REBIND_NAME, self.lan_address))
 
     @property
     def dhcp_range(self):
@@ -211,6 +227,12 @@ def hypervisor_count():
     if not raw.isdigit() or not 0 <= int(raw) <= MAX_HYPERVISORS:
         raise ValueError("%s=%s: give a number from 0 to %d" % (HYPERVISORS_ENV, raw, MAX_HYPERVISORS))
     return int(raw)
+
+
+def origin_cidrs(specs):
+    """Every segment the origin servers of these hypervisors are on (HypervisorSpec.origin_cidrs), once each, in order:
+    the allowed_destinations of a proxy that may fetch from any of them."""
+    return list(dict.fromkeys(cidr for spec in specs for cidr in spec.origin_cidrs))
 
 
 def hypervisor_specs(count=None):

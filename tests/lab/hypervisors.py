@@ -161,7 +161,7 @@ def _ensure_network(spec):
     actions += network.ensure_veth(config.HV_LAN_PORT, spec.netns, config.LAN_IFACE, spec.lan_netns, bridge=config.HV_BRIDGE)
     actions += network.ensure_address(config.LAN_IFACE, spec.lan_address + mask, spec.lan_netns)
     argv = network.dnsmasq_options(config.LAN_IFACE, spec.dhcp_range, dnsmasq_leasefile(spec),
-                                   spec.run_file("dnsmasq.pid"), spec.run_file("dnsmasq.log"))
+                                   spec.run_file("dnsmasq.pid"), spec.run_file("dnsmasq.log"), spec.dns_records)
     actions += network.ensure_dnsmasq(spec.lan_netns, argv, spec.run_file("dnsmasq.pid"))
     actions += network.ensure_netns(spec.outside_netns)
     actions += network.ensure_bridge(config.HV_OUTSIDE_BRIDGE, spec.netns)

@@ -101,8 +101,11 @@ def ensure_network():
     return actions
 
 
-def dnsmasq_options(interface, dhcp_range, leasefile, pidfile, logfile):
-    """dnsmasq's options: DHCP on interface over dhcp_range (start, end) of a /24, DNS for the lab domain only."""
+def dnsmasq_options(interface, dhcp_range, leasefile, pidfile, logfile, host_records=()):
+    """dnsmasq's options: DHCP on interface over dhcp_range (start, end) of a /24, DNS for the lab domain only.
+
+    host_records: (name, address) pairs it answers besides the DHCP clients' names (names in the lab domain).
+    """
     return ["--conf-file=/dev/null",
             "--interface=%s" % interface, "--bind-interfaces",
             "--dhcp-range=%s,%s,255.255.255.0,12h" % dhcp_range,
@@ -114,6 +117,7 @@ def dnsmasq_options(interface, dhcp_range, leasefile, pidfile, logfile):
             "--pid-file=%s" % pidfile,
             # dnsmasq answers DNS only for the lab (guests' DHCP hostnames); nothing is forwarded.
             "--no-resolv", "--no-hosts", "--domain=lab", "--local=/lab/",
+            *["--host-record=%s,%s" % record for record in host_records],
             "--log-dhcp", "--log-facility=%s" % logfile,
             # The lease and pid files live in the lab's run directory, owned by root.
             "--user=root", "--group=root"]
