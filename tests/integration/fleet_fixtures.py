@@ -118,6 +118,9 @@ class Fleet:
             "egress_proxy_install_packages": False,
             "egress_proxy_vendor_data": "",
             "egress_proxy_allowed_clients": ["198.18.0.0/15"],
+            # The lab is 198.18.0.0/15, internal addresses the role's egress_proxy_deny_internal refuses: a proxy that
+            # boots reaches the origins on the hypervisors' LAN and outside segments (and the tests' servers there).
+            "egress_proxy_allowed_destinations": config.origin_cidrs(self.specs),
             "egress_proxy_uid": "eptest-fleet",
             # The small image never boots: no address to wait for, no guest to act on an ACPI shutdown.
             "egress_proxy_wait_for_ip": False,
@@ -157,18 +160,21 @@ class Fleet:
             "ANSIBLE_CALLBACK_PLUGINS": CALLBACKS,
             "ANSIBLE_CALLBACKS_ENABLED": "fleet_timeline",
             "EGRESS_FLEET_TIMELINE": timeline,
+            # With -v and more, Ansible's own lines go to stderr: stdout stays the json_results document.
+            "ANSIBLE_VERBOSE_TO_STDERR": "true",
         })
         return env
 
-    def playbook(self, playbook, inventory, extra_vars=None, timeout=1200, ansible=None):
+    def playbook(self, playbook, inventory, extra_vars=None, timeout=1200, ansible=None, options=()):
         """ansible-playbook PLAYBOOK (a name in playbooks/, or a path) on the inventory -> FleetRun.
 
         ``ansible``: the bin directory of another Ansible installation (the benchmarks' peer), which then
-        also finds the collections installed beside it.
+        also finds the collections installed beside it. ``options``: more of ansible-playbook's options, such as
+        ``("-vvv", "--diff")`` (the verbose lines are in the run's stderr, the results with what -vvv adds in stdout).
         """
         path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOKS, playbook)
         timeline = str(self.tmp_path / ("timeline-%d.jsonl" % time.monotonic_ns()))
-        argv = [os.path.join(ansible or VENV_BIN, "ansible-playbook"), "-i", inventory, path]
+        argv = [os.path.join(ansible or VENV_BIN, "ansible-playbook"), "-i", inventory, path] + list(options)
         if extra_vars:
             argv += ["-e", json.dumps(extra_vars)]
         env = dict(self._env(timeline), ANSIBLE_STDOUT_CALLBACK="json_results")

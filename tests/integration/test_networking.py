@@ -9,14 +9,32 @@ address when they differ; squid forwards for the
 allowed client only, listens only inside, and passes nothing of the inside on; a second run changes
 nothing, and a new static address replaces it. Bad static addresses and NIC layouts fail before anything
 is touched.
+
+The same proxy runs with an egress policy and proxy users (issue 26): allowed_destinations the lab's domain by
+name and the outside segment by CIDR, one address of that segment denied, internal destinations refused (the
+default), one user. From the LAN, with the user's credentials, an allowed name and an allowed address are
+forwarded from the egress address; a name not allowed, the denied address, the hypervisor's management address,
+the metadata address, the LAN's origin, and rebind.lab (allowed by name, resolving to the LAN) get squid's 403 and
+reach no origin; CONNECT to a port that is not TLS's is refused; no credentials and a wrong password get 407.
+verify.yml proves the refusal of egress_proxy_verify_denied_url and the 407, and fails when that URL is in fact
+forwarded. The password is in neither the seed, the domain's XML, nor the output of deploy.yml and verify.yml at
+-vvv (with --diff).
 """
 
+import base64
+import gzip
 import json
+import os
+import secrets
+import signal
 import subprocess
+from collections import namedtuple
 
 import pytest
+import yaml
 
-from tests.lab import config, hypervisors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
+from tests.lab import config, hypervisors, origin
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration
@@ -35,6 +53,17 @@ CURL_CONNECT_FAILED = 7  # curl: the connection was refused
 PROXY_HOST = 70
 # A second address of the LAN namespace, outside the proxy's allowed_clients.
 OUTSIDER_HOST = 2
+# A second address of the outside segment, inside allowed_destinations' CIDR, with an origin of its own: denied.
+DENIED_HOST = 9
+# The proxy's policy allows every name of the lab's domain (origin.lab, rebind.lab: docs/dev/lab.md).
+LAB_DOMAIN = ".lab"
+# Its one user; a password of this run's own, searched for where it must not be.
+USER = "eptest-client"
+PASSWORD = "eptest-pw:%s#Zq" % secrets.token_hex(8)
+CHECK_DENIED_TASK = "Check that each proxy refused egress_proxy_verify_denied_url"
+CHECK_USERS_TASK = "Check that each proxy with users asked for credentials"
+SQUID_REFUSED = "ERR_ACCESS_DENIED 0"
+SQUID_AUTH = "ERR_CACHE_ACCESS_DENIED 0"
 
 
 def remove_test_domains(spec):
@@ -75,19 +104,29 @@ def lan_outsider(net_fleet):
         subprocess.run(device + ["del", address + "/24", "dev", config.LAN_IFACE], check=False)
 
 
-def through_proxy(netns, proxy, url, source=None):
-    """(curl's exit code, HTTP status, X-Egress-Proxy, the origin's JSON or None): url through proxy from netns."""
-    argv = ["ip", "netns", "exec", netns, "curl", "--silent", "--max-time", "20", "--proxy", proxy,
-            "--write-out", "%{stderr}%{http_code} %header{x-egress-proxy}", url]
+Answer = namedtuple("Answer", "code status proxy squid_error seen")
+
+
+def through_proxy(netns, proxy, url, source=None, credentials=(USER, PASSWORD), tunnel=False):
+    """url through proxy from netns -> Answer: curl's exit code, the HTTP status (of the CONNECT with tunnel), the
+    headers X-Egress-Proxy and X-Squid-Error, the origin's JSON or None. credentials (name, password) go to curl on
+    its stdin, None sends none."""
+    argv = ["ip", "netns", "exec", netns, "curl", "--silent", "--max-time", "20", "--proxy", proxy, "--config", "-",
+            "--write-out", "%{stderr}%{http_code}|%{http_connect}|%header{x-egress-proxy}|%header{x-squid-error}", url]
     if source is not None:
         argv[5:5] = ["--interface", source]
-    completed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    status, header = (completed.stderr.split(" ", 1) + [""])[:2]
+    if tunnel:
+        argv[5:5] = ["--proxytunnel"]
+    config_lines = "proxy-user = %s\n" % json.dumps("%s:%s" % credentials) if credentials else ""
+    completed = subprocess.run(argv, input=config_lines, capture_output=True, text=True, timeout=60, check=False)
+    status, connect, header, squid_error = (completed.stderr.rsplit("\n", 1)[-1].split("|", 3) + ["", "", ""])[:4]
     body = json.loads(completed.stdout) if completed.returncode == 0 and status == "200" else None
-    return completed.returncode, int(status or 0), header, body
+    return Answer(completed.returncode, int((connect if tunnel else status) or 0), header, squid_error, body)
 
 
-def two_nic_vars(net_fleet, inside, outside):
+def two_nic_vars(net_fleet, inside, outside, denied):
+    """The proxy's variables: its addresses, and a policy that allows the lab's names and the outside segment, denies
+    the address denied on it, and asks for USER's credentials; verify.yml asks for the denied address's origin."""
     spec = net_fleet.hv1
     image = "http://127.0.0.1:8642/"
     return net_fleet.role_vars(
@@ -96,20 +135,60 @@ def two_nic_vars(net_fleet, inside, outside):
         egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
         egress_proxy_uid="eptest-net", egress_proxy_allowed_clients=[spec.lan_address + "/32"],
         egress_proxy_verify_netns=spec.lan_netns, egress_proxy_verify_url=spec.origin_url(spec.outside_address),
-        egress_proxy_verify_origin=True,
+        egress_proxy_verify_origin=True, egress_proxy_verify_denied_url=spec.origin_url(denied),
+        egress_proxy_allowed_destinations=[LAB_DOMAIN, spec.outside_cidr], egress_proxy_denied_destinations=[denied],
+        egress_proxy_users=[{"name": USER, "password": PASSWORD}],
         egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
         egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
                                  "outside": {"address": outside}}])
 
 
-def deploy(net_fleet, inventory):
-    """deploy.yml on lab-hv1: (kvm_proxy_set's result, the proxy the role recorded)."""
-    run = net_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=1500)
+def deploy(net_fleet, inventory, options=()):
+    """deploy.yml on lab-hv1: (kvm_proxy_set's result, the proxy the role recorded, the run)."""
+    run = net_fleet.playbook("deploy.yml", inventory, extra_vars={"egress_proxy_hosts": HV1}, timeout=1500, options=options)
     assert run.rc == 0, run
     (converged,) = run.results(CONVERGE_TASK, HV1)
     (recorded,) = run.results(RECORD_TASK, HV1)
     (proxy,) = recorded["ansible_facts"]["egress_proxy_proxies"]
-    return converged, proxy
+    return converged, proxy, run
+
+
+def secret_forms():
+    """The password as it must appear nowhere: clear, and in the Basic credentials that carry it."""
+    return (PASSWORD, base64.b64encode(("%s:%s" % (USER, PASSWORD)).encode()).decode())
+
+
+def where_secret(texts):
+    """The names of the texts ({name: str}) that hold the password in one of its forms."""
+    return sorted(name for name, text in texts.items() if any(form in text for form in secret_forms()))
+
+
+def seed_texts(spec, directory):
+    """{name: text} of the proxy's seed volume as the hypervisor's pool holds it (virsh vol-download): the image, each
+    file in it, and each file its user-data writes (decoded from base64 and gzip where it says so)."""
+    hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
+    volumes = [volume for volume in hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
+               if volume.startswith(PROXY) and volume.endswith(".iso")]
+    assert volumes, "no seed volume of %s in pool %s" % (PROXY, config.HV_POOL_NAME)
+    texts = {}
+    for volume in volumes:
+        path = os.path.join(str(directory), volume)
+        hypervisors.virsh(spec, "vol-download", "--pool", config.HV_POOL_NAME, volume, path)
+        with open(path, "rb") as handle:
+            image = handle.read()
+        texts[volume] = image.decode("latin-1")
+        for name, data in read_iso(image).items():
+            texts["%s: %s" % (volume, name)] = data.decode("utf-8", "replace")
+            if name != "user-data":
+                continue
+            for entry in (yaml.safe_load(data) or {}).get("write_files", []):
+                content, encoding = entry.get("content", ""), entry.get("encoding", "")
+                if "b64" in encoding or "base64" in encoding:
+                    content = base64.b64decode(content)
+                    if "gz" in encoding:
+                        content = gzip.decompress(content)
+                    texts["%s: user-data: %s" % (volume, entry["path"])] = content.decode("utf-8", "replace")
+    return texts
 
 
 def verified(run, host):
@@ -141,17 +220,49 @@ def with_lan_client(net_fleet, variables, expected_outside):
     return inventory
 
 
+@pytest.fixture
+def denied_origin(net_fleet, tmp_path):
+    """An origin server on a second address of lab-hv1's outside segment (inside the outside segment's CIDR, which the
+    policy allows), for the address the policy denies: (its address, its log file)."""
+    spec = net_fleet.hv1
+    address = "%s.%d" % (spec.outside_prefix, DENIED_HOST)
+    device = ["ip", "-n", spec.outside_netns, "addr"]
+    pidfile, log = str(tmp_path / "denied-origin.pid"), str(tmp_path / "denied-origin.log")
+    subprocess.run(device + ["add", address + "/%d" % config.OUTSIDE_PREFIX_LEN, "dev", config.OUTSIDE_IFACE], check=True)
+    try:
+        origin.ensure_origin(spec.outside_netns, address, config.ORIGIN_PORT, pidfile, log, hypervisors.REPO_ROOT)
+        yield address, log
+    finally:
+        pid = origin.origin_pid(pidfile)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+        subprocess.run(device + ["del", address + "/%d" % config.OUTSIDE_PREFIX_LEN, "dev", config.OUTSIDE_IFACE],
+                       check=False)
+
+
+def logged(*paths):
+    """The text of the origins' log files (each origin logs a line per request it got)."""
+    texts = []
+    for path in paths:
+        with open(path, errors="replace") as handle:
+            texts.append(handle.read())
+    return "".join(texts)
+
+
 @pytest.mark.boot
-def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider):
+def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider, denied_origin):
     spec = net_fleet.hv1
     inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
     elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
     origin = spec.origin_url(spec.outside_address)
-    variables = two_nic_vars(net_fleet, inside, outside)
+    denied, denied_log = denied_origin
+    variables = two_nic_vars(net_fleet, inside, outside, denied)
     inventory = with_lan_client(net_fleet, variables, elsewhere)
 
-    converged, proxy = deploy(net_fleet, inventory)
+    # At -vvv with --diff: the output that must not hold the password.
+    converged, proxy, deployed = deploy(net_fleet, inventory, options=("-vvv", "--diff"))
     assert converged["changed"] is True and proxy["state"] == "Running", proxy
+    assert "ESTABLISH SSH CONNECTION" in deployed.stderr, deployed.stderr[-3000:]
     # Exactly the static addresses, as the guest agent reports them on each NIC.
     assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in proxy["interfaces"]] == [
         ("inside", config.HV_BRIDGE, host(inside), False), ("outside", config.HV_OUTSIDE_BRIDGE, host(outside), True)]
@@ -160,11 +271,16 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     # verify.yml on both hosts in one run; each waits for squid (cloud-init configures it after the addresses
     # are up). lab-hv1, with curl in its LAN namespace, proves the egress address by the peer the origin saw.
     run = net_fleet.playbook("verify.yml", inventory, extra_vars={"egress_proxy_hosts": HV1 + "," + LAN_CLIENT},
-                             timeout=900)
+                             timeout=900, options=("-vvv",))
     assert run.failures(HV1) == [], run
     reported, checked = verified(run, HV1)
     assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
     assert "the origin saw %s (the egress address)" % host(outside) in checked, checked
+    # It authenticated as the user, the denied address's origin got squid's refusal, a request without credentials 407.
+    assert "forwarded %s as %s: HTTP 200" % (origin, USER) in reported, reported
+    assert "asked for %s (to be refused): HTTP 403, X-Squid-Error %s" % (spec.origin_url(denied), SQUID_REFUSED) in reported
+    assert "without credentials: HTTP 407" in reported, reported
+    assert run.ran(CHECK_DENIED_TASK) == [HV1] and run.ran(CHECK_USERS_TASK) == [HV1], run
     # LAN_CLIENT, with curl on the host itself and told to expect another egress address, reads the origin's JSON
     # and fails, naming the proxy, the expected and the seen address.
     assert run.rc != 0, run
@@ -174,24 +290,67 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
         PROXY, LAN_CLIENT, host(outside), host(elsewhere))) in json.dumps(run.failures(LAN_CLIENT)), run
 
     # squid: the allowed client is forwarded, from the outside address, with nothing of the inside passed on.
-    code, status, header, seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(inside), origin)
-    assert (code, status, header) == (0, 200, PROXY), (code, status, header)
-    assert seen["peer"] == host(outside), seen
-    assert not {"via", "x-forwarded-for"} & {name.lower() for name in seen["headers"]}, seen["headers"]
-    # A client on the LAN outside allowed_clients is refused.
-    code, status, _header, _seen = through_proxy(spec.lan_netns, "http://%s:3128" % host(inside), origin, lan_outsider)
-    assert (code, status) == (0, 403), "%s through the proxy: curl exit %d, HTTP %d" % (lan_outsider, code, status)
+    squid = "http://%s:3128" % host(inside)
+    answer = through_proxy(spec.lan_netns, squid, origin)
+    assert answer[:3] == (0, 200, PROXY), answer
+    assert answer.seen["peer"] == host(outside), answer.seen
+    assert not {"via", "x-forwarded-for"} & {name.lower() for name in answer.seen["headers"]}, answer.seen["headers"]
+    # An allowed name (the lab's domain) resolving into the allowed segment: forwarded from the egress address too.
+    answer = through_proxy(spec.lan_netns, squid, spec.origin_url(config.ORIGIN_NAME))
+    assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(outside), answer
+    # A client on the LAN outside allowed_clients is refused, credentials or not.
+    answer = through_proxy(spec.lan_netns, squid, origin, lan_outsider)
+    assert answer[:2] == (0, 403), "%s through the proxy: %s" % (lan_outsider, answer)
     # A request arriving on the outside NIC finds no listener.
-    code, _status, _header, _seen = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
-    assert code == CURL_CONNECT_FAILED, "squid answered on the outside address %s (curl exit %d)" % (host(outside), code)
+    answer = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
+    assert answer.code == CURL_CONNECT_FAILED, "squid answered on the outside address %s: %s" % (host(outside), answer)
 
-    again, kept = deploy(net_fleet, inventory)
+    # The policy refuses, with squid's own 403, before any origin gets the request (each path names this run).
+    marker = "eptest-refused-%s" % secrets.token_hex(4)
+    refused = {
+        "a name not allowed": "http://origin.example:%d/%s/name" % (config.ORIGIN_PORT, marker),
+        "the denied address": "%s%s/denied" % (spec.origin_url(denied), marker),
+        "the hypervisor's management address": "%s%s/management" % (spec.origin_url(spec.address), marker),
+        "the metadata address": "http://169.254.169.254/%s/metadata" % marker,
+        "the LAN's origin (internal, the proxy's own network)": "%s%s/lan" % (spec.origin_url(spec.lan_address), marker),
+        "rebind.lab (allowed by name, resolving to the LAN)": "%s%s/rebind" % (spec.origin_url(config.REBIND_NAME), marker),
+    }
+    answers = {what: through_proxy(spec.lan_netns, squid, url) for what, url in refused.items()}
+    assert {what: answer[:4] for what, answer in answers.items()} == dict.fromkeys(refused, (0, 403, PROXY, SQUID_REFUSED)), \
+        answers
+    # CONNECT to a port that is not TLS's.
+    answer = through_proxy(spec.lan_netns, squid, "%s%s/connect" % (spec.origin_url(config.ORIGIN_NAME), marker), tunnel=True)
+    assert answer.status == 403, answer
+    assert marker not in logged(spec.run_file("origin.log"), denied_log)
+    # Proxy users: no credentials, a wrong password: squid's 407.
+    for credentials in (None, (USER, PASSWORD + "x")):
+        answer = through_proxy(spec.lan_netns, squid, origin, credentials=credentials)
+        assert answer[:4] == (0, 407, PROXY, SQUID_AUTH), (credentials and "wrong password", answer)
+
+    # verify.yml, told the allowed origin is to be refused, fails naming the proxy, the client, the URL and the answer.
+    forwarded = spec.origin_url(config.ORIGIN_NAME)
+    wrong = net_fleet.playbook("verify.yml", inventory, timeout=300,
+                               extra_vars={"egress_proxy_hosts": HV1, "egress_proxy_verify_denied_url": forwarded})
+    assert wrong.rc != 0, wrong
+    assert ("%s on %s (%s:3128) did not refuse %s (egress_proxy_verify_denied_url), asked from %s in network namespace %s: "
+            "HTTP 200, X-Squid-Error not set" % (PROXY, HV1, host(inside), forwarded, HV1, spec.lan_netns)) in json.dumps(
+                wrong.failures(HV1)), wrong
+
+    # The password: not in the seed, the domain's XML, or the output of deploy.yml and verify.yml at -vvv.
+    texts = seed_texts(spec, net_fleet.tmp_path)
+    texts["virsh dumpxml"] = hypervisors.virsh(spec, "dumpxml", PROXY).stdout
+    texts["virsh dumpxml --inactive"] = hypervisors.virsh(spec, "dumpxml", "--inactive", PROXY).stdout
+    texts.update({"deploy.yml -vvv --diff": deployed.stdout + deployed.stderr, "verify.yml -vvv": run.stdout + run.stderr,
+                  "verify.yml, failing": wrong.stdout + wrong.stderr})
+    assert where_secret(texts) == [], "the proxy user's password is in %s" % where_secret(texts)
+
+    again, kept, _run = deploy(net_fleet, inventory)
     assert again["changed"] is False and [p["outcome"] for p in again["proxies"]] == ["unchanged"], again
 
     # A new static address is drift: the proxy is replaced (not waited for: its boot proves nothing new).
     moved = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST + 1)
-    replaced, proxy = deploy(net_fleet, net_fleet.inventory(dict(two_nic_vars(net_fleet, moved, outside),
-                                                                 egress_proxy_wait_for_ip=False)))
+    replaced, proxy, _run = deploy(net_fleet, net_fleet.inventory(dict(two_nic_vars(net_fleet, moved, outside, denied),
+                                                                       egress_proxy_wait_for_ip=False)))
     assert [p["outcome"] for p in replaced["proxies"]] == ["replaced"], replaced
     assert proxy["created_at"] != kept["created_at"], (proxy, kept)
 
