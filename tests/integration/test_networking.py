@@ -125,13 +125,6 @@ def through_proxy(netns, proxy, url, source=None, credentials=(USER, PASSWORD), 
     return Answer(completed.returncode, int((connect if tunnel else status) or 0), header, squid_error, body)
 
 
-def resolver_vendor_data(nameserver):
-    """Vendor-data that gives the guest its resolver. The lab image has neither resolvconf nor systemd-resolved: the
-    instance's dns, which cloud-init writes as ifupdown's dns-nameservers, is never applied, /etc/resolv.conf stays
-    empty and squid resolves no name (origin.lab, rebind.lab). bootcmd runs before squid gets the role's configuration."""
-    return "#cloud-config\nbootcmd:\n  - [sh, -c, %s]\n" % json.dumps("echo nameserver %s > /etc/resolv.conf" % nameserver)
-
-
 def two_nic_vars(net_fleet, inside, outside, denied):
     """The proxy's variables: its addresses, and a policy that allows the lab's names and the outside segment, denies
     the address denied on it, and asks for USER's credentials; verify.yml asks for the denied address's origin."""
@@ -145,7 +138,7 @@ def two_nic_vars(net_fleet, inside, outside, denied):
         egress_proxy_verify_netns=spec.lan_netns, egress_proxy_verify_url=spec.origin_url(spec.outside_address),
         egress_proxy_verify_origin=True, egress_proxy_verify_denied_url=spec.origin_url(denied),
         egress_proxy_allowed_destinations=[LAB_DOMAIN, spec.outside_cidr], egress_proxy_denied_destinations=[denied],
-        egress_proxy_users=[{"name": USER, "password": PASSWORD}], egress_proxy_vendor_data=resolver_vendor_data(spec.lan_address),
+        egress_proxy_users=[{"name": USER, "password": PASSWORD}],
         egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
         egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
                                  "outside": {"address": outside}}])

@@ -24,6 +24,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
     ascii_decimal,
     control_character,
+    ip_address,
     ip_network,
     ipv4_interface,
     quoted,
@@ -147,8 +148,28 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "connect_ports": _ports("egress_proxy_connect_ports", connect_ports, problems),
         "forwarded_for": forwarded_for,
     }
+    settings["dns_nameservers"] = _nameservers(proxy, problems)
     settings.update(_policy(proxy, [nic.network for nic in (inside, outside) if nic is not None], problems))
     return settings, problems
+
+
+def _nameservers(proxy, problems):
+    """The DNS servers squid asks, when the proxy's NICs are static: the outside NIC's, then the inside's, each once.
+
+    cloud-init writes a static NIC's servers for the network stack, which leaves them unapplied on an image without
+    resolvconf or systemd-resolved (Debian's ifupdown alone): squid, which resolves every name the policy checks,
+    then resolves none. Written into squid.conf, they hold whatever the image does with /etc/resolv.conf. None given
+    (DHCP): squid reads the resolver the lease configured.
+    """
+    servers = []
+    for option, given in (("outside.dns", (proxy.get("outside") or {}).get("dns")), ("dns", proxy.get("dns"))):
+        for server in given or []:
+            address = ip_address(server)
+            if address is None:
+                problems.append("%s %s is not an IPv4 or IPv6 address" % (option, quoted(server)))
+            elif str(address) not in servers:
+                servers.append(str(address))
+    return servers
 
 
 def destination(text):

@@ -207,3 +207,14 @@ def test_the_worked_example_of_the_docs_renders_and_squid_accepts_it(tmp_path):
     assert "acl allowed_networks dst 10.30.4.20\n" in squid and "acl allowed_domains dstdomain -n deb.debian.org\n" in squid
     assert [line.split(":")[0] for line in written["/etc/squid/egress-users"]["content"].splitlines()] == ["ci", "build"]
     squid_parsed(squid, tmp_path)
+
+
+def test_the_static_nics_dns_servers_are_squids_own_resolvers(tmp_path):
+    # An image without resolvconf never applies a static NIC's servers: squid is given them itself.
+    _text, files = rendered(egress_proxy_dns=["198.51.100.53", "2001:DB8::53"],
+                            egress_proxy_outside={"gateway": "203.0.113.1", "dns": ["203.0.113.53", "198.51.100.53"]})
+    squid = files["/etc/squid/squid.conf"]["content"]
+    assert "dns_nameservers 203.0.113.53 198.51.100.53 2001:db8::53\n" in squid
+    assert "dns_nameservers 203.0.113.53 198.51.100.53 2001:db8::53" in squid_parsed(squid, tmp_path)
+    # DHCP: squid reads the resolver the lease wrote.
+    assert "dns_nameservers" not in rendered()[1]["/etc/squid/squid.conf"]["content"]
