@@ -193,21 +193,19 @@ def destination(text):
 def _destinations(variable, entries, problems):
     """(domains, networks) of one destination list, in squid's forms; the names a domain of the list covers left out
     (squid refuses a dstdomain list holding both .example.com and api.example.com)."""
-    found = [(entry, destination(entry)) for entry in entries or []]
-    bad = ["%s[%d] %s" % (variable, index, quoted(entry)) for index, (entry, kind) in enumerate(found) if kind is None]
+    entries = entries or []
+    parsed = [destination(entry) for entry in entries]
+    bad = ["%s[%d] %s" % (variable, index, quoted(entry))
+           for index, (entry, found) in enumerate(zip(entries, parsed)) if found is None]
     if bad:
         problems.append("%s: neither a host name (api.example.com), a domain with its leading dot (.example.com: it "
                         "and every name under it; write .example.com, not *.example.com), nor an IP address or network "
                         "(address/prefix, no host bits)" % ", ".join(bad))
-    domains = sorted({value for _entry, (kind, value) in _valid(found) if kind == "domain"})
+    domains = sorted({value for kind, value in filter(None, parsed) if kind == "domain"})
     dotted = [domain for domain in domains if domain.startswith(".")]
     kept = [domain for domain in domains
             if not any(domain != other and ("." + domain.lstrip(".")).endswith(other) for other in dotted)]
-    return kept, [value for _entry, (kind, value) in _valid(found) if kind == "network"]
-
-
-def _valid(found):
-    return [(entry, kind) for entry, kind in found if kind is not None]
+    return kept, [value for kind, value in filter(None, parsed) if kind == "network"]
 
 
 def _collapsed(networks):
