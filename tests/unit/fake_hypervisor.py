@@ -21,11 +21,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import struct
+from dataclasses import dataclass
 
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest import policy as _policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import state as _state
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, UNDEFINE_ALL, Hypervisor
 
@@ -89,6 +92,107 @@ class FakeDomain:
         self.addresses = {}  # source (ADDRESS_SOURCE_*) -> interfaceAddresses() result
         self.agent_error = None
         self.honours_acpi = True
+        self.guest = FakeGuest()
+
+
+@dataclass
+class FakeFile:
+    content: bytes
+    owner: str = "root"
+    group: str = "root"
+    mode: str = "0644"
+
+
+class FakeGuest:
+    """What a guest's qemu-ga does with the commands the collection sends: files, and the programs it runs.
+
+    The apply's fixed scripts (_guest.policy) are carried out by their
+    meaning; any other program is looked up in ``programs`` ({path: function
+    (argv, guest) -> (exit code, stdout bytes, stderr bytes)}), and a missing
+    one fails like exec would. ``ran`` lists every argv run.
+    """
+
+    def __init__(self):
+        self.files = {}
+        self.programs = {}
+        self.ran = []
+        self._handles = {}
+        self._exited = {}
+
+    def run(self, argv):
+        self.ran.append(list(argv))
+        if argv[0] == _policy.SHELL and argv[1] == "-c":
+            return self._script(argv[2], argv[4:])
+        program = self.programs.get(argv[0])
+        if program is None:
+            return 127, b"", ("%s: not found" % argv[0]).encode()
+        return program(argv, self)
+
+    def _script(self, script, args):
+        kept = _policy.KEPT_SUFFIX
+        if script == _policy._STAGE:
+            for path in args:
+                self.files[path] = FakeFile(b"", mode="0600")
+        elif script == _policy._INSTALL:
+            for index in range(0, len(args), 4):
+                owner_group, mode, staged, path = args[index:index + 4]
+                owner, group = owner_group.split(":")
+                if path in self.files:
+                    self.files[path + kept] = self.files[path]
+                else:
+                    self.files.pop(path + kept, None)
+                self.files[path] = FakeFile(self.files.pop(staged).content, owner, group, mode)
+        elif script == _policy._ROLLBACK:
+            for path in args:
+                if path + kept in self.files:
+                    self.files[path] = self.files.pop(path + kept)
+                else:
+                    self.files.pop(path, None)
+        elif script == _policy._COMMIT:
+            for path in args:
+                self.files.pop(path + kept, None)
+        else:
+            raise AssertionError("a script the fake does not know: %r" % script)
+        return 0, b"", b""
+
+    def command(self, name, arguments):
+        arguments = arguments or {}
+        if name == "guest-ping":
+            return {}
+        if name == "guest-file-open":
+            path, mode = arguments["path"], arguments["mode"]
+            if mode == "r" and path not in self.files:
+                raise errors.classify(errors.VIR_ERR_INTERNAL_ERROR, "unable to execute QEMU agent command "
+                                      "'guest-file-open': Failed to open file '%s' (mode: 'r'): No such file or "
+                                      "directory" % path, "fake guest_query")
+            if mode == "w":
+                self.files.setdefault(path, FakeFile(b"")).content = b""
+            handle = 1000 + len(self._handles) + len(self._exited)
+            self._handles[handle] = [path, 0]
+            return handle
+        if name == "guest-file-read":
+            path, offset = self._handles[arguments["handle"]]
+            data = self.files[path].content[offset:offset + arguments["count"]]
+            self._handles[arguments["handle"]][1] += len(data)
+            return {"count": len(data), "buf-b64": base64.b64encode(data).decode(), "eof": offset + len(data) >= len(
+                self.files[path].content)}
+        if name == "guest-file-write":
+            path = self._handles[arguments["handle"]][0]
+            self.files[path].content += base64.b64decode(arguments["buf-b64"])
+            return {"count": len(base64.b64decode(arguments["buf-b64"])), "eof": False}
+        if name == "guest-file-close":
+            del self._handles[arguments["handle"]]
+            return {}
+        if name == "guest-exec":
+            pid = 4000 + len(self._exited)
+            self._exited[pid] = self.run([arguments["path"]] + list(arguments.get("arg", [])))
+            return {"pid": pid}
+        if name == "guest-exec-status":
+            code, out, err = self._exited[arguments["pid"]]
+            return {"exited": True, "exitcode": code, "out-data": base64.b64encode(out).decode(),
+                    "err-data": base64.b64encode(err).decode()}
+        raise errors.classify(errors.VIR_ERR_INTERNAL_ERROR, "unable to execute QEMU agent command '%s': The command "
+                              "%s has not been found" % (name, name), "fake")
 
 
 def _qcow2_virtual_size(content):
@@ -269,6 +373,22 @@ class FakeHypervisor:
         if dom.state not in (RUNNING, BLOCKED):
             raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
         return dom.addresses.get(source, {})
+
+    def guest_query(self, dom, command, arguments, timeout):
+        self._enter("guest_query", dom, command, arguments)
+        return self._agent(dom, command, arguments)
+
+    def guest_change(self, dom, command, arguments, timeout):
+        self._enter("guest_change", dom, command, arguments)
+        return self._agent(dom, command, arguments)
+
+    def _agent(self, dom, command, arguments):
+        self._live(dom)
+        if dom.agent_error is not None:
+            raise self._error(dom.agent_error, "Guest agent is not responding: QEMU guest agent is not connected")
+        if dom.state not in (RUNNING, BLOCKED):
+            raise self._error(errors.VIR_ERR_OPERATION_INVALID, "Requested operation is not valid: domain is not running")
+        return dom.guest.command(command, arguments)
 
     def lookup_interface(self, name):
         self._enter("lookup_interface", name)

@@ -78,7 +78,8 @@ class World:
         self.off = self.hv.add_domain("off", state=SHUTOFF)
 
     def snapshot(self):
-        domains = {name: (dom.xml, dom.state, dom.autostart) for name, dom in self.hv.domains.items()}
+        domains = {name: (dom.xml, dom.state, dom.autostart, repr(sorted(dom.guest.files.items())))
+                   for name, dom in self.hv.domains.items()}
         volumes = {(pool.name, name): (vol.format, vol.capacity, vol.backing_path, bytes(vol.content))
                    for pool in self.hv.pools.values() for name, vol in pool.volumes.items()}
         return domains, volumes
@@ -103,6 +104,8 @@ CALLS = {
     "undefine_domain": lambda w: w.hv.undefine_domain(w.off, UNDEFINE_ALL),
     "domain_autostart": lambda w: w.hv.domain_autostart(w.off),
     "set_domain_autostart": lambda w: w.hv.set_domain_autostart(w.off, True),
+    "guest_query": lambda w: w.hv.guest_query(w.running, "guest-ping", None, 5),
+    "guest_change": lambda w: w.hv.guest_change(w.running, "guest-file-open", {"path": "/etc/new", "mode": "w"}, 5),
     "domain_addresses": lambda w: w.hv.domain_addresses(w.running, ADDRESS_SOURCE_ARP),
     "lookup_interface": lambda w: w.hv.lookup_interface("br0"),
     "lookup_network": lambda w: w.hv.lookup_network("default"),

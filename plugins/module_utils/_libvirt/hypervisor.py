@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import threading
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import VIR_ERR_NO_SUPPORT, TransientError, classify
@@ -23,6 +24,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports
 
 libvirt, LIBVIRT_REQUIREMENT = optional_import(
     "libvirt", "libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI")
+# The guest agent's passthrough (virDomainQemuAgentCommand) ships in libvirt-python beside ``libvirt``, so
+# LIBVIRT_REQUIREMENT covers it.
+libvirt_qemu = optional_import("libvirt_qemu", "libvirt-python", LIBVIRT_REQUIREMENT[1])[0]
 
 DEFAULT_URI = "qemu:///system"
 
@@ -239,6 +243,23 @@ class Hypervisor:
     def domain_addresses(self, dom, source):
         """``virDomainInterfaceAddresses`` for one source (ADDRESS_SOURCE_*)."""
         return self._call("reading the addresses of domain '%s'" % dom.name(), dom.interfaceAddresses, source, 0)
+
+    def guest_query(self, dom, command, arguments, timeout):
+        """One guest agent command that reads (guest-ping, guest-file-read, ...); the reply's ``return`` value."""
+        return self._agent(dom, command, arguments, timeout)
+
+    @_mutating
+    def guest_change(self, dom, command, arguments, timeout):
+        """One guest agent command that changes the guest (guest-file-write, guest-exec, ...); its ``return`` value."""
+        return self._agent(dom, command, arguments, timeout)
+
+    def _agent(self, dom, command, arguments, timeout):
+        message = {"execute": command}
+        if arguments is not None:
+            message["arguments"] = arguments
+        reply = self._call("running guest agent command %s in domain '%s'" % (command, dom.name()),
+                           libvirt_qemu.qemuAgentCommand, dom, json.dumps(message), timeout, 0)
+        return json.loads(reply).get("return")
 
     # --- networking -------------------------------------------------------------
 

@@ -55,6 +55,7 @@ class InstanceMetadata:
     created_at_raw: Optional[str]
     spec_digest: Optional[str] = None
     spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy.request)
+    policy_digest: Optional[str] = None  # the policy the guest was last given (_guest.policy)
 
     @property
     def created_at(self):
@@ -111,26 +112,27 @@ def validate_uid(uid):
     return uid
 
 
-def _validate_spec_digest(spec_digest):
-    if spec_digest is None:
+def _validate_digest(what, digest):
+    if digest is None:
         return None
-    if not isinstance(spec_digest, str) or not _SHA256_HEX.fullmatch(spec_digest.lower()):
-        raise ValidationError("spec digest %r is not a sha256 digest: use 64 hex digits" % (spec_digest,))
-    return spec_digest.lower()
+    if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest.lower()):
+        raise ValidationError("%s digest %r is not a sha256 digest: use 64 hex digits" % (what, digest))
+    return digest.lower()
 
 
-def build_instance_element(uid, created_at, spec_digest=None, spec_json=None):
-    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest and spec.
+def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, policy_digest=None):
+    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest, spec and policyDigest.
 
     ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest
-    of the VM spec, ``spec_json`` that spec as JSON text.
+    of the VM spec, ``spec_json`` that spec as JSON text; ``policy_digest``
+    the digest of the policy the guest holds.
     """
     texts = [
         ("managed", "true"),
         ("uid", validate_uid(uid)),
         ("createdAt", format_rfc3339(created_at)),
     ]
-    digest = _validate_spec_digest(spec_digest)
+    digest = _validate_digest("spec", spec_digest)
     if digest is not None:
         texts.append(("specDigest", digest))
     if spec_json is not None:
@@ -138,6 +140,9 @@ def build_instance_element(uid, created_at, spec_digest=None, spec_json=None):
             raise ValidationError("the spec to record must be non-empty XML-compatible text without surrounding "
                                   "whitespace, got %r" % (spec_json[:80] if isinstance(spec_json, str) else spec_json,))
         texts.append(("spec", spec_json))
+    policy = _validate_digest("policy", policy_digest)
+    if policy is not None:
+        texts.append(("policyDigest", policy))
     root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
     for tag, text in texts:
         etree.SubElement(root, etree.QName(METADATA_URI, tag)).text = text
@@ -181,4 +186,5 @@ def instance_metadata_from_domain_element(domain):
         created_at_raw=texts.get("createdAt"),
         spec_digest=texts.get("specDigest"),
         spec_json=texts.get("spec"),
+        policy_digest=texts.get("policyDigest"),
     )

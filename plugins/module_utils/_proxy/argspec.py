@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import policy_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.argspec import image_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import CPU_MODES, VIRT_TYPES
@@ -29,6 +30,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request 
     DEFAULT_WAIT_TIMEOUT,
     ON_DRIFT_CHOICES,
     ON_DRIFT_REPLACE,
+    ON_UNREACHABLE_AGENT_CHOICES,
+    ON_UNREACHABLE_AGENT_FAIL,
     SET_WIDE_PROXY_OPTIONS,
     STATE_PRESENT,
     STATES,
@@ -79,6 +82,9 @@ def kvm_proxy_argument_spec():
         wait_timeout=dict(type="int", default=DEFAULT_WAIT_TIMEOUT),
         shutdown_timeout=dict(type="int", default=DEFAULT_SHUTDOWN_TIMEOUT),
         on_drift=dict(type="str", choices=list(ON_DRIFT_CHOICES), default=ON_DRIFT_REPLACE),
+        policy=dict(type="dict", options=policy_options()),
+        on_unreachable_agent=dict(type="str", choices=list(ON_UNREACHABLE_AGENT_CHOICES),
+                                  default=ON_UNREACHABLE_AGENT_FAIL),
         force=dict(type="bool", default=False),
     )
     spec.update(cloud_init_options())

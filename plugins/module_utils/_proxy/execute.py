@@ -32,6 +32,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestAgent
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import apply_policy, read_policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
@@ -110,6 +112,7 @@ class _Operations:
             steps.WRITE: self.write_seed, steps.DEFINE: self.define, steps.START: self.start,
             steps.AUTOSTART: self.set_autostart, steps.SHUTDOWN: self.shutdown, steps.DESTROY: self.destroy,
             steps.UNDEFINE: self.undefine, steps.DELETE: volume_deleter(self.hv), steps.RECORD: self.record_owner,
+            steps.APPLY: self.apply_policy,
         }
 
     def fetch_image(self, _target, outcome):
@@ -144,15 +147,42 @@ class _Operations:
 
     def define(self, _target, outcome):
         uid = outcome.uid if outcome.uid is not None else str(uuid.uuid4())
-        metadata = build_metadata_element(uid, self.timing.clock(), outcome.spec)
+        # The seed carries the policy: the VM holds it from its first boot.
+        metadata = build_metadata_element(uid, self.timing.clock(), outcome.spec, policy_digest=self.request.policy_digest)
         return replace(outcome, uid=uid, dom=self.hv.define_domain(build_domain_xml(self.request.domain_params(metadata))))
 
     def record_owner(self, domain, outcome):
-        """Write this task's uid over the adopted owner's, keeping createdAt and the recorded spec and digest."""
+        """Write this task's uid over the adopted owner's, keeping createdAt, the recorded spec, digest and policy."""
+        self._record(domain, outcome.uid, domain.metadata.policy_digest, live=domain.state != VIR_DOMAIN_SHUTOFF)
+        return replace(outcome, dom=domain.handle)
+
+    def _record(self, domain, uid, policy_digest, live):
         metadata = domain.metadata
-        element = build_metadata_element(outcome.uid, metadata.created_at, domain.spec, digest=metadata.spec_digest)
-        self.hv.set_domain_metadata(domain.handle, unqualified_xml(element), METADATA_PREFIX, METADATA_URI,
-                                    live=domain.state != VIR_DOMAIN_SHUTOFF)
+        element = build_metadata_element(uid, metadata.created_at, domain.spec, digest=metadata.spec_digest,
+                                         policy_digest=policy_digest)
+        self.hv.set_domain_metadata(domain.handle, unqualified_xml(element), METADATA_PREFIX, METADATA_URI, live=live)
+
+    def apply_policy(self, domain, outcome):
+        """The policy's files written in place through the guest agent, checked, the service reloaded, then recorded.
+
+        A VM this run started is given until wait_timeout for its agent to come up: it enforces the policy
+        before it counts as up.
+        """
+        request = self.request
+        agent = GuestAgent(self.hv, domain.handle, request.name, self.timing)
+        try:
+            if steps.START_DOMAIN in outcome.actions:
+                agent.await_answer(request.wait_timeout)
+            apply_policy(agent, request.policy, outcome.policy_paths)
+        except AgentUnavailableError as error:
+            raise error.after("%s; it still enforces the policy it had. Start its agent, or set on_unreachable_agent="
+                              "replace to replace a proxy whose agent does not answer" % error.message, []) from error
+        unchanged = read_policy(agent, request.policy).drifted(request.policy)
+        if unchanged:
+            raise TransientError("the policy files %s of domain '%s' read back different from what was written "
+                                 "(changed in the guest meanwhile?); run the task again" % (", ".join(unchanged),
+                                                                                            request.name))
+        self._record(domain, outcome.uid, request.policy_digest, live=True)
         return replace(outcome, dom=domain.handle)
 
     def start(self, target, outcome):

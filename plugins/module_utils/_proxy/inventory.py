@@ -138,6 +138,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "uid": metadata.uid if metadata is not None else None,
         "created_at": _created_at(metadata),
         "spec_digest": metadata.spec_digest if metadata is not None else None,
+        "policy_digest": metadata.policy_digest if metadata is not None else None,
         "vcpus": domain_info.vcpus,
         "memory_mib": domain_info.memory_mib,
         "disks": [

@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
@@ -26,9 +26,15 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestAgent
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import read_policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import ensure_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_element
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import (
+    VIR_DOMAIN_BLOCKED,
+    VIR_DOMAIN_RUNNING,
+    is_active,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storage import (
     find_pool,
     find_volume,
@@ -36,7 +42,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
     volume_info,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import recorded_spec, spec_digest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
+    ON_UNREACHABLE_AGENT_REPLACE,
+    recorded_spec,
+    spec_digest,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict import (
     CLEAN,
     CREATE,
@@ -296,6 +306,7 @@ class Observation:
     build: Any = None  # BuildObservation when the VM is built
     seed_stale: bool = False  # a kept, stopped VM's seed does not hold exactly its files (truncated, overwritten)
     base_unverified: bool = False  # a kept VM's base has a missing or wrong marker (the image cache hashes it again)
+    guest_policy: Any = None  # _guest.policy.GuestPolicy of a kept running VM with a policy: its files as read back
 
 
 def observe_proxy(hypervisor, request, images, listed=None):
@@ -317,6 +328,13 @@ def observe_proxy(hypervisor, request, images, listed=None):
     missing = _missing_disks(hypervisor, request, domain, verdict)
     if missing:
         verdict = assess(request, digest, domain, missing)
+    guest_policy = None
+    if request.policy is not None and verdict.kind == KEEP and domain.state in (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED):
+        # Read back on every run: a file edited by hand in the guest is drift, whatever the metadata records.
+        guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None), request.policy)
+        if guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE:
+            verdict = replace(verdict, kind=REPLACE, unreachable=guest_policy.unavailable)
+            guest_policy = None
     kept = verdict.kind == KEEP and not verdict.drifted
     # A kept VM's base is checked too (once per set, the answer shared): a marker gone or overwritten is trusted
     # by no later run. Without a checksum there is nothing to check it against.
@@ -338,7 +356,8 @@ def observe_proxy(hypervisor, request, images, listed=None):
             replacing = domain if verdict.kind == REPLACE else None
             raise error.after(left_as_it_was(error.message, request.name, replacing), []) from error
     return Observation(verdict=verdict, domain=domain, spec=spec, digest=digest, own_volumes=own,
-                       missing_disks=missing, build=build, seed_stale=seed_stale, base_unverified=base_unverified)
+                       missing_disks=missing, build=build, seed_stale=seed_stale, base_unverified=base_unverified,
+                       guest_policy=guest_policy)
 
 
 def _missing_disks(hypervisor, request, domain, verdict):

@@ -64,6 +64,7 @@ UNDEFINE = "undefine"
 AUTOSTART = "autostart"
 RECORD = "record"
 DELETE = "delete"
+APPLY = "apply"
 
 # The actions, as the result's ``actions`` lists them (and the modules' RETURN documents them).
 FETCH_IMAGE = "fetch base image"
@@ -80,6 +81,7 @@ UNDEFINE_DOMAIN = "undefine domain"
 ENABLE_AUTOSTART = "enable autostart"
 DISABLE_AUTOSTART = "disable autostart"
 RECORD_OWNER = "record owner"
+APPLY_POLICY = "apply policy"
 # Once one of these ran, a replacement can no longer say it left the old VM as it was.
 REMOVAL_ACTIONS = frozenset((SHUTDOWN_DOMAIN, DESTROY_DOMAIN, DELETE_OVERLAY, DELETE_SEED, UNDEFINE_DOMAIN))
 
@@ -104,6 +106,9 @@ class Outcome:
     replacing: Any = None  # the DomainObservation a replacement removes
     warnings: tuple = ()
     dom: Any = None
+    policy_digest: Optional[str] = None  # the policy the VM holds once the steps ran (None: none recorded)
+    policy_paths: tuple = ()  # the policy files an apply writes
+    policy_drift: tuple = ()  # the policy files found changed in the guest (by hand: its recorded policy is current)
     actions: list = field(default_factory=list)
 
     @property
@@ -117,8 +122,10 @@ def plan(request, observation):
     if verdict.kind in (REMOVE, CLEAN):
         return Plan.of(_removal(request, domain, observation.own_volumes), Outcome(verdict, None))
     if verdict.kind == LEAVE:
-        return Plan.of((), Outcome(verdict, domain.metadata.uid if domain.metadata else None, observation.spec,
-                                   observation.digest, warnings=(left_alone(request, domain, verdict),)))
+        metadata = domain.metadata
+        return Plan.of((), Outcome(verdict, metadata.uid if metadata else None, observation.spec, observation.digest,
+                                   warnings=(left_alone(request, domain, verdict),),
+                                   policy_digest=metadata.policy_digest if metadata else None))
     if verdict.kind == KEEP:
         return _keep(request, observation, verdict)
     return _build(request, observation, verdict)
@@ -152,7 +159,40 @@ def _keep(request, observation, verdict):
         steps.append(Step(DESTROY, DESTROY_DOMAIN, domain.handle))
     if domain.autostart != request.autostart:
         steps.append(Step(AUTOSTART, ENABLE_AUTOSTART if request.autostart else DISABLE_AUTOSTART, domain.handle))
-    return Plan.of(steps, Outcome(verdict, uid, observation.spec, observation.digest))
+    paths, drift, warning = _policy(request, observation, started=any(step.operation == START for step in steps))
+    if paths:
+        steps.append(Step(APPLY, APPLY_POLICY, domain))
+    return Plan.of(steps, Outcome(verdict, uid, observation.spec, observation.digest,
+                                  warnings=(warning,) if warning else (), policy_paths=paths, policy_drift=drift,
+                                  policy_digest=request.policy_digest if paths else domain.metadata.policy_digest))
+
+
+def _policy(request, observation, started):
+    """(the policy files a kept VM gets written, those of them changed by hand in the guest, a warning or None).
+
+    A VM that does not hold the request's policy gets every file, and its
+    service reloaded, even where the guest's copy matches: a run cut off
+    between the files and the reload left them so. A stopped one gets them
+    once this run started it. One that holds it gets the files changed in
+    the guest since.
+    """
+    policy = request.policy
+    if policy is None or request.state != STATE_PRESENT:
+        return (), (), None
+    current = observation.domain.metadata.policy_digest == request.policy_digest
+    everything = tuple(f.path for f in policy.files)
+    guest = observation.guest_policy
+    if guest is None:
+        return (everything if started and not current else ()), (), None
+    if guest.unavailable is not None:
+        if current:
+            return (), (), ("the policy files of domain '%s' could not be read back, so whether they were changed in "
+                            "the guest is unknown: %s" % (request.name, guest.unavailable))
+        return everything, (), None  # the apply fails with the agent's silence, naming the proxy
+    if not current:
+        return everything, (), None
+    drifted = guest.drifted(policy)
+    return drifted, drifted, None
 
 
 def _removal(request, domain, volumes):
@@ -217,5 +257,8 @@ def _build(request, observation, verdict):
     # A newly defined domain does not autostart.
     if request.autostart:
         steps.append(Step(AUTOSTART, ENABLE_AUTOSTART))
+    if verdict.unreachable is not None:
+        warnings += ("domain '%s' is replaced (on_unreachable_agent=replace): its policy could not be read back or "
+                     "applied, %s" % (request.name, verdict.unreachable),)
     return Plan.of(steps, Outcome(verdict, uid, observation.spec, observation.digest, base=build.base,
-                                  replacing=replacing, warnings=warnings))
+                                  replacing=replacing, warnings=warnings, policy_digest=request.policy_digest))

@@ -36,6 +36,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS, DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
@@ -53,6 +54,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud i
     USER_DATA,
     VENDOR_DATA,
     seed_files,
+    with_cloud_config,
 )
 
 STATE_STOPPED = "stopped"  # asked for: defined and shut off (a result's "Stopped" is _libvirt.state.STATUS_STOPPED)
@@ -61,6 +63,12 @@ STATES = (STATE_PRESENT, STATE_STOPPED, STATE_ABSENT)
 ON_DRIFT_REPLACE = "replace"
 ON_DRIFT_IGNORE = "ignore"
 ON_DRIFT_CHOICES = (ON_DRIFT_REPLACE, ON_DRIFT_IGNORE)
+
+# A running proxy whose guest agent does not answer cannot get its policy: the task fails naming it, or it is
+# replaced by a VM that boots with the policy in its seed.
+ON_UNREACHABLE_AGENT_FAIL = "fail"
+ON_UNREACHABLE_AGENT_REPLACE = "replace"
+ON_UNREACHABLE_AGENT_CHOICES = (ON_UNREACHABLE_AGENT_FAIL, ON_UNREACHABLE_AGENT_REPLACE)
 
 # In adopt_uids: every domain this collection created, whatever its owner.
 ADOPT_ANY = "*"
@@ -89,6 +97,9 @@ SPEC_VERSION = 1
 # of image "debian", and deleting that VM would delete the image.
 _RESERVED_NAME_PREFIX = "base-"
 
+
+# The name of the user-data part that carries the policy's files.
+POLICY_PART = "egress-proxies-kvm-policy"
 
 # Options of the set that are not also a proxy's.
 SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port")
@@ -138,6 +149,8 @@ class ProxyRequest:
     vendor_data: Union[str, dict, None] = None
     meta_data: Optional[dict] = None
     network_config: Any = None
+    policy: Any = None  # _guest.policy.Policy, or None: the guest's files are the user-data's alone
+    on_unreachable_agent: str = ON_UNREACHABLE_AGENT_FAIL
     virt_type: str = DEFAULT_VIRT_TYPE
     cpu_mode: Optional[str] = None
     machine: str = DEFAULT_MACHINE
@@ -174,6 +187,8 @@ class ProxyRequest:
         given["interfaces"] = interfaces_from_params(given)
         if "adopt_uids" in given:
             given["adopt_uids"] = tuple(given["adopt_uids"])
+        if "policy" in given:
+            given["policy"] = Policy.from_params(given["policy"])
         request = cls(**given)
         request._validate()
         return request
@@ -186,6 +201,7 @@ class ProxyRequest:
                 "image volume" % (self.name, _RESERVED_NAME_PREFIX))
         _choice("state", self.state, STATES)
         _choice("on_drift", self.on_drift, ON_DRIFT_CHOICES)
+        _choice("on_unreachable_agent", self.on_unreachable_agent, ON_UNREACHABLE_AGENT_CHOICES)
         if self.host is not None:
             validate_host_name(self.host)
         if self.uid is not None:
@@ -236,8 +252,8 @@ class ProxyRequest:
             machine=self.machine,
         )
 
-    def seed_files(self):
-        """The seed's files ({file name: bytes}); the spec digest covers exactly these bytes.
+    def machine_files(self):
+        """The seed's files without the policy ({file name: bytes}): what the spec digest covers.
 
         Without network_config, NICs with static addresses bring their own (_network_config).
         """
@@ -245,6 +261,17 @@ class ProxyRequest:
         if network_config is None:
             network_config = static_network_config(self.interfaces)
         return seed_files(self.name, self.user_data, self.meta_data, self.vendor_data, network_config)
+
+    def seed_files(self):
+        """The seed's files: the machine's, with the policy's files added to the user-data (a new VM boots with them)."""
+        files = self.machine_files()
+        if self.policy is not None:
+            files[USER_DATA] = with_cloud_config(files[USER_DATA], self.policy.cloud_config(), POLICY_PART)
+        return files
+
+    @property
+    def policy_digest(self):
+        return self.policy.digest() if self.policy is not None else None
 
     @property
     def disk_bytes(self):
@@ -272,7 +299,7 @@ class ProxyRequest:
 
         ``image_sha256``: see image_identity.
         """
-        files = self.seed_files()
+        files = self.machine_files()
         first = self.interfaces[0]
         spec = {
             "version": SPEC_VERSION,
@@ -389,15 +416,15 @@ def spec_digest(spec):
     return _sha256(_canonical_json(spec).encode("ascii"))
 
 
-def build_metadata_element(uid, created_at, spec, digest=None):
-    """Our metadata element with the spec's digest, plus the spec itself.
+def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=None):
+    """Our metadata element with the spec's digest, plus the spec itself, and the digest of the policy the guest holds.
 
     The spec holds no secrets (cloud-init data appears as digests only) and
     lets diff mode show what a drifted VM was built from. ``digest`` defaults
     to the spec's own; an adopted VM keeps the digest it was recorded with.
     """
     return build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest,
-                                  None if spec is None else _canonical_json(spec))
+                                  None if spec is None else _canonical_json(spec), policy_digest)
 
 
 def recorded_spec(metadata):

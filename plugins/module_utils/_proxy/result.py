@@ -42,8 +42,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict 
     UNMANAGED,
 )
 
-_DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "autostart",
-              "interfaces", "egress_ip")
+_DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "policy_digest",
+              "autostart", "interfaces", "egress_ip")
 
 # A set's summary of what happened to a proxy, by its verdict.
 _OUTCOMES = {CREATE: "created", REPLACE: "replaced", REMOVE: "removed", LEAVE: "left alone (another owner)"}
@@ -60,8 +60,8 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
     replaced included; its state and autostart are not asked again), or the
     prediction for one that would be created.
     """
-    absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "uid", "created_at", "spec_digest", "mac",
-                            "autostart"))
+    absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "uid", "created_at", "spec_digest",
+                            "policy_digest", "mac", "autostart"))
     absent.update(ip_sources={}, interfaces=[])
     if request.state == STATE_ABSENT and outcome.verdict.kind != LEAVE:
         return absent
@@ -72,8 +72,8 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
         return _entry(hypervisor, host, dom, info, outcome.uid)
     if domain is None:
         interfaces = describe_interfaces(request.interfaces, [nic.role for nic in request.interfaces], {})
-        absent.update(uid=outcome.uid, spec_digest=outcome.digest, mac=request.interfaces[0].mac,
-                      autostart=request.autostart, interfaces=interfaces)
+        absent.update(uid=outcome.uid, spec_digest=outcome.digest, policy_digest=outcome.policy_digest,
+                      mac=request.interfaces[0].mac, autostart=request.autostart, interfaces=interfaces)
         return absent
     return _entry(hypervisor, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None,
                   (domain.state, domain.autostart))
@@ -112,6 +112,7 @@ class ProxyResult(Result):
             "host": self.host,
             "id": format_domain_id(self.host, request.name),
             "volumes": self._volumes(),
+            "policy_drift": list(self.outcome.policy_drift),
         }
         result.update(self.described)
         if self.outcome.warnings:
@@ -165,13 +166,15 @@ class ProxyResult(Result):
                 "spec_digest": metadata.spec_digest if metadata is not None else None,
                 "spec": domain.spec,
                 "autostart": domain.autostart,
+                "policy_digest": metadata.policy_digest if metadata is not None else None,
             }
         if outcome.verdict.kind == LEAVE:
             after = dict(before)
         elif request.state == STATE_ABSENT:
             after = {"state": STATE_ABSENT}
         elif outcome.kept:
-            after = dict(before, state=request.state, autostart=request.autostart, uid=self.plan.result.uid)
+            after = dict(before, state=request.state, autostart=request.autostart, uid=self.plan.result.uid,
+                         policy_digest=self.plan.result.policy_digest)
         else:
             after = {
                 "state": request.state,
@@ -180,8 +183,19 @@ class ProxyResult(Result):
                 "spec_digest": outcome.digest,
                 "spec": outcome.spec,
                 "autostart": request.autostart,
+                "policy_digest": outcome.policy_digest,
             }
+        self._policy_diff(before, after)
         return {"before": before, "after": after}
+
+    def _policy_diff(self, before, after):
+        """The policy files in the diff: as the guest holds them (when read back) and as the VM gets them."""
+        policy, guest = self.request.policy, self.observation.guest_policy
+        if policy is None or self.request.state == STATE_ABSENT or self.outcome.verdict.kind == LEAVE:
+            return
+        if guest is not None and guest.unavailable is None:
+            before["policy"] = policy.shown(guest.contents)
+        after["policy"] = policy.shown(policy.contents())
 
 
 def _diff_state(state):

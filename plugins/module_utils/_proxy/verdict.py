@@ -53,6 +53,7 @@ class Verdict:
     drifted: bool = False
     adopt: bool = False
     owner: Optional[str] = None
+    unreachable: Optional[str] = None  # why a running VM is replaced: its guest agent did not answer (the message)
 
 
 def ownership(request, domain):

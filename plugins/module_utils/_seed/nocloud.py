@@ -24,6 +24,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import hashlib
 import json
 import re
 from collections import OrderedDict
@@ -77,7 +79,7 @@ _MIME_SCAN_CHARS = 4096
 _BINARY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def _to_bytes(value, what):
+def text_bytes(value, what):
     """``value`` (text, or bytes that are UTF-8 text) as the bytes of a seed file; the messages never quote it.
 
     The options often hold secrets, so a refusal says where, never what.
@@ -156,7 +158,7 @@ def render_network_config(network_config):
     """The network-config file: a string verbatim, a dictionary rendered like meta-data."""
     if isinstance(network_config, dict):
         return _render_dict(network_config, "network_config")
-    return _to_bytes(network_config, "network_config")
+    return text_bytes(network_config, "network_config")
 
 
 def render_cloud_data(value, option):
@@ -170,11 +172,49 @@ def render_cloud_data(value, option):
     if isinstance(value, dict):
         return _limited(b"#cloud-config\n" + _render_dict(value, option), option)
     if isinstance(value, (str, bytes)):
-        data = _to_bytes(value, option)
+        data = text_bytes(value, option)
         _require_cloud_init_start(data.decode("utf-8"), option)
         return data
     raise ValidationError("%s must be a string or a dictionary (written as #cloud-config), got %s"
                           % (option, type(value).__name__))
+
+
+# The header of the part that carries a policy's files: its write_files are appended to the user-data's own,
+# rather than replacing them (cloud-init's default for a second cloud-config).
+_MERGE_TYPE = "list(append)+dict(recurse_array)+str()"
+
+
+def _mime_part(content_type, name, data, merge_type=None):
+    # Base64, so no line of the content can ever read as the boundary.
+    encoded = base64.encodebytes(data).decode("ascii")
+    headers = ['Content-Type: %s; charset="utf-8"' % content_type, "MIME-Version: 1.0",
+               "Content-Transfer-Encoding: base64", 'Content-Disposition: attachment; filename="%s"' % name]
+    if merge_type is not None:
+        headers.append("Merge-Type: %s" % merge_type)
+    return "\n".join(headers) + "\n\n" + encoded
+
+
+def with_cloud_config(user_data, cloud_config, name):
+    """``user_data`` (the rendered bytes) and the cloud-config dictionary ``cloud_config`` as one MIME multi-part.
+
+    cloud-init runs the user-data as it would alone (its type read from its
+    first line) and merges the second part's lists into its cloud-config. The
+    boundary is derived from the content, so the same data gives the same
+    bytes (a seed is compared byte for byte). User-data that is a multi-part
+    archive itself cannot be nested this way and is refused.
+    """
+    start = user_data[:_MIME_SCAN_CHARS].decode("utf-8", "replace").lstrip().lower()
+    if start.startswith("content-type:") or _MIME_VERSION in start:
+        raise ValidationError("user_data is a MIME multi-part archive, to which policy cannot add its files: give "
+                              "user_data as cloud-config or a script")
+    config = b"#cloud-config\n" + _render_dict(cloud_config, name)
+    boundary = "==egress-proxies-kvm-%s==" % hashlib.sha256(user_data + b"\0" + config).hexdigest()[:32]
+    parts = [_mime_part("text/cloud-config", name, config, _MERGE_TYPE)]
+    if user_data:
+        parts.insert(0, _mime_part("text/x-not-multipart", "user-data", user_data))
+    text = 'Content-Type: multipart/mixed; boundary="%s"\nMIME-Version: 1.0\n\n' % boundary
+    text += "".join("--%s\n%s" % (boundary, part) for part in parts) + "--%s--\n" % boundary
+    return _limited(text.encode("ascii"), "user_data with %s" % name)
 
 
 def seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None):

@@ -133,6 +133,7 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         "uid": "uid-1",
         "created_at": "2026-09-04T14:04:00Z",
         "spec_digest": DIGEST,
+        "policy_digest": None,
         "vcpus": 2,
         "memory_mib": 512,
         "disks": [

@@ -1,0 +1,271 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A proxy's policy: the files its service enforces, kept in the running guest apart from the machine.
+
+A machine (image, CPUs, memory, NICs, cloud-init data) is replaced when it
+changes; the policy is not. A new VM gets it in its seed (``cloud_config``,
+which _seed.nocloud adds to the user-data), and a running one gets a change
+in place through the guest agent (``apply_policy``): the changed files are
+written beside the old ones, moved into place (the old kept), ``validate``
+runs with the new ones in place, the old ones come back when it fails, and
+``reload`` makes the service read them (squid -k reconfigure: the connections
+it holds go on). The files are read back (``read_policy``) on every run, so
+one edited by hand in the guest is drift, restored by the next run.
+
+The policy's digest (``Policy.digest``) is recorded in the domain's metadata
+when the VM is defined and after each apply: what a proxy enforces is known
+without asking the guest.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestFileError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, text_bytes
+
+# An absolute path of plain components: no "." or "..", no white space, quotes or shell characters.
+_PATH = re.compile(r"(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)+")
+_MAX_PATH = 1024
+# POSIX portable user and group names, as useradd takes them.
+_ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+_MODE = re.compile(r"0?[0-7]{3}")
+# Beside each changed file while it is applied: the new content before it moves into place, the old one until
+# validate passed (then removed, or moved back when it failed).
+STAGED_SUFFIX = ".kvm-new"
+KEPT_SUFFIX = ".kvm-old"
+
+# The fixed scripts an apply runs with /bin/sh; every value reaches them as an argument, never as script text.
+# Empty staged files, readable by root only, for the content to be written into.
+_STAGE = 'umask 077 && for f; do : > "$f"; done'
+# Per file (owner:group, mode, staged, path): ownership and mode on the staged file, the old one kept, the new one
+# moved over it (a rename: a reader sees the old file or the new one, never half of one).
+_INSTALL = ('set -e; while [ $# -gt 0 ]; do chown -- "$1" "$3"; chmod -- "$2" "$3"; '
+            'if [ -e "$4" ]; then cp -p -- "$4" "$4%s"; else rm -f -- "$4%s"; fi; mv -f -- "$3" "$4"; shift 4; done'
+            % (KEPT_SUFFIX, KEPT_SUFFIX))
+# The old files back where validate refused the new ones (a file that was not there before is removed).
+_ROLLBACK = 'for f; do if [ -e "$f%s" ]; then mv -f -- "$f%s" "$f"; else rm -f -- "$f"; fi; done' % (KEPT_SUFFIX, KEPT_SUFFIX)
+_COMMIT = 'for f; do rm -f -- "$f%s"; done' % KEPT_SUFFIX
+SHELL = "/bin/sh"
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class PolicyFile:
+    """One file of the policy: where it goes, its content (bytes), owner, group and mode.
+
+    A ``secret`` file's content (given as secret_content) never appears in a diff or a message: only its digest does.
+    """
+
+    path: str
+    content: bytes
+    owner: str = "root"
+    group: str = "root"
+    mode: str = "0644"
+    secret: bool = False
+
+    @property
+    def sha256(self):
+        return _sha256(self.content)
+
+    def shown(self, content):
+        """``content`` (bytes of this file, or None when absent) as a diff shows it: text, or a secret's digest."""
+        if content is None:
+            return None
+        if self.secret:
+            return "(secret, sha256 %s)" % _sha256(content)
+        return content.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The files of a proxy's policy, and the programs (argument lists) that check and load them in the guest."""
+
+    files: tuple
+    validate: tuple = ()
+    reload: tuple = ()
+
+    @classmethod
+    def from_params(cls, params):
+        """The policy option (a dict, or None: no policy) validated; ValidationError names the entry."""
+        if params is None:
+            return None
+        files, paths = [], set()
+        for index, entry in enumerate(params.get("files") or []):
+            label = "policy.files[%d]" % index
+            policy_file = _policy_file(label, entry)
+            if policy_file.path in paths:
+                raise ValidationError("%s: path %s appears more than once" % (label, policy_file.path))
+            paths.add(policy_file.path)
+            files.append(policy_file)
+        if not files:
+            raise ValidationError("policy.files must list at least one file")
+        return cls(tuple(files), _argv("policy.validate", params.get("validate")),
+                   _argv("policy.reload", params.get("reload")))
+
+    def digest(self):
+        """sha256 over what the guest holds: each file's path, owner, group, mode and content digest."""
+        described = [{"path": f.path, "owner": f.owner, "group": f.group, "mode": f.mode, "sha256": f.sha256}
+                     for f in sorted(self.files, key=lambda f: f.path)]
+        return _sha256(json.dumps(described, sort_keys=True, separators=(",", ":")).encode("ascii"))
+
+    def cloud_config(self):
+        """The cloud-config that writes the files at a VM's first boot, after its packages are installed.
+
+        Deferred, as a package's own configuration file written before the package would be taken for one the
+        user changed.
+        """
+        return {"write_files": [{"path": f.path, "content": f.content.decode("utf-8"), "owner": "%s:%s" % (
+            f.owner, f.group), "permissions": f.mode, "defer": True} for f in self.files]}
+
+    def shown(self, contents):
+        """{path: what the diff shows} of ``contents`` ({path: bytes or None})."""
+        return {f.path: f.shown(contents.get(f.path)) for f in self.files}
+
+    def contents(self):
+        return {f.path: f.content for f in self.files}
+
+
+def policy_options():
+    """The policy option's suboptions, as the modules' argument specs take them."""
+    files = dict(
+        path=dict(type="str", required=True),
+        content=dict(type="str"),
+        secret_content=dict(type="str", no_log=True),
+        owner=dict(type="str", default="root"),
+        group=dict(type="str", default="root"),
+        mode=dict(type="str", default="0644"),
+    )
+    return dict(
+        files=dict(type="list", elements="dict", required=True, options=files,
+                   mutually_exclusive=[("content", "secret_content")],
+                   required_one_of=[("content", "secret_content")]),
+        validate=dict(type="list", elements="str"),
+        reload=dict(type="list", elements="str"),
+    )
+
+
+def _policy_file(label, entry):
+    if not isinstance(entry, dict):
+        raise ValidationError("%s must be a dictionary with path and content" % label)
+    path = entry.get("path")
+    if not isinstance(path, str) or not _PATH.fullmatch(path) or len(path) > _MAX_PATH or "/../" in path + "/" \
+            or "/./" in path + "/":
+        raise ValidationError("%s.path %s is not an absolute path of plain names (letters, digits and . _ @ + -, "
+                              "no . or .. component)" % (label, quoted(path)))
+    given_content = [option for option in ("content", "secret_content") if entry.get(option) is not None]
+    if len(given_content) != 1:
+        raise ValidationError("%s needs one of content and secret_content (a secret's content is masked in the "
+                              "task's output and shown in a diff by its digest only)" % label)
+    content = text_bytes(entry[given_content[0]], "%s.%s" % (label, given_content[0]))
+    given = {}
+    for option in ("owner", "group"):
+        value = entry.get(option)
+        if value is not None and (not isinstance(value, str) or not _ACCOUNT.fullmatch(value)):
+            raise ValidationError("%s.%s %s is not a user or group name (lower-case letters, digits, _ and -, "
+                                  "starting with a letter or _, at most 32)" % (label, option, quoted(value)))
+        if value is not None:
+            given[option] = value
+    mode = entry.get("mode")
+    if mode is not None:
+        if not isinstance(mode, str) or not _MODE.fullmatch(mode):
+            raise ValidationError("%s.mode %s is not an octal mode such as '0644' (give it quoted, as a string)"
+                                  % (label, quoted(mode)))
+        given["mode"] = mode.zfill(4)
+    return PolicyFile(path=path, content=content, secret=given_content[0] == "secret_content", **given)
+
+
+def _argv(option, value):
+    """A program and its arguments (a list of strings, none with a control character); () when not given."""
+    if not value:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value) or not value[0]:
+        raise ValidationError("%s must be a list of strings: a program and its arguments" % option)
+    for index, item in enumerate(value):
+        problem = control_character(item)
+        if problem is not None:
+            raise ValidationError("%s[%d] holds a control character (%s): each item is one argument, run without a "
+                                  "shell" % (option, index, problem))
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class GuestPolicy:
+    """The policy files as the guest holds them: {path: bytes, or None when missing or unreadable}.
+
+    ``unavailable`` is the message when the guest agent did not answer: nothing is known then.
+    """
+
+    contents: dict
+    unavailable: Optional[str] = None
+
+    def drifted(self, policy):
+        """The paths whose content in the guest differs from ``policy``'s, in its order."""
+        if self.unavailable is not None:
+            return ()
+        return tuple(f.path for f in policy.files if self.contents.get(f.path) != f.content)
+
+
+def read_policy(agent, policy):
+    """The GuestPolicy of ``policy``'s files in the guest of ``agent`` (a _guest.agent.GuestAgent); reads only."""
+    try:
+        agent.ping()
+        contents = {}
+        for policy_file in policy.files:
+            try:
+                data = agent.read_file(policy_file.path, MAX_FILE_BYTES)
+            except GuestFileError:
+                data = None
+            contents[policy_file.path] = data
+    except AgentUnavailableError as error:
+        return GuestPolicy({}, error.message)
+    return GuestPolicy(contents)
+
+
+def apply_policy(agent, policy, paths):
+    """Write the files of ``policy`` at ``paths`` into the guest, validate, and reload; raises PermanentError.
+
+    Validation refused: the old files are back, nothing reloaded. The files
+    that need no change are not touched; ``reload`` runs whenever a file changed.
+    """
+    changing = [f for f in policy.files if f.path in paths]
+    staged = [f.path + STAGED_SUFFIX for f in changing]
+    _run(agent, [SHELL, "-c", _STAGE, "sh"] + staged, "preparing the policy files")
+    for policy_file, staged_path in zip(changing, staged):
+        agent.write_file(staged_path, policy_file.content)
+    install = []
+    for policy_file, staged_path in zip(changing, staged):
+        install += ["%s:%s" % (policy_file.owner, policy_file.group), policy_file.mode, staged_path, policy_file.path]
+    _run(agent, [SHELL, "-c", _INSTALL, "sh"] + install, "putting the policy files in place")
+    moved = [f.path for f in changing]
+    if policy.validate:
+        checked = agent.run(policy.validate)
+        if checked.exitcode != 0:
+            _run(agent, [SHELL, "-c", _ROLLBACK, "sh"] + moved, "putting the old policy files back")
+            raise PermanentError("%s refused the new policy (exit %d): %s; the old files are back in place and still "
+                                 "enforced" % (" ".join(policy.validate), checked.exitcode, checked.said()))
+    _run(agent, [SHELL, "-c", _COMMIT, "sh"] + moved, "removing the old policy files")
+    if policy.reload:
+        _run(agent, list(policy.reload), "reloading the service")
+
+
+def _run(agent, argv, doing):
+    completed = agent.run(argv)
+    if completed.exitcode != 0:
+        raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
+            doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.said()))
+    return completed
+

@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A proxy's policy over the fake: in the seed of a new VM, applied in place to a running one, drift repaired."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import email
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import USER_DATA as USER_DATA_FILE
+from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeFile
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    CREATE,
+    USER_DATA,
+    domain_of,
+    params,
+    ready_host,
+)
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy_set import (  # noqa: F401
+    converge,
+    fake_time,
+    lease_all,
+    run,
+    set_request,
+)
+
+SQUID_CONF = "http_port 3128\nhttp_access deny all\n"
+USERS = "alice:$6$rounds=100000$salt$hash\n"
+NAMES = ["proxy-a", "proxy-b"]
+
+
+def policy(conf=SQUID_CONF, users=USERS, **changes):
+    value = {"files": [{"path": "/etc/squid/squid.conf", "content": conf},
+                       {"path": "/etc/squid/egress-users", "secret_content": users, "group": "proxy", "mode": "0640"}],
+             "validate": ["/usr/sbin/squid", "-k", "parse"], "reload": ["/usr/sbin/squid", "-k", "reconfigure"]}
+    value.update(changes)
+    return value
+
+
+def squid(refuse=None):
+    """A fake squid: ``-k parse`` fails when squid.conf holds ``refuse``; every run is logged by the guest."""
+    def program(argv, guest):
+        if argv[1:] == ["-k", "parse"] and refuse and refuse.encode() in guest.files["/etc/squid/squid.conf"].content:
+            return 1, b"", b"FATAL: Bungled squid.conf line 2: " + refuse.encode()
+        return 0, b"", b""
+    return program
+
+
+def running_set(converge, **changes):
+    """Two proxies created with the policy, running, their guests holding what the seed wrote."""
+    hv = ready_host()
+    converge(hv, set_request(NAMES, policy=policy(), **changes))
+    for name in NAMES:
+        dom = hv.domains[name]
+        for entry in Policy.from_params(policy()).files:
+            dom.guest.files[entry.path] = FakeFile(entry.content, entry.owner, entry.group, entry.mode)
+        dom.guest.programs["/usr/sbin/squid"] = squid()
+    lease_all(hv)
+    return hv
+
+
+def test_a_new_vm_gets_the_policy_in_its_seed_and_records_its_digest(converge):
+    hv = ready_host()
+    result = converge(hv, set_request(NAMES, policy=policy()))
+    assert [p["actions"] for p in result["proxies"]] == [CREATE, CREATE]
+    digest = Policy.from_params(policy()).digest()
+    assert [p["policy_digest"] for p in result["proxies"]] == [digest, digest]
+    assert domain_of(hv, "proxy-a").metadata.policy_digest == digest
+    files = ProxyRequest.from_params(params(policy=policy())).seed_files()
+    message = email.message_from_bytes(files[USER_DATA_FILE])
+    parts = [part for part in message.walk() if not part.is_multipart()]
+    assert parts[0].get_payload(decode=True).decode() == USER_DATA
+    config = parts[1].get_payload(decode=True).decode()
+    assert parts[1]["Merge-Type"] == "list(append)+dict(recurse_array)+str()"
+    assert config.startswith("#cloud-config\n") and '"path": "/etc/squid/squid.conf"' in config
+    assert '"owner": "root:proxy"' in config and '"permissions": "0640"' in config and '"defer": true' in config
+
+
+def test_a_policy_change_is_applied_in_place_never_replacing(converge):
+    hv = running_set(converge)
+    uuids = {name: hv.domains[name] for name in NAMES}
+    changed = policy(conf=SQUID_CONF + "acl denied dstdomain -n .example.com\n")
+    result = converge(hv, set_request(NAMES, policy=changed))
+    assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.APPLY_POLICY])] * 2
+    for name in NAMES:
+        dom = hv.domains[name]
+        assert dom is uuids[name] and dom.state == RUNNING
+        assert dom.guest.files["/etc/squid/squid.conf"].content == changed["files"][0]["content"].encode()
+        assert not [path for path in dom.guest.files if path.endswith((".kvm-new", ".kvm-old"))]
+        assert dom.guest.ran[-1] == ["/usr/sbin/squid", "-k", "reconfigure"]
+        assert domain_of(hv, name).metadata.policy_digest == Policy.from_params(changed).digest()
+    diff = result["diff"]
+    assert diff["before"]["proxy-a"]["policy"]["/etc/squid/squid.conf"] == SQUID_CONF
+    assert diff["after"]["proxy-a"]["policy"]["/etc/squid/squid.conf"] == changed["files"][0]["content"]
+    # The users' hashes never show: a secret file is its digest only.
+    assert USERS not in repr(diff) and diff["after"]["proxy-a"]["policy"]["/etc/squid/egress-users"].startswith(
+        "(secret, sha256 ")
+    again = converge(hv, set_request(NAMES, policy=changed))
+    assert again["changed"] is False
+
+
+def test_a_file_edited_in_the_guest_is_drift_check_mode_reports_and_the_run_restores(run, converge):
+    hv = running_set(converge)
+    guest = hv.domains["proxy-b"].guest
+    guest.files["/etc/squid/squid.conf"].content += b"http_access allow all\n"
+    predicted = run(hv, set_request(NAMES, policy=policy()), check_mode=True)
+    assert [p["policy_drift"] for p in predicted["proxies"]] == [[], ["/etc/squid/squid.conf"]]
+    assert predicted["proxies"][1]["actions"] == [steps.APPLY_POLICY] and predicted["proxies"][0]["actions"] == []
+    result = converge(hv, set_request(NAMES, policy=policy()))
+    assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
+    # Only the drifted file is written; the users' file is left as it is.
+    assert [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0] == ["/etc/squid/squid.conf.kvm-new"]
+    assert result["proxies"][1]["policy_drift"] == ["/etc/squid/squid.conf"]
+
+
+def test_a_policy_its_validate_refuses_leaves_the_old_files_in_place(converge):
+    hv = running_set(converge)
+    for name in NAMES:
+        hv.domains[name].guest.programs["/usr/sbin/squid"] = squid(refuse="bogus_directive")
+    with pytest.raises(errors.PermanentError) as raised:
+        converge(hv, set_request(NAMES, policy=policy(conf=SQUID_CONF + "bogus_directive on\n")))
+    assert "FATAL: Bungled squid.conf line 2: bogus_directive" in raised.value.message
+    assert "proxy 'proxy-a'" in raised.value.message and "proxy 'proxy-b'" in raised.value.message
+    for name in NAMES:
+        guest = hv.domains[name].guest
+        assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
+        assert "/etc/squid/squid.conf.kvm-old" not in guest.files
+        assert ["/usr/sbin/squid", "-k", "reconfigure"] not in guest.ran[-3:]
+        assert domain_of(hv, name).metadata.policy_digest == Policy.from_params(policy()).digest()
+
+
+def test_an_agent_that_does_not_answer_fails_naming_the_proxy_after_the_others_got_it(converge):
+    hv = running_set(converge)
+    hv.domains["proxy-b"].agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    changed = policy(conf=SQUID_CONF + "# changed\n")
+    with pytest.raises(errors.TransientError) as raised:
+        converge(hv, set_request(NAMES, policy=changed))
+    assert "proxy 'proxy-b'" in raised.value.message and "on_unreachable_agent=replace" in raised.value.message
+    assert "proxy-a" not in raised.value.message.split("proxy 'proxy-b'")[0]
+    assert hv.domains["proxy-a"].guest.files["/etc/squid/squid.conf"].content == changed["files"][0]["content"].encode()
+    assert raised.value.completed_actions == ["proxy-a: " + steps.APPLY_POLICY]
+
+
+def test_an_agent_that_does_not_answer_with_a_current_policy_only_warns(run, converge):
+    hv = running_set(converge)
+    hv.domains["proxy-b"].agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    result = run(hv, set_request(NAMES, policy=policy()))
+    assert result["changed"] is False
+    assert "could not be read back" in result["proxies"][1]["warnings"][0]
+
+
+def test_on_unreachable_agent_replace_replaces_that_proxy_only(converge):
+    hv = running_set(converge, wait_for_ip=False)
+    old = hv.domains["proxy-b"]
+    old.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    result = converge(hv, set_request(NAMES, policy=policy(), on_unreachable_agent="replace"))
+    assert [p["outcome"] for p in result["proxies"]] == ["unchanged", "replaced"]
+    assert hv.domains["proxy-b"] is not old
+    assert "on_unreachable_agent=replace" in result["proxies"][1]["warnings"][0]
+
+
+def test_a_stopped_proxy_started_later_gets_the_current_policy_before_it_counts_as_up(converge):
+    hv = running_set(converge)
+    hv.domains["proxy-a"].state = SHUTOFF
+    changed = policy(conf=SQUID_CONF + "# changed while it was off\n")
+    result = converge(hv, set_request(NAMES, policy=changed))
+    assert result["proxies"][0]["actions"] == [steps.WRITE_SEED, steps.START_DOMAIN, steps.APPLY_POLICY]
+    assert hv.domains["proxy-a"].guest.files["/etc/squid/squid.conf"].content.endswith(b"off\n")
+
+
+def test_a_machine_change_still_replaces(converge):
+    hv = running_set(converge)
+    result = converge(hv, set_request(NAMES, policy=policy(), memory_mib=4096))
+    assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
+
+
+def test_the_policy_is_not_part_of_the_spec():
+    one = ProxyRequest.from_params(params(policy=policy()))
+    other = ProxyRequest.from_params(params(policy=policy(conf="http_port 8080\n")))
+    assert one.spec() == other.spec() == ProxyRequest.from_params(params()).spec()
+    assert one.policy_digest != other.policy_digest
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"files": []}, "policy.files must list at least one file"),
+    ({"files": [{"path": "etc/squid.conf", "content": "x"}]}, "policy.files[0].path 'etc/squid.conf' is not an absolute"),
+    ({"files": [{"path": "/etc/../shadow", "content": "x"}]}, "no . or .. component"),
+    ({"files": [{"path": "/etc/a b", "content": "x"}]}, "is not an absolute path"),
+    ({"files": [{"path": "/etc/x\n", "content": "x"}]}, "is not an absolute path"),
+    ({"files": [{"path": "/etc/x", "content": "a\x00b"}]}, "policy.files[0].content holds binary data"),
+    ({"files": [{"path": "/etc/x", "content": "x", "owner": "root;rm"}]}, "policy.files[0].owner"),
+    ({"files": [{"path": "/etc/x", "content": "x", "mode": "644\n"}]}, "policy.files[0].mode"),
+    ({"files": [{"path": "/etc/x", "content": "x"}, {"path": "/etc/x", "content": "y"}]}, "appears more than once"),
+    ({"files": [{"path": "/etc/x"}]}, "needs one of content and secret_content"),
+    ({"reload": ["squid", "-k\nreconfigure"]}, "policy.reload[1] holds a control character"),
+])
+def test_bad_policies_are_refused_naming_the_entry(change, message):
+    with pytest.raises(ValidationError) as raised:
+        ProxyRequest.from_params(params(policy=dict(policy(), **change)))
+    assert message in raised.value.message
+
+
+def test_multipart_user_data_cannot_carry_a_policy():
+    mime = 'Content-Type: multipart/mixed; boundary="x"\nMIME-Version: 1.0\n\n--x--\n'
+    with pytest.raises(ValidationError) as raised:
+        ProxyRequest.from_params(params(policy=policy(), user_data=mime))
+    assert "MIME multi-part" in raised.value.message
+
+
+def test_the_seed_is_the_same_bytes_for_the_same_request():
+    first = ProxyRequest.from_params(params(policy=policy())).seed_files()
+    assert first == ProxyRequest.from_params(params(policy=policy())).seed_files()
+    assert first != ProxyRequest.from_params(params(policy=policy(users="bob:x\n"))).seed_files()
