@@ -36,9 +36,11 @@ options:
     required: true
   user_data:
     description:
-      - The registered result of the loop that rendered the role's user-data per instance, each item an instance
-        and the text its C(ansible.builtin.set_fact) left in C(egress_proxy__user_data). Unused with
-        C(egress_proxy_user_data), which every proxy gets instead.
+      - The registered result of the loop that rendered the role's user-data and squid.conf per instance, each item
+        an instance and the texts its C(ansible.builtin.set_fact) left in C(egress_proxy__user_data) and
+        C(egress_proxy__squid_conf). The squid.conf and the users' file become the proxy's
+        O(egress_proxies.kvm.kvm_proxy_set#module:proxies[].policy). Unused with C(egress_proxy_user_data), which every
+        proxy gets instead, without a policy.
     type: dict
 """
 

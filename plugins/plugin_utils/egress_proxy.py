@@ -317,36 +317,60 @@ def _nics(instance, variables):
     return {key: inside[key] for key in ("bridge", "network", "mac") if inside[key] is not None}
 
 
-def _proxy(instance, variables, user_data):
+def _proxy(instance, variables, rendered):
     if instance["state"] == STATE_ABSENT:
         return {"name": instance["name"], "state": STATE_ABSENT}
     proxy = {"name": instance["name"], "state": instance["state"], "vcpus": instance["vcpus"],
              "memory_mib": instance["memory_mib"], "disk_size_gb": instance["disk_size_gb"],
-             "autostart": instance["autostart"],
-             "user_data": variables["egress_proxy_user_data"] or user_data.get(instance["name"])}
+             "autostart": instance["autostart"]}
+    if variables["egress_proxy_user_data"]:
+        proxy["user_data"] = variables["egress_proxy_user_data"]  # the user's own squid set-up: no policy of ours
+    elif instance["name"] in rendered:
+        facts = rendered[instance["name"]]
+        proxy.update(user_data=facts["egress_proxy__user_data"],
+                     policy=squid_policy(instance, facts["egress_proxy__squid_conf"], variables))
     proxy.update(_nics(instance, variables))
     return proxy
 
 
-def rendered_user_data(results):
-    """{proxy name: its user-data} from the registered result of the loop that rendered templates/user-data.yml.j2
-    per instance (each item an instance, the text its set_fact's egress_proxy__user_data); skipped items give none."""
+# Where the policy's files go in the guest, and the programs that check and load them (squid 4 and newer).
+SQUID_CONF_PATH = "/etc/squid/squid.conf"
+SQUID_USERS_PATH = "/etc/squid/egress-users"
+SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
+# A reload (SIGHUP) keeps the connections squid holds; a squid that is not running is started.
+SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
+
+
+def squid_policy(instance, squid_conf, variables):
+    """kvm_proxy_set's policy of one proxy: its squid.conf, and its users' file (name:hash, readable by squid's group)."""
+    files = [{"path": SQUID_CONF_PATH, "content": squid_conf if squid_conf.endswith("\n") else squid_conf + "\n"}]
+    users = squid_settings(instance, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+                           variables["egress_proxy_forwarded_for"])[0]["users"]
+    if users:
+        files.append({"path": SQUID_USERS_PATH, "group": "proxy", "mode": "0640",
+                      "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in users)})
+    return {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
+
+
+def rendered_files(results):
+    """{proxy name: the facts its render set} from the registered result of the loop that rendered the user-data and
+    squid.conf per instance (each item an instance); skipped items give none."""
     if not results:
         return {}
-    return {result[result.get("ansible_loop_var", "item")]["name"]: result["ansible_facts"]["egress_proxy__user_data"]
+    return {result[result.get("ansible_loop_var", "item")]["name"]: result["ansible_facts"]
             for result in results.get("results", []) if "ansible_facts" in result}
 
 
 def set_arguments(instances, variables, user_data=None, removing=False):
     """kvm_proxy_set's arguments for the hypervisor's ``instances`` (role_instances'), checked by the module's own
-    validation; ``user_data`` the registered render (rendered_user_data). Raises RoleInputError naming the hypervisor.
+    validation; ``user_data`` the registered render (rendered_files). Raises RoleInputError naming the hypervisor.
 
     Options the role leaves unset (None) are left out, so the module's defaults apply. vendor_data unset with
     egress_proxy_install_packages false is none at all: kvm_proxy's default installs qemu-guest-agent, and cloud-init
     takes its `packages` when the role's user-data has none.
     """
     arguments = {option: variables[variable] for option, variable in TARGET_OPTIONS}
-    texts = rendered_user_data(user_data)
+    texts = rendered_files(user_data)
     proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts)
                for instance in instances]
     if removing:
@@ -364,6 +388,7 @@ def set_arguments(instances, variables, user_data=None, removing=False):
         machine=variables["egress_proxy_machine"] or None,
         vendor_data=vendor_data,
         on_drift=variables["egress_proxy_on_drift"],
+        on_unreachable_agent=variables["egress_proxy_on_unreachable_agent"],
         shutdown_timeout=variables["egress_proxy_shutdown_timeout"],
         wait_for_ip=_bool(variables["egress_proxy_wait_for_ip"]),
         wait_timeout=variables["egress_proxy_wait_timeout"],
