@@ -9,6 +9,9 @@ proxies one at a time, sampled every second from its LAN namespace, then a repla
 image that cannot boot stops the roll with the other proxy still serving.
 """
 
+import hashlib
+import json
+import os
 import subprocess
 import threading
 import time
@@ -163,10 +166,107 @@ class Sampler:
         self._thread.join(timeout=30)
 
 
+def agent(spec, proxy, command, arguments=None):
+    """One guest agent command in the proxy's guest, through the hypervisor's virsh; its ``return`` value."""
+    message = {"execute": command}
+    if arguments is not None:
+        message["arguments"] = arguments
+    completed = hypervisors.virsh(spec, "qemu-agent-command", proxy, json.dumps(message), check=False)
+    return json.loads(completed.stdout)["return"] if completed.returncode == 0 else None
+
+
+def in_guest(spec, proxy, *argv):
+    """Run argv in the proxy's guest (through its agent, as an operator with virsh would) and wait for it."""
+    started = agent(spec, proxy, "guest-exec", {"path": argv[0], "arg": list(argv[1:]), "capture-output": True})
+    for _ in range(100):
+        status = agent(spec, proxy, "guest-exec-status", {"pid": started["pid"]})
+        if status is None or status.get("exited"):
+            return status
+        time.sleep(0.2)
+    raise AssertionError("%s did not finish in %s" % (argv, proxy))
+
+
+def running_as(spec, proxies):
+    """{proxy: (domain UUID, domain id)}: the id changes whenever the VM starts again."""
+    return {proxy: (hypervisors.virsh(spec, "domuuid", proxy).stdout.strip(),
+                    hypervisors.virsh(spec, "domid", proxy).stdout.strip()) for proxy in proxies}
+
+
+def enforced(spec, proxies, origin, status, seconds=30):
+    """Whether every proxy answers ``status`` for the origin within ``seconds`` (squid reconfigures after the reload)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answers = {proxy: fetch(spec, "http://%s:3128" % ip, origin)[0] for proxy, ip in proxies.items()}
+        if set(answers.values()) == {status} or time.monotonic() > deadline:
+            return answers
+        time.sleep(1)
+
+
+def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deployed):
+    """Issue 27 on lab-hv1's two running proxies: a policy change applied in place by the guest agent (no
+    replacement, a download in flight finishes intact), squid.conf edited by hand found and restored, and a proxy
+    whose agent is stopped named, then replaced with on_unreachable_agent=replace."""
+    extra = {"egress_proxy_hosts": HV1}
+    (recorded,) = deployed.results("Record the proxies of this hypervisor in egress_proxy_proxies", HV1)
+    ips = {entry["name"]: entry["ip"] for entry in recorded["ansible_facts"]["egress_proxy_proxies"]}
+    before = running_as(spec, proxies)
+    # 8 MiB at 256 KiB/s: 32 s through roll-1, begun before the change and still running after it.
+    body = os.urandom(8 << 20)
+    (tmp_path / "origin" / "big.bin").write_bytes(body)
+    download = subprocess.Popen(
+        ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--fail", "--limit-rate", "256k", "-o",
+         str(tmp_path / "downloaded.bin"), "-x", "http://%s:3128" % ips[proxies[0]], origin + "big.bin"])
+    time.sleep(3)
+    denied = inventory(egress_proxy_denied_destinations=[spec.lan_address])
+    applied = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
+    assert applied.rc == 0, applied
+    entries = applied.items(CONVERGE_TASK, HV1)
+    assert [(entries[p]["outcome"], entries[p]["actions"]) for p in proxies] == [("updated", ["apply policy"])] * 2
+    assert running_as(spec, proxies) == before
+    assert enforced(spec, ips, origin, 403) == dict.fromkeys(proxies, 403)
+    assert download.poll() is None, "the download ended before the change was applied"
+    assert download.wait(timeout=120) == 0
+    assert hashlib.sha256((tmp_path / "downloaded.bin").read_bytes()).digest() == hashlib.sha256(body).digest()
+    start, end = applied.spans(CONVERGE_TASK)[HV1]
+    print("policy applied in place to two proxies: the converge task took %.1f s" % (end - start))
+
+    # squid.conf edited by hand in roll-2: check mode sees the drift, the next run restores the file.
+    in_guest(spec, proxies[1], "/bin/sh", "-c", "echo 'http_access allow all' >> /etc/squid/squid.conf")
+    checked = hv_fleet.playbook("deploy.yml", denied, extra, options=("--check",))
+    assert checked.rc == 0, checked
+    entries = checked.items(CONVERGE_TASK, HV1)
+    assert entries[proxies[1]]["policy_drift"] == ["/etc/squid/squid.conf"] and entries[proxies[0]]["policy_drift"] == []
+    assert checked.stats(HV1)["changed"] >= 1
+    restored = hv_fleet.playbook("deploy.yml", denied, extra)
+    assert restored.rc == 0, restored
+    assert restored.items(CONVERGE_TASK, HV1)[proxies[1]]["actions"] == ["apply policy"]
+    again = hv_fleet.playbook("deploy.yml", denied, extra, options=("--check",))
+    assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
+
+    # roll-2's agent stopped: the policy change reaches roll-1, the run fails naming roll-2 (which keeps the
+    # policy it had), and with on_unreachable_agent=replace roll-2 is replaced by a VM booting with the policy.
+    in_guest(spec, proxies[1], "/bin/systemctl", "stop", "qemu-guest-agent")
+    silent = hv_fleet.playbook("deploy.yml", inventory(), extra, timeout=600)
+    assert silent.rc != 0, silent
+    (converged,) = silent.results(CONVERGE_TASK, HV1)
+    assert "proxy '%s'" % proxies[1] in converged["msg"] and "did not answer" in converged["msg"], converged["msg"]
+    assert "on_unreachable_agent=replace" in converged["msg"], converged["msg"]
+    assert fetch(spec, "http://%s:3128" % ips[proxies[0]], origin)[0] == 200
+    assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin)[0] == 403
+    replaced = hv_fleet.playbook("deploy.yml", inventory(egress_proxy_on_unreachable_agent="replace"), extra,
+                                 timeout=900)
+    assert replaced.rc == 0, replaced
+    entries = replaced.items(CONVERGE_TASK, HV1)
+    assert [entries[p]["outcome"] for p in proxies] == ["unchanged", "replaced"]
+    assert fetch(spec, "http://%s:3128" % entries[proxies[1]]["ip"], origin) == (200, proxies[1])
+
+
 @pytest.mark.boot
-def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_stops_the_roll(hv_fleet, lan_origins):
+def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_stops_the_roll(hv_fleet, lan_origins,
+                                                                                           tmp_path):
     """First both hypervisors boot their proxies at once, each forwarding from its own LAN only; then lab-hv1's
-    two proxies roll. One boot of the Debian guest per proxy serves both claims (booting is minutes here)."""
+    two proxies get policy changes in place (policy_in_place), then a machine change rolls them. One boot of the
+    Debian guest per proxy serves every claim (booting is minutes here)."""
     spec, origin = hv_fleet.hv1, lan_origins[HV1]
     mirror = "http://127.0.0.1:8642/"
     proxies, other = [name("roll-1"), name("roll-2")], name("boot-hv2")
@@ -202,8 +302,10 @@ def test_a_rolling_replace_keeps_one_proxy_addressed_and_an_unbootable_image_sto
     print("booted three on two hypervisors in %.0f s, verified in %.0f s" % (deployed.seconds, first.seconds))
 
     extra = {"egress_proxy_hosts": HV1}
-    # A new squid configuration (one more client network) drifts both: replaced one at a time.
-    changed = inventory(egress_proxy_allowed_clients=[spec.lan_cidr, "198.51.100.0/24"])
+    policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deployed)
+
+    # A machine change (memory) replaces both, one at a time.
+    changed = inventory(egress_proxy_memory_mib=640)
     with Sampler(spec, proxies) as sampler:
         rolled = hv_fleet.playbook("deploy.yml", changed, extra, timeout=1200)
     assert rolled.rc == 0, rolled

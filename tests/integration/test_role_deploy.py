@@ -8,6 +8,7 @@ paths of verify.yml, is test_networking's two-NIC proxy: the suite boots one gue
 molecule scenario (molecule/default) runs from here too, so the test command covers it.
 """
 
+import email
 import os
 import subprocess
 
@@ -101,8 +102,12 @@ def seeded_squid_conf(lab, name):
     """The squid.conf the role's user-data writes, as the proxy's seed volume holds it."""
     seed = subprocess.run(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-download", "--pool", lab.pool, name + "-seed.iso",
                            "/dev/stdout"], capture_output=True, check=True).stdout
-    user_data = yaml.safe_load(read_iso(seed)["user-data"])
-    (squid_conf,) = [entry["content"] for entry in user_data["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
+    # The user-data is a MIME multi-part, as cloud-init reads it: the role's cloud-config, then the policy's files.
+    parts = [part.get_payload(decode=True) for part in email.message_from_bytes(read_iso(seed)["user-data"]).walk()
+             if not part.is_multipart()]
+    user_data, policy = (yaml.safe_load(part) for part in parts)
+    assert "write_files" not in user_data
+    (squid_conf,) = [entry["content"] for entry in policy["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
     return squid_conf
 
 
@@ -174,16 +179,23 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
         assert again.rc == 0, again
         assert changed(again) == 0, again
 
-    # Another client network changes the rendered squid.conf, so the user-data, so the spec: the running
-    # proxy is replaced; the stopped one keeps its own allowed_clients and is left alone.
+    # Another client network changes the rendered squid.conf, the proxy's policy, not its spec: it is applied in
+    # place through the guest agent, which this image never runs. The task fails naming the proxy (by default), or
+    # with on_unreachable_agent=replace the running proxy is replaced; the stopped one keeps its own allowed_clients
+    # and is left alone.
     drift = role_vars(lab, egress_proxy_allowed_clients=["198.18.0.0/25"],
                       egress_proxy_instances=[{"name": RUNNING},
                                               {"name": STOPPED, "state": "stopped", "allowed_clients": ["198.18.0.0/24"]}])
-    drifted = run_playbook(DEPLOY, drift)
+    silent = run_playbook(DEPLOY, drift)
+    assert silent.rc != 0, silent
+    (refused,) = results(silent, CONVERGE_TASK)
+    assert "proxy '%s'" % RUNNING in refused["msg"] and "did not answer" in refused["msg"], refused["msg"]
+    drifted = run_playbook(DEPLOY, dict(drift, egress_proxy_on_unreachable_agent="replace"))
     assert drifted.rc == 0, drifted
     replaced = item_results(drifted, CONVERGE_TASK)
-    assert replaced[RUNNING]["drifted"] and replaced[RUNNING]["changed"]
+    assert replaced[RUNNING]["outcome"] == "replaced" and replaced[RUNNING]["changed"]
     assert "undefine domain" in replaced[RUNNING]["actions"] and "define domain" in replaced[RUNNING]["actions"]
+    assert "on_unreachable_agent=replace" in replaced[RUNNING]["warnings"][0]
     assert not replaced[STOPPED]["changed"]
     assert domain_state(RUNNING) == "running"
     (recorded,) = results(drifted, "Record the proxies of this hypervisor in egress_proxy_proxies")

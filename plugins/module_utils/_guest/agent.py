@@ -70,10 +70,11 @@ class Completed:
     stderr: bytes
 
     def said(self):
-        """What the program wrote, as one line for a message: stderr, else stdout, shortened."""
-        text = (self.stderr or self.stdout).decode("utf-8", "replace").strip()
-        text = " / ".join(line.strip() for line in text.splitlines() if line.strip())
-        return text if len(text) <= 400 else text[:397] + "..."
+        """The last lines the program wrote (stderr, else stdout) as one line for a message: a failing program says
+        why last, after whatever it logged on the way (squid -k parse logs every directive first)."""
+        text = (self.stderr or self.stdout).decode("utf-8", "replace")
+        text = " / ".join([line.strip() for line in text.splitlines() if line.strip()][-3:])
+        return text if len(text) <= 400 else "..." + text[-397:]
 
 
 class GuestAgent:
