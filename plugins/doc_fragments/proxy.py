@@ -263,6 +263,106 @@ options:
     type: str
     choices: [replace, ignore]
     default: replace
+  policy:
+    description:
+      - The proxy's policy, the files its service enforces (its C(squid.conf), a users file, ACL lists), and the
+        programs that check and load them. It is kept apart from the machine; it is not part of the spec digest, so
+        changing it never replaces the VM.
+      - A new VM gets the files in its seed, in an extra cloud-config part of the user-data whose C(write_files) are
+        deferred until after the packages are installed (a configuration file written before its package would be
+        taken for one the user changed). O(user_data) must then not be a MIME multi-part archive itself; such
+        user-data is refused.
+      - A running VM gets a change in place, through the qemu guest agent over the module's own libvirt connection
+        (O(uri)); nothing connects to the guest by SSH. Each file to write is staged as C(<path>.kvm-new) and moved
+        into place, the old file kept as C(<path>.kvm-old); then O(policy.validate) runs. When it fails, the old
+        files come back and the task fails, naming the proxy and quoting the last lines O(policy.validate) wrote.
+        Otherwise the old files are removed and O(policy.reload) runs (action V(apply policy)).
+      - The files are read back from a running VM on every run, in check mode too. A file changed by hand in the
+        guest is drift; it is listed in RV(egress_proxies.kvm.kvm_proxy#module:policy_drift), check mode predicts
+        V(apply policy), and the run writes it back.
+      - The policy's digest (a sha256 over each file's path, owner, group, mode and content) is recorded in the
+        domain's metadata (C(policyDigest)) when the VM is defined and after each apply, and returned as
+        RV(egress_proxies.kvm.kvm_proxy#module:policy_digest). When the recorded digest is not the requested one,
+        every file is written and O(policy.reload) runs, even where the guest's copy already matches.
+      - A stopped VM that this run starts gets a policy it does not hold once its guest agent answers, within
+        O(wait_timeout), before it counts as up. A VM left stopped (O(state=stopped)) gets its seed written again
+        with the new files (action V(write seed)), and the policy when a later run starts it.
+      - A running VM whose guest agent does not answer is handled as O(on_unreachable_agent) says.
+      - Without O(policy), the policy files a VM holds are left as they are.
+      - The guest must run qemu-guest-agent (the default O(vendor_data) installs it). Reading the files uses the
+        agent commands C(guest-ping), C(guest-file-open), C(guest-file-read) and C(guest-file-close); applying them
+        also C(guest-file-write), C(guest-exec) and C(guest-exec-status). libvirt marks a domain tainted
+        (C(custom-ga-command)) after such commands; that is a note in the domain's log, nothing more.
+      - The diff shows the files under C(policy), before (as read from the guest, when it was) and after; a file given
+        as O(policy.files[].secret_content) appears as V((secret, sha256 <digest>\)) only.
+    type: dict
+    suboptions:
+      files:
+        description:
+          - The policy's files, each written whole, with its owner, group and mode. At least one.
+        type: list
+        elements: dict
+        required: true
+        suboptions:
+          path:
+            description:
+              - Absolute path of the file in the guest, of plain names (letters, digits and C(.), C(_), C(@), C(+),
+                C(-); no C(.) or C(..) component). Each path at most once.
+            type: str
+            required: true
+          content:
+            description:
+              - The file's content, UTF-8 text. Shown in the diff.
+              - Exactly one of O(policy.files[].content) and O(policy.files[].secret_content) is required.
+            type: str
+          secret_content:
+            description:
+              - The file's content when it is a secret (a users file with password hashes, a key), UTF-8 text.
+              - It is C(no_log), never returned or logged; the diff shows its sha256 only. Like O(user_data), it is
+                written into the seed of a new VM.
+            type: str
+          owner:
+            description: User that owns the file in the guest (a POSIX user name).
+            type: str
+            default: root
+          group:
+            description: Group of the file in the guest (a POSIX group name).
+            type: str
+            default: root
+          mode:
+            description:
+              - Permissions of the file, an octal mode of three or four digits such as V('0640'). Give it quoted, as a
+                string.
+            type: str
+            default: '0644'
+      validate:
+        description:
+          - A program and its arguments (run without a shell) that checks the new files in the guest once they are in
+            place and before O(policy.reload), for example V(['/usr/sbin/squid', '-k', 'parse']).
+          - When it exits non-zero, the old files are put back and the task fails with its output.
+          - It must finish within 60 seconds.
+        type: list
+        elements: str
+      reload:
+        description:
+          - A program and its arguments (run without a shell) that makes the service read the new files, for example
+            V(['/bin/systemctl', 'reload-or-restart', 'squid']). It runs whenever a file was written.
+          - It must finish within 60 seconds; when it fails the task fails, and the next run writes the files and
+            reloads again.
+        type: list
+        elements: str
+  on_unreachable_agent:
+    description:
+      - What to do, when O(policy) is given, with a running VM whose guest agent does not answer.
+      - V(fail) - when the VM's recorded policy digest is not the requested one, the task fails naming the proxy
+        (M(egress_proxies.kvm.kvm_proxy_set) first applies the policy to its other proxies); the VM keeps the policy
+        it had. When the recorded policy is the requested one, the VM is kept and a warning says its files could not be
+        read back, so whether they were changed in the guest is unknown.
+      - V(replace) - the VM is replaced, with a warning, by one that gets the policy in its seed; this happens whether
+        or not its recorded policy is the requested one.
+    type: str
+    choices: [fail, replace]
+    default: fail
   force:
     description:
       - Replace or delete a domain of this name even when this collection did not create it, or when it records another

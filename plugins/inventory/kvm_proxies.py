@@ -18,8 +18,10 @@ description:
   - Host variables, all prefixed C(kvm_proxy_), carry what M(egress_proxies.kvm.kvm_proxy_info) returns for the VM
     (C(kvm_proxy_id), C(kvm_proxy_name), C(kvm_proxy_hypervisor), C(kvm_proxy_uri), C(kvm_proxy_state),
     C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ip_sources), C(kvm_proxy_uid), C(kvm_proxy_created_at),
-    C(kvm_proxy_spec_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib), C(kvm_proxy_disks), C(kvm_proxy_macs),
-    C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_autostart)).
+    C(kvm_proxy_spec_digest), C(kvm_proxy_policy_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib),
+    C(kvm_proxy_disks), C(kvm_proxy_macs), C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_autostart)).
+  - C(kvm_proxy_policy_digest) is the digest of the policy the VM was last given (O(egress_proxies.kvm.kvm_proxy#module:policy)),
+    as recorded in its metadata; V(null) when none is recorded.
   - C(kvm_proxy_interfaces) lists every NIC in device order, as M(egress_proxies.kvm.kvm_proxy_info) returns it
     (C(mac), C(bridge), C(network), C(role), C(ipv4), C(egress)); C(kvm_proxy_egress_ip) is the egress NIC's address,
     the one destinations see (the NIC with role C(outside), else the first). C(ansible_host) stays the first NIC's.
@@ -161,6 +163,7 @@ _HOST_VARS = (
     ("uid", "uid"),
     ("created_at", "created_at"),
     ("spec_digest", "spec_digest"),
+    ("policy_digest", "policy_digest"),
     ("vcpus", "vcpus"),
     ("memory_mib", "memory_mib"),
     ("disks", "disks"),

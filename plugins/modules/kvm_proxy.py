@@ -26,6 +26,10 @@ description:
     differs the VM has drifted; by default it is replaced (shut down gracefully, its overlay and seed deleted,
     undefined, then created again), since an egress proxy keeps no state. O(on_drift=ignore) leaves it alone and
     returns RV(drifted).
+  - The proxy's policy (O(policy), the files its service enforces) is not part of the spec. A new VM gets it in its
+    seed; a running one gets a change in place through the qemu guest agent (action V(apply policy)), checked by
+    O(policy.validate) and loaded by O(policy.reload), and never replaced for it. The files are read back on every
+    run, so one changed by hand in the guest is drift (RV(policy_drift)) that the run repairs.
   - O(state=absent) stops the domain (an ACPI shutdown request first, a hard stop after O(shutdown_timeout)), deletes
     its overlay and seed by name, and undefines it (with its managed save
     image, snapshot metadata and NVRAM). Volumes left behind by a run that died before the domain was defined are found
@@ -44,11 +48,14 @@ attributes:
       - Predicts the exact list of RV(actions) a real run would take, from the same observations, without changing
         anything. A O(image.checksum) of the form C(sha256:<URL>) is still fetched, because the digest names the base
         volume.
+      - With O(policy), the policy files of a running VM are read through its guest agent, which changes nothing.
   diff_mode:
     support: full
     details:
       - Shows the VM's state, owner, autostart flag, spec digest and spec before and after. The cloud-init data appear
         in the spec as sha256 digests only, never their content.
+      - Shows the policy digest too, and with O(policy) its files under C(policy) (before as read from a running VM's
+        guest, after as requested); a O(policy.files[].secret_content) file shows as its sha256 only.
   idempotent:
     support: full
 options:
@@ -61,7 +68,8 @@ options:
     required: true
 notes:
   - Changing any option that shapes the VM (see the description) replaces it. The options that do not (O(state),
-    O(autostart), O(host), O(wait_for_ip), the timeouts, O(image.url)) are applied in place or only affect this run;
+    O(autostart), O(host), O(wait_for_ip), the timeouts, O(image.url), O(policy), O(on_unreachable_agent)) are applied
+    in place or only affect this run;
     a new O(uid) is recorded in place only for owners listed in O(adopt_uids).
   - A replacement first caches and verifies the new base image and checks the bridge or network, the pool and the disk
     size against the image; only then is the old VM removed. When that preparation fails, the old VM keeps running as
@@ -216,6 +224,15 @@ spec_digest:
   returned: always
   type: str
   sample: 0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0
+policy_digest:
+  description:
+    - The digest of the policy recorded in the VM's metadata, the one the VM was last given (see O(policy)); null when
+      none is recorded (the VM was never given a policy, or it does not exist).
+    - Without O(policy), a kept VM's recorded digest stays as it was, as do its files. In check mode, the digest
+      recorded before the run; for a VM that would be created, the requested policy's.
+  returned: always
+  type: str
+  sample: 9b2d6f0e1a3c5b7d9f1e3a5c7b9d1f3e5a7c9b1d3f5e7a9c1b3d5f7e9a1c3b5d
 mac:
   description: MAC address of the VM's NIC; null when the VM does not exist.
   returned: always
@@ -298,12 +315,14 @@ actions:
     - What was done, in order (in check mode, what would be done, exactly).
     - Each is one of V(fetch base image), V(create overlay), V(delete overlay), V(write seed), V(delete seed),
       V(define domain), V(start domain), V(shutdown domain), V(destroy domain), V(undefine domain),
-      V(enable autostart), V(disable autostart), V(record owner), V(verify base image).
+      V(enable autostart), V(disable autostart), V(record owner), V(verify base image), V(apply policy).
     - V(verify base image) is a kept VM's base, whose marker is missing or does not match, hashed where it lies and
       marked again (see M(egress_proxies.kvm.kvm_base_image)).
     - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
       A running VM gets it before it is replaced or removed too; V(destroy domain) stops at once a VM that cannot act
       on it (paused, crashed).
+    - V(apply policy) is O(policy) written into a running VM through its guest agent, checked with
+      O(policy.validate) and loaded with O(policy.reload); its digest is then recorded.
     - When the task fails, the steps completed before the failure.
   returned: always
   type: list
@@ -317,6 +336,17 @@ drifted:
   returned: always
   type: bool
   sample: false
+policy_drift:
+  description:
+    - The paths of the O(policy) files found changed in the guest (edited by hand, or removed) although the VM's
+      recorded policy is the requested one. This run wrote them back (in check mode, would write them back) with
+      action V(apply policy).
+    - Empty without O(policy), when nothing drifted, when the recorded policy is not the requested one (every file is
+      written then), and when the files could not be read (a VM not running, or whose guest agent does not answer).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/squid/squid.conf]
 """
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_argument_spec

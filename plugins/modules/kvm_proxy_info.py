@@ -14,7 +14,7 @@ version_added: 0.1.0
 description:
   - Answers the question of what runs where. It reports every domain on the hypervisor that carries this collection's
     metadata, with its state, IPv4 address, owner, creation time, size, disks, NICs (each with its role and address,
-    and which is the egress one), autostart flag and spec digest.
+    and which is the egress one), autostart flag, spec digest and policy digest.
   - With O(name), reports that one domain, or an empty list and RV(found=false) when there is none.
   - The state is the collection's mapping of libvirt's state. V(Running) means running or blocked B(and) a
     routable IPv4 is known; V(Provisioning) means running without an address yet, or a state libvirt could not
@@ -187,6 +187,14 @@ proxies:
       description: The sha256 of the spec the VM was built from (kvm_proxy compares it to detect drift); V(null) when absent.
       type: str
       sample: 3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855a
+    policy_digest:
+      description:
+        - The sha256 of the policy the VM was last given (the O(egress_proxies.kvm.kvm_proxy#module:policy) of
+          M(egress_proxies.kvm.kvm_proxy), in its seed or applied through the guest agent), as recorded in its metadata;
+          V(null) when none is recorded.
+        - It says what the VM was given, not what its files hold now; M(egress_proxies.kvm.kvm_proxy) reads those back.
+      type: str
+      sample: 9b2d6f0e1a3c5b7d9f1e3a5c7b9d1f3e5a7c9b1d3f5e7a9c1b3d5f7e9a1c3b5d
     vcpus:
       description: Virtual CPUs in the domain definition.
       type: int

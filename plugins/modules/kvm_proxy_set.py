@@ -40,6 +40,9 @@ description:
   - A proxy of O(proxies) with O(proxies[].state=absent) that another owner, or nobody, created is left as it is and
     reported (outcome V(left alone (another owner)) or V(left alone (unmanaged)), with the reason and a warning); the
     set's own are removed and the task does not fail. M(egress_proxies.kvm.kvm_proxy) refuses such a domain instead.
+  - A changed O(policy) is applied in place to every running proxy through its guest agent (action V(apply policy),
+    outcome V(updated)), never replacing one. With O(on_unreachable_agent=fail), a proxy whose agent does not answer
+    fails the task, naming it, after the other proxies got the policy.
 extends_documentation_fragment:
   - egress_proxies.kvm.common
   - egress_proxies.kvm.proxy
@@ -169,6 +172,51 @@ options:
         description: This proxy's O(on_drift).
         type: str
         choices: [replace, ignore]
+      policy:
+        description:
+          - This proxy's O(policy), instead of the set's (whole, not merged with it).
+        type: dict
+        suboptions:
+          files:
+            description: As O(policy.files).
+            type: list
+            elements: dict
+            required: true
+            suboptions:
+              path:
+                description: As O(policy.files[].path).
+                type: str
+                required: true
+              content:
+                description: As O(policy.files[].content).
+                type: str
+              secret_content:
+                description: As O(policy.files[].secret_content).
+                type: str
+              owner:
+                description: As O(policy.files[].owner).
+                type: str
+                default: root
+              group:
+                description: As O(policy.files[].group).
+                type: str
+                default: root
+              mode:
+                description: As O(policy.files[].mode).
+                type: str
+                default: '0644'
+          validate:
+            description: As O(policy.validate).
+            type: list
+            elements: str
+          reload:
+            description: As O(policy.reload).
+            type: list
+            elements: str
+      on_unreachable_agent:
+        description: This proxy's O(on_unreachable_agent).
+        type: str
+        choices: [fail, replace]
   gc:
     description:
       - Remove the proxies recorded with this set's owner O(uid) that O(proxies) does not list any more (once they are
@@ -199,7 +247,8 @@ attributes:
   diff_mode:
     support: full
     details:
-      - Shows each proxy's state, owner, autostart flag, spec digest and spec before and after, keyed by name.
+      - Shows each proxy's state, owner, autostart flag, spec digest, spec and policy digest before and after, keyed by
+        name; with O(policy), its policy files as M(egress_proxies.kvm.kvm_proxy) shows them.
   idempotent:
     support: full
 notes:
@@ -212,7 +261,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time
-  egress_proxies.kvm.kvm_proxy_set: &egress_eu  # the set the next example reuses
+  egress_proxies.kvm.kvm_proxy_set: &egress_eu  # the set the later examples reuse
     uid: egress-eu
     bridge: br0
     image:
@@ -234,6 +283,20 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ fleet.proxies | map(attribute='name') | zip(fleet.proxies | map(attribute='outcome')) | list }}"
 
+- name: The set's squid policy, applied in place to the running proxies (a change of it replaces no VM)
+  egress_proxies.kvm.kvm_proxy_set:
+    <<: *egress_eu
+    policy:
+      files:
+        - path: /etc/squid/squid.conf
+          content: "{{ lookup('ansible.builtin.template', 'squid.conf.j2') }}"
+        - path: /etc/squid/passwords
+          secret_content: "{{ squid_users_htpasswd }}"
+          group: proxy
+          mode: "0640"
+      validate: [/usr/sbin/squid, -k, parse]
+      reload: [/bin/systemctl, reload-or-restart, squid]
+
 - name: Stop every proxy of the set but keep their VMs (the same spec, so nothing is replaced), without garbage collection
   egress_proxies.kvm.kvm_proxy_set:
     <<: *egress_eu
@@ -250,8 +313,13 @@ host:
 proxies:
   description:
     - One entry per proxy of O(proxies), in their order, with the keys M(egress_proxies.kvm.kvm_proxy) returns
-      (C(id), C(name), C(state), C(ip), C(uid), C(actions), C(drifted), ...) plus C(outcome).
-    - C(outcome) is one of V(created), V(replaced), V(updated) (state, autostart or owner made right), V(unchanged),
+      (C(id), C(name), C(state), C(ip), C(uid), C(actions), C(drifted), C(policy_digest), C(policy_drift), ...) plus
+      C(outcome).
+    - C(policy_digest) is the digest of the policy recorded in the VM's metadata (null when none is recorded), and
+      C(policy_drift) the paths of the policy files found changed in the guest and written back, as
+      M(egress_proxies.kvm.kvm_proxy) returns them (RV(egress_proxies.kvm.kvm_proxy#module:policy_digest),
+      RV(egress_proxies.kvm.kvm_proxy#module:policy_drift)).
+    - C(outcome) is one of V(created), V(replaced), V(updated) (state, autostart, owner or policy made right), V(unchanged),
       V(removed), V(absent), V(cleaned) (leftover volumes of a dead run deleted), V(left alone (another owner)) (a
       matching proxy of another owner, or one of another owner to remove) or V(left alone (unmanaged)) (a domain to
       remove that this collection did not create).
