@@ -273,7 +273,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _add_proxy(self, hostname, proxy, uri, strict):
         self.inventory.add_host(hostname, group=ALL_GROUP)
-        hostvars = {VAR_PREFIX + var: proxy[key] for key, var in _HOST_VARS}
+        # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest).
+        hostvars = {VAR_PREFIX + var: proxy.get(key) for key, var in _HOST_VARS}
         hostvars[VAR_PREFIX + "uri"] = uri
         if proxy["ip"]:
             hostvars["ansible_host"] = proxy["ip"]

@@ -114,6 +114,7 @@ class FakeGuest:
 
     def __init__(self):
         self.files = {}
+        self.groups = {"root", "proxy"}
         self.programs = {}
         self.ran = []
         self._handles = {}
@@ -131,17 +132,20 @@ class FakeGuest:
     def _script(self, script, args):
         kept = _policy.KEPT_SUFFIX
         if script == _policy._STAGE:
-            for path in args:
-                self.files[path] = FakeFile(b"", mode="0600")
-        elif script == _policy._INSTALL:
-            for index in range(0, len(args), 4):
-                owner_group, mode, staged, path = args[index:index + 4]
+            for index in range(0, len(args), 3):
+                owner_group, mode, staged = args[index:index + 3]
                 owner, group = owner_group.split(":")
+                if group not in self.groups:
+                    return 1, b"", ("chown: invalid group: '%s'" % owner_group).encode()
+                self.files[staged] = FakeFile(b"", owner, group, mode)
+        elif script == _policy._INSTALL:
+            for index in range(0, len(args), 2):
+                staged, path = args[index:index + 2]
                 if path in self.files:
                     self.files[path + kept] = self.files[path]
                 else:
                     self.files.pop(path + kept, None)
-                self.files[path] = FakeFile(self.files.pop(staged).content, owner, group, mode)
+                self.files[path] = self.files.pop(staged)
         elif script == _policy._ROLLBACK:
             for path in args:
                 if path + kept in self.files:
@@ -166,7 +170,7 @@ class FakeGuest:
                                       "'guest-file-open': Failed to open file '%s' (mode: 'r'): No such file or "
                                       "directory" % path, "fake guest_query")
             if mode == "w":
-                self.files.setdefault(path, FakeFile(b"")).content = b""
+                self.files.setdefault(path, FakeFile(b"")).content = b""  # an existing file keeps owner and mode
             handle = 1000 + len(self._handles) + len(self._exited)
             self._handles[handle] = [path, 0]
             return handle

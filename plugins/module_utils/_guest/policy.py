@@ -46,13 +46,13 @@ STAGED_SUFFIX = ".kvm-new"
 KEPT_SUFFIX = ".kvm-old"
 
 # The fixed scripts an apply runs with /bin/sh; every value reaches them as an argument, never as script text.
-# Empty staged files, readable by root only, for the content to be written into.
-_STAGE = 'umask 077 && for f; do : > "$f"; done'
-# Per file (owner:group, mode, staged, path): ownership and mode on the staged file, the old one kept, the new one
-# moved over it (a rename: a reader sees the old file or the new one, never half of one).
-_INSTALL = ('set -e; while [ $# -gt 0 ]; do chown -- "$1" "$3"; chmod -- "$2" "$3"; '
-            'if [ -e "$4" ]; then cp -p -- "$4" "$4%s"; else rm -f -- "$4%s"; fi; mv -f -- "$3" "$4"; shift 4; done'
-            % (KEPT_SUFFIX, KEPT_SUFFIX))
+# Per file (owner:group, mode, staged): an empty staged file with the file's owner and mode, for the content to be
+# written into (a write keeps them). An owner or group the guest lacks fails here, before any file moved.
+_STAGE = 'umask 077 && while [ $# -gt 0 ]; do : > "$3" && chown -- "$1" "$3" && chmod -- "$2" "$3" || exit 1; shift 3; done'
+# Per file (staged, path): the old one kept, the new one moved over it (a rename: a reader sees the old file or
+# the new one, never half of one).
+_INSTALL = ('set -e; while [ $# -gt 0 ]; do if [ -e "$2" ]; then cp -p -- "$2" "$2%s"; else rm -f -- "$2%s"; fi; '
+            'mv -f -- "$1" "$2"; shift 2; done' % (KEPT_SUFFIX, KEPT_SUFFIX))
 # The old files back where validate refused the new ones (a file that was not there before is removed).
 _ROLLBACK = 'for f; do if [ -e "$f%s" ]; then mv -f -- "$f%s" "$f"; else rm -f -- "$f"; fi; done' % (KEPT_SUFFIX, KEPT_SUFFIX)
 _COMMIT = 'for f; do rm -f -- "$f%s"; done' % KEPT_SUFFIX
@@ -243,12 +243,15 @@ def apply_policy(agent, policy, paths):
     """
     changing = [f for f in policy.files if f.path in paths]
     staged = [f.path + STAGED_SUFFIX for f in changing]
-    _run(agent, [SHELL, "-c", _STAGE, "sh"] + staged, "preparing the policy files")
+    stage = []
+    for policy_file, staged_path in zip(changing, staged):
+        stage += ["%s:%s" % (policy_file.owner, policy_file.group), policy_file.mode, staged_path]
+    _run(agent, [SHELL, "-c", _STAGE, "sh"] + stage, "preparing the policy files")
     for policy_file, staged_path in zip(changing, staged):
         agent.write_file(staged_path, policy_file.content)
     install = []
     for policy_file, staged_path in zip(changing, staged):
-        install += ["%s:%s" % (policy_file.owner, policy_file.group), policy_file.mode, staged_path, policy_file.path]
+        install += [staged_path, policy_file.path]
     _run(agent, [SHELL, "-c", _INSTALL, "sh"] + install, "putting the policy files in place")
     moved = [f.path for f in changing]
     if policy.validate:
@@ -268,4 +271,3 @@ def _run(agent, argv, doing):
         raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
             doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.said()))
     return completed
-

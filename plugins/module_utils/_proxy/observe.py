@@ -44,6 +44,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
     ON_UNREACHABLE_AGENT_REPLACE,
+    STATE_STOPPED,
     recorded_spec,
     spec_digest,
 )
@@ -332,7 +333,9 @@ def observe_proxy(hypervisor, request, images, listed=None):
     if request.policy is not None and verdict.kind == KEEP and domain.state in (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED):
         # Read back on every run: a file edited by hand in the guest is drift, whatever the metadata records.
         guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None), request.policy)
-        if guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE:
+        # Replaced only when it must get a policy it does not hold: one that holds it goes on enforcing it.
+        if (guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE
+                and domain.metadata.policy_digest != request.policy_digest):
             verdict = replace(verdict, kind=REPLACE, unreachable=guest_policy.unavailable)
             guest_policy = None
     kept = verdict.kind == KEEP and not verdict.drifted
@@ -343,8 +346,9 @@ def observe_proxy(hypervisor, request, images, listed=None):
         probe = probe or images.ensure(check_mode=True)
         base_unverified = probe.changed
     # A stopped VM boots from its seed next: one cut short or overwritten is written again first. A running
-    # one read it when it booted.
-    seed_stale = kept and not is_active(domain.state) and ensure_seed(
+    # one read it when it booted; one this run stops gets it written once it is off (a policy applied in place
+    # since it booted is not in its seed), so the next run finds nothing to do.
+    seed_stale = kept and (not is_active(domain.state) or request.state == STATE_STOPPED) and ensure_seed(
         hypervisor, request.pool, request.name, request.seed_files(), check_mode=True).changed
     own = own_volumes(hypervisor, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
     build = None

@@ -141,11 +141,12 @@ def _keep(request, observation, verdict):
     if observation.base_unverified:
         # Without its marker the base is trusted by no run: a replacement or a new VM on it would fetch again.
         steps.append(Step(VERIFY, VERIFY_IMAGE))
-    if observation.seed_stale:
-        # Written before the VM starts: booted from a broken seed it would come up without its cloud-init data.
-        steps.append(Step(WRITE, WRITE_SEED))
+    # Written while the VM is off: before it starts (booted from a broken seed it would come up without its
+    # cloud-init data), or once it is stopped.
+    write_seed = [Step(WRITE, WRITE_SEED)] if observation.seed_stale else []
     state = domain.state
     if request.state == STATE_PRESENT:
+        steps += write_seed
         if state == VIR_DOMAIN_SHUTOFF:
             steps.append(Step(START, START_DOMAIN, domain.handle))
         elif not is_active(state):
@@ -153,10 +154,12 @@ def _keep(request, observation, verdict):
                 "domain '%s' is in state %s and kvm_proxy only starts domains that are shut off; resume it (virsh "
                 "resume) or stop it (virsh destroy) and run the task again" % (request.name, libvirt_state_name(state)))
     elif state in SHUTTING_DOWN:
-        steps.append(Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle))
+        steps += [Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle)] + write_seed
     elif state != VIR_DOMAIN_SHUTOFF:
         # Paused, suspended, crashed: a guest in those states cannot act on an ACPI request.
-        steps.append(Step(DESTROY, DESTROY_DOMAIN, domain.handle))
+        steps += [Step(DESTROY, DESTROY_DOMAIN, domain.handle)] + write_seed
+    else:
+        steps += write_seed
     if domain.autostart != request.autostart:
         steps.append(Step(AUTOSTART, ENABLE_AUTOSTART if request.autostart else DISABLE_AUTOSTART, domain.handle))
     paths, drift, warning = _policy(request, observation, started=any(step.operation == START for step in steps))

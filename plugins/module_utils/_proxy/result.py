@@ -195,7 +195,11 @@ class ProxyResult(Result):
             return
         if guest is not None and guest.unavailable is None:
             before["policy"] = policy.shown(guest.contents)
-        after["policy"] = policy.shown(policy.contents())
+        # A new VM's seed carries the policy, a kept one gets what this run writes; one that gets nothing keeps its own.
+        if not self.outcome.kept or self.outcome.policy_paths:
+            after["policy"] = policy.shown(policy.contents())
+        elif "policy" in before:
+            after["policy"] = before["policy"]
 
 
 def _diff_state(state):

@@ -26,13 +26,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
     params,
     ready_host,
 )
-from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy_set import (  # noqa: F401
-    converge,
-    fake_time,
-    lease_all,
-    run,
-    set_request,
-)
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy_set import lease_all, set_request
 
 SQUID_CONF = "http_port 3128\nhttp_access deny all\n"
 USERS = "alice:$6$rounds=100000$salt$hash\n"
@@ -119,7 +113,8 @@ def test_a_file_edited_in_the_guest_is_drift_check_mode_reports_and_the_run_rest
     result = converge(hv, set_request(NAMES, policy=policy()))
     assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
     # Only the drifted file is written; the users' file is left as it is.
-    assert [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0] == ["/etc/squid/squid.conf.kvm-new"]
+    assert [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0] == ["root:root", "0644",
+                                                                          "/etc/squid/squid.conf.kvm-new"]
     assert result["proxies"][1]["policy_drift"] == ["/etc/squid/squid.conf"]
 
 
@@ -151,20 +146,44 @@ def test_an_agent_that_does_not_answer_fails_naming_the_proxy_after_the_others_g
     assert raised.value.completed_actions == ["proxy-a: " + steps.APPLY_POLICY]
 
 
-def test_an_agent_that_does_not_answer_with_a_current_policy_only_warns(run, converge):
+@pytest.mark.parametrize("on_unreachable_agent", ["fail", "replace"])
+def test_an_agent_that_does_not_answer_with_a_current_policy_only_warns(run, converge, on_unreachable_agent):
     hv = running_set(converge)
     hv.domains["proxy-b"].agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
-    result = run(hv, set_request(NAMES, policy=policy()))
+    result = run(hv, set_request(NAMES, policy=policy(), on_unreachable_agent=on_unreachable_agent))
     assert result["changed"] is False
     assert "could not be read back" in result["proxies"][1]["warnings"][0]
 
 
-def test_on_unreachable_agent_replace_replaces_that_proxy_only(converge):
+def test_an_owner_the_guest_lacks_fails_before_any_file_moved(converge):
+    hv = running_set(converge)
+    changed = policy(conf=SQUID_CONF + "# changed\n")
+    changed["files"][1]["group"] = "squid"
+    with pytest.raises(errors.PermanentError) as raised:
+        converge(hv, set_request(NAMES, policy=changed))
+    assert "chown: invalid group: 'root:squid'" in raised.value.message
+    guest = hv.domains["proxy-a"].guest
+    assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
+
+
+def test_a_proxy_stopped_after_an_in_place_change_gets_its_seed_once_it_is_off(converge):
+    hv = running_set(converge)
+    changed = policy(conf=SQUID_CONF + "# changed\n")
+    converge(hv, set_request(NAMES, policy=changed))
+    stopped = converge(hv, set_request(NAMES, policy=changed, state="stopped"))
+    assert stopped["proxies"][0]["actions"] == [steps.SHUTDOWN_DOMAIN, steps.WRITE_SEED]
+    assert "policy" not in stopped["diff"]["after"]["proxy-a"] or (
+        stopped["diff"]["after"]["proxy-a"]["policy"] == stopped["diff"]["before"]["proxy-a"]["policy"])
+    assert converge(hv, set_request(NAMES, policy=changed, state="stopped"))["changed"] is False
+
+
+def test_on_unreachable_agent_replace_replaces_a_proxy_that_cannot_get_its_new_policy(converge):
     hv = running_set(converge, wait_for_ip=False)
     old = hv.domains["proxy-b"]
     old.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
-    result = converge(hv, set_request(NAMES, policy=policy(), on_unreachable_agent="replace"))
-    assert [p["outcome"] for p in result["proxies"]] == ["unchanged", "replaced"]
+    changed = policy(conf=SQUID_CONF + "# changed\n")
+    result = converge(hv, set_request(NAMES, policy=changed, on_unreachable_agent="replace"))
+    assert [p["outcome"] for p in result["proxies"]] == ["updated", "replaced"]
     assert hv.domains["proxy-b"] is not old
     assert "on_unreachable_agent=replace" in result["proxies"][1]["warnings"][0]
 

@@ -17,8 +17,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addres
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_set
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
@@ -30,7 +28,6 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
     REMOVE_RUNNING,
     UID,
     USER_DATA,
-    FakeTime,
     domain_of,
     hand_made,
     params,
@@ -51,33 +48,6 @@ def set_params(names, **changes):
 
 def set_request(names, **changes):
     return SetRequest.from_params(set_params(names, **changes))
-
-
-@pytest.fixture
-def fake_time():
-    return FakeTime()
-
-
-@pytest.fixture
-def run(tmp_path, fake_time):
-    def run_flow(hv, req, check_mode=False, clock=lambda: NOW):
-        timing = Timing(clock=clock, sleep=fake_time.sleep, monotonic=fake_time.monotonic)
-        return run_set(hv, req, check_mode, timing=timing, lock_dir=str(tmp_path / "locks")).module_result(diff_mode=True)
-    return run_flow
-
-
-@pytest.fixture
-def converge(run):
-    def check_then_apply(hv, req, **options):
-        before = len(hv.calls)
-        predicted = run(hv, req, check_mode=True, **options)
-        assert not MUTATING.intersection(hv.calls[before:]), hv.calls[before:]
-        result = run(hv, req, **options)
-        assert [p["actions"] for p in predicted["proxies"]] == [p["actions"] for p in result["proxies"]]
-        assert [p["name"] for p in predicted["removed"]] == [p["name"] for p in result["removed"]]
-        assert predicted["changed"] == result["changed"]
-        return result
-    return check_then_apply
 
 
 def lease_all(hv):
