@@ -140,12 +140,12 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     assert status.rc == 0, status
     (table,) = status.results("Show every proxy of every hypervisor", HV1)
     lines = table["msg"]
-    assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +EGRESS +OWNER +AGE +DESIRED$", lines[0]), lines
+    assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +EGRESS +OWNER +AGE +POLICY +DESIRED$", lines[0]), lines
     assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(hv_fleet.hv2.address), line) for line in lines), lines
     for proxy in (name("a"), name("b"), name("e")):
-        assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +eptest-fleet +\d+[smhd] +yes$" % proxy, line) for line in lines), lines
+        assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +eptest-fleet +\d+[smhd] +[0-9a-f]{12} +yes$" % proxy, line) for line in lines), lines
     # The other deployment's proxy is listed as the inventory does not want it, and left alone.
-    assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +%s +\d+[smhd] +no$" % (bystander, BYSTANDER_OWNER), line)
+    assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +%s +\d+[smhd] +[0-9a-f]{12} +no$" % (bystander, BYSTANDER_OWNER), line)
                for line in lines), lines
     # Aligned: every proxy's name and DESIRED under their headers.
     for proxy in (name("a"), name("b"), name("e")):
@@ -157,6 +157,8 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
         by_host.setdefault(row["hypervisor"], []).append(row)
     assert [row["state"] for row in by_host[HV2]] == ["UNREACHABLE"] and by_host[HV2][0]["error"]
     assert sorted(row["name"] for row in by_host[HV1] if row["owner"] == "eptest-fleet") == [name("a"), name("b"), name("e")]
+    # One policy for the fleet's proxies: the same digest, as recorded in each domain's metadata.
+    assert len({row["policy_digest"] for row in by_host[HV1] if row["owner"] == "eptest-fleet"}) == 1
 
     hypervisors.start_sshd(hv_fleet.hv2)
     back = hv_fleet.playbook("deploy.yml", inventory)
