@@ -113,8 +113,8 @@ def test_a_file_edited_in_the_guest_is_drift_check_mode_reports_and_the_run_rest
     result = converge(hv, set_request(NAMES, policy=policy()))
     assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
     # Only the drifted file is written; the users' file is left as it is.
-    assert [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0] == ["root:root", "0644",
-                                                                          "/etc/squid/squid.conf.kvm-new"]
+    staged = [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0]
+    assert staged == ["root:root", "0644", "/etc/squid/squid.conf.kvm-new"]
     assert result["proxies"][1]["policy_drift"] == ["/etc/squid/squid.conf"]
 
 
