@@ -55,6 +55,74 @@ def render(template, variables):
     return rendered["text"]
 
 
+# What tasks/arguments.yml's set_fact renders for each proxy to run: the fact each text is kept in, and its template.
+PROXY_TEMPLATES = (("egress_proxy__user_data", "user-data.yml.j2"), ("egress_proxy__squid_conf", "squid.conf.j2"))
+# What kvm_proxy_set is told to check the policy's files with, and to load them with, on the proxy.
+SQUID_CONF = "/etc/squid/squid.conf"
+SQUID_USERS = "/etc/squid/egress-users"
+SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
+SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
+
+
+def render_proxies(cases):
+    """Each of ``cases`` (the role's variables, egress_proxy_instance one proxy) rendered as the set_fact of
+    tasks/arguments.yml renders it, both templates: {fact: text}, or {"error": the first failing template's message}."""
+    texts = render_each([(template, variables) for variables in cases for _fact, template in PROXY_TEMPLATES])
+    facts = []
+    for start in range(0, len(texts), len(PROXY_TEMPLATES)):
+        rendered = texts[start:start + len(PROXY_TEMPLATES)]
+        errors = [text["error"] for text in rendered if "error" in text]
+        facts.append({"error": errors[0]} if errors else
+                     {fact: text["text"] for (fact, _template), text in zip(PROXY_TEMPLATES, rendered)})
+    return facts
+
+
+def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
+    """tasks/arguments.yml for the entries ``desired`` with the role's defaults and ``overrides``: the instances
+    (proxy_instances), the render of each one to run (``render``: its loop registers what proxy_set_args reads),
+    then kvm_proxy_set's arguments (proxy_set_args). Raises the filters' AnsibleFilterError."""
+    from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+    from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
+
+    variables = role_variables(hypervisor, **overrides)
+    instances = proxy_instances(desired, variables)
+    if not render:
+        return proxy_set_args(instances, variables)
+    # The loop's condition: the proxies to run, unless egress_proxy_user_data replaces the role's templates.
+    kept = [instance for instance in instances
+            if instance["state"] != "absent" and not variables["egress_proxy_user_data"]]
+    template_variables = dict(role_defaults(), inventory_hostname=hypervisor, **overrides)
+    facts = iter(render_proxies([dict(template_variables, egress_proxy_instance=instance) for instance in kept]))
+    results = []
+    for instance in instances:
+        result = {"egress_proxy_instance": instance, "ansible_loop_var": "egress_proxy_instance"}
+        if instance in kept:
+            result["ansible_facts"] = next(facts)
+            assert "error" not in result["ansible_facts"], result["ansible_facts"]["error"]
+        else:
+            result["skipped"] = True
+        results.append(result)
+    return proxy_set_args(instances, variables, user_data={"results": results})
+
+
+def policy_files(proxy):
+    """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, and
+    the users' file beside it when there are users, checked by squid -k parse and loaded by a reload of squid."""
+    policy = proxy["policy"]
+    assert sorted(policy) == ["files", "reload", "validate"], policy
+    assert (policy["validate"], policy["reload"]) == (SQUID_VALIDATE, SQUID_RELOAD)
+    paths = [entry["path"] for entry in policy["files"]]
+    assert paths in ([SQUID_CONF], [SQUID_CONF, SQUID_USERS]), paths
+    return {entry["path"]: entry for entry in policy["files"]}
+
+
+def user_data_document(text):
+    """The user-data ``text`` parsed: it writes no file, so neither squid.conf nor the users' file and their hashes."""
+    document = yaml.safe_load(text)
+    assert "write_files" not in document and "/etc/squid/" not in text and "$6$" not in text, text
+    return document
+
+
 def squid_parsed(squid_conf, tmp_path):
     """The directives squid itself reads from ``squid_conf`` (squid -k parse, its "Processing:" lines), failing on
     a file squid refuses or warns about."""

@@ -14,6 +14,7 @@ import os
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES
 
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 
@@ -52,16 +53,23 @@ def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables()
     assert "egress_proxy__desired | egress_proxies.kvm.proxy_instances(egress_proxy__variables)" in instances
 
 
-def test_the_user_data_is_rendered_once_per_proxy_and_never_shown():
+RENDER = "Render the user-data and squid.conf of each proxy"
+
+
+def test_the_user_data_and_squid_conf_are_rendered_once_per_proxy_and_never_shown():
     steps = tasks("arguments.yml")
-    render = named(steps, "Render the user-data of each proxy")
+    render = named(steps, RENDER)
     assert render["no_log"] is True and render["register"] == "egress_proxy__rendered"
     assert render["loop_control"]["loop_var"] == "egress_proxy_instance"
-    assert "user-data.yml.j2" in render["ansible.builtin.set_fact"]["egress_proxy__user_data"]
-    # The check shows a refusal (no no_log); then the fact that holds the user-data is kept with no_log.
+    # Each template once, into its own fact (the tests render them as this task does: role_templates.PROXY_TEMPLATES).
+    assert render["ansible.builtin.set_fact"] == {fact: "{{ lookup('ansible.builtin.template', '%s') }}" % template
+                                                  for fact, template in PROXY_TEMPLATES}
+    # The proxies to run, unless the user's own user-data replaces the role's (and squid's set-up with it).
+    assert render["when"] == "egress_proxy_instance.state != 'absent' and egress_proxy_user_data | length == 0"
+    # The check shows a refusal (no no_log); then the fact that holds the user-data and the policies is kept with no_log.
     names = [task["name"] for task in steps]
     check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep kvm_proxy_set's arguments for the converge")
-    assert keep == check + 1 and names.index("Render the user-data of each proxy") < check
+    assert keep == check + 1 and names.index(RENDER) < check
     assert "no_log" not in steps[check] and steps[keep]["no_log"] is True
     assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["that"]
     assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["fail_msg"]
@@ -80,10 +88,17 @@ def test_the_converge_shows_every_argument_it_passes():
     for option, value in arguments.items():
         assert option == "uri" or option in spec, option
         assert value.startswith("{{ egress_proxy__set_args.%s" % option), option
-    assert {"uid", "image", "wait_timeout", "proxies", "gc"} <= set(arguments)
+    assert {"uid", "image", "wait_timeout", "proxies", "gc", "on_unreachable_agent"} <= set(arguments)
+    # The policy of each proxy (squid.conf and its users) travels inside proxies.
+    assert arguments["proxies"] == "{{ egress_proxy__set_args.proxies }}"
 
 
-def test_the_templates_include_one_another_rather_than_call_the_template_lookup():
-    """The lookup deep-copies all of the host's variables on every call: the role calls it once per proxy."""
-    assert "lookup(" not in read("templates", "user-data.yml.j2")
-    assert "{% include 'squid.conf.j2' %}" in read("templates", "user-data.yml.j2")
+def test_the_templates_neither_include_one_another_nor_call_the_template_lookup():
+    """The lookup deep-copies all of the host's variables on every call: the role calls it once per template and proxy
+    (the set_fact above). squid.conf is the proxy's policy, not its user-data: the user-data neither includes it nor
+    writes a file, and squid.conf.j2 computes its settings itself."""
+    for _fact, template in PROXY_TEMPLATES:
+        assert "lookup(" not in read("templates", template) and "{% include" not in read("templates", template), template
+    user_data = read("templates", "user-data.yml.j2")
+    assert "write_files" not in user_data and "squid_settings" not in user_data and "egress_proxy__squid" not in user_data
+    assert "egress_proxy_instance | egress_proxies.kvm.squid_settings(" in read("templates", "squid.conf.j2")

@@ -5,8 +5,9 @@
 """Hostile values through every egress_proxy variable the role renders into a file (issue 31 items 1 and 4).
 
 Each value is either refused, by the role's check and by the template itself, with a message naming the
-variable, or rendered inert: the proxy's user-data still parses to exactly the value, and its squid.conf has
-exactly the directives the template writes, none of a value's own.
+variable, or rendered inert: the proxy's user-data still parses to exactly the value, and its squid.conf (the
+render of squid.conf.j2 beside it, which becomes the proxy's policy) has exactly the directives the template
+writes, none of a value's own.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,13 +17,11 @@ __metaclass__ = type
 import datetime
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
-from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     build_instance_element,
@@ -32,7 +31,15 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml im
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import internal_networks
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import NIC_VARIABLES
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    SQUID_USERS,
+    policy_files,
+    render_each,
+    render_proxies,
+    role_defaults,
+    role_set_args,
+    user_data_document,
+)
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables as role_filter_variables
 
 # Line breaks for squid, YAML or a shell; a comment; quotes; blanks; digits int() takes or refuses that are not
@@ -100,10 +107,9 @@ def filter_variables(variables):
 
 
 def squid_conf(rendered):
-    """The squid.conf of the one proxy rendered by user-data.yml.j2: its user-data parsed, then the file it writes."""
-    user_data = yaml.safe_load(rendered["text"])
-    (squid,) = [entry["content"] for entry in user_data["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
-    return user_data, squid
+    """The files of one proxy rendered as tasks/arguments.yml renders it (render_proxies): its user-data parsed, which
+    writes no squid file, then its squid.conf."""
+    return user_data_document(rendered["egress_proxy__user_data"]), rendered["egress_proxy__squid_conf"]
 
 
 def directives(squid):
@@ -116,14 +122,14 @@ CASES = [(variable, make(text)) for variable, make in SQUID_VALUES for text in H
 
 @pytest.fixture(scope="module")
 def rendered_cases():
-    """Every case rendered through user-data.yml.j2 (which includes squid.conf.j2), in one go."""
-    return render_each([("user-data.yml.j2", role_variables(overrides)[0]) for _variable, overrides in CASES])
+    """Every case rendered as the role renders a proxy (user-data.yml.j2 and squid.conf.j2), in one go."""
+    return render_proxies([role_variables(overrides)[0] for _variable, overrides in CASES])
 
 
 def test_the_template_writes_exactly_its_own_directives_for_a_usable_proxy():
     variables, _entry = role_variables({"egress_proxy_allowed_clients": ["10.0.0.0/8", "2001:DB8::/32", "10.1.2.3/32"],
                                         "egress_proxy_safe_ports": ["80", "0443", "1025-65535"]})
-    (rendered,) = render_each([("user-data.yml.j2", variables)])
+    (rendered,) = render_proxies([variables])
     _user_data, squid = squid_conf(rendered)
     assert directives(squid) == DIRECTIVES
     # Written in their normalised form: what was checked is what squid reads.
@@ -157,7 +163,7 @@ def test_hostile_ssh_keys_are_written_as_yaml_strings_that_read_back_whole():
     variables, entry = role_variables({"egress_proxy_ssh_authorized_keys": keys})
     assert squid_settings_errors(entry, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
                                  variables["egress_proxy_forwarded_for"], keys) == []
-    (rendered,) = render_each([("user-data.yml.j2", variables)])
+    (rendered,) = render_proxies([variables])
     user_data, squid = squid_conf(rendered)
     assert user_data["ssh_authorized_keys"] == keys
     assert directives(squid) == DIRECTIVES
@@ -244,12 +250,12 @@ MODULE_VALUES = [
 CHOICE_MESSAGES = ("format", "cpu_mode", "virt_type")
 
 
-def set_args(variables, entry):
-    """kvm_proxy_set's arguments for one proxy ``egress-1`` (and ``entry``) as tasks/arguments.yml shapes them."""
-    variables = role_filter_variables(**dict({"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["10.0.0.0/8"],
-                                              "egress_proxy_image": IMAGE}, **variables))
-    instances = proxy_instances([dict(entry, name="egress-1")], variables)
-    return proxy_set_args(instances, variables)
+def set_args(variables, entry, render=False):
+    """kvm_proxy_set's arguments for one proxy ``egress-1`` (and ``entry``) as tasks/arguments.yml shapes them; with
+    ``render``, from the render of its templates, so with its policy (role_set_args)."""
+    return role_set_args([dict(entry, name="egress-1")], render=render, **dict(
+        {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["10.0.0.0/8"], "egress_proxy_image": IMAGE},
+        **variables))
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=[repr(text)[:12] for text in HOSTILE])
@@ -312,19 +318,16 @@ def test_a_hostile_user_name_is_refused_naming_the_entry_never_the_password(text
 def test_a_hostile_password_is_hashed_never_shown_and_the_users_file_keeps_one_line_each(text):
     users = [{"name": "alice", "password": "pw-" + text + "-1234"}, {"name": "bob", "password": "pw-5678"}]
     try:
-        arguments = set_args({"egress_proxy_users": users}, {})
+        arguments = set_args({"egress_proxy_users": users}, {}, render=True)
     except AnsibleFilterError as refused:
         assert "users[0] (\"alice\") of egress-1 on hv1: the password" in refused.message
         assert "1234" not in refused.message
         return
     assert "1234" not in str(arguments)
-    variables, entry = role_variables({})
-    variables["egress_proxy_instance"] = proxy_instances([dict(entry, users=users)], filter_variables(variables))[0]
-    (rendered,) = render_each([("user-data.yml.j2", variables)])
-    user_data = yaml.safe_load(rendered["text"])
-    (written,) = [item["content"] for item in user_data["write_files"] if item["path"] == "/etc/squid/egress-users"]
+    (proxy,) = arguments["proxies"]
+    user_data_document(proxy["user_data"])
+    written = policy_files(proxy)[SQUID_USERS]["secret_content"]
     assert [line.split(":")[0] for line in written.splitlines()] == ["alice", "bob"]
-    assert "1234" not in rendered["text"]
 
 
 @pytest.mark.parametrize("variables, entry", [({"egress_proxy_deny_internal": "sometimes"}, {}),
@@ -360,7 +363,7 @@ def test_hostile_ssh_host_key_types_and_via_are_written_inert():
     """The argument spec's choices refuse these in a play; written anyway, they stay one YAML string each and on/off."""
     types = ["ed25519" + text for text in HOSTILE]
     variables, _entry = role_variables({"egress_proxy_ssh_host_key_types": types})
-    (rendered,) = render_each([("user-data.yml.j2", variables)])
+    (rendered,) = render_proxies([variables])
     user_data, squid = squid_conf(rendered)
     assert user_data["ssh_genkeytypes"] == types
     assert directives(squid) == DIRECTIVES

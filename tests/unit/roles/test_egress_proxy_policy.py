@@ -5,9 +5,10 @@
 """The egress policy (issue 26): which destinations a proxy lets through, and to whom, as squid.conf says it.
 
 Each combination of the policy variables is filled in by the role's filter (proxy_instances, which hashes the
-passwords), rendered through user-data.yml.j2 and read by squid itself (squid -k parse): the rules come in the
-order squid needs, and squid accepts the file. Bad entries are refused naming the variable and the entry; a
-password's clear text reaches neither the instance the role keeps as a fact nor the user-data.
+passwords), rendered through squid.conf.j2 as tasks/arguments.yml renders it, made the proxy's policy by proxy_set_args
+and read by squid itself (squid -k parse): the rules come in the order squid needs, and squid accepts the file. Bad
+entries are refused naming the variable and the entry; a password's clear text reaches neither the instance the role
+keeps as a fact nor kvm_proxy_set's arguments, and the user-data holds neither squid.conf nor a hash.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,14 +19,23 @@ import ipaddress
 import subprocess
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import destination, internal_networks
 from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import render_each, role_defaults, role_variables, squid_parsed
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    SQUID_CONF,
+    SQUID_USERS,
+    policy_files,
+    render_each,
+    role_defaults,
+    role_set_args,
+    role_variables,
+    squid_parsed,
+    user_data_document,
+)
 
 PASSWORD = "correct horse:battery staple"
 ENTRY = {"name": "egress-1", "address": "198.51.100.5/24", "outside": {"bridge": "br1", "address": "203.0.113.5/24"}}
@@ -45,14 +55,11 @@ def filled(**overrides):
 
 
 def rendered(**overrides):
-    """(the user-data's parsed document, the squid.conf it writes) for the instance of ``overrides``."""
-    variables = dict(role_defaults(), inventory_hostname="hv1", **BASE)
-    variables.update(overrides, egress_proxy_instance=filled(**overrides))
-    (result,) = render_each([("user-data.yml.j2", variables)])
-    assert "error" not in result, result["error"]
-    user_data = yaml.safe_load(result["text"])
-    files = {entry["path"]: entry for entry in user_data["write_files"]}
-    return result["text"], files
+    """(kvm_proxy_set's proxy, its policy's files by path) for the instance of ``overrides``, as tasks/arguments.yml
+    shapes them; its user-data holds no squid.conf and no hash."""
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, **overrides))["proxies"]
+    user_data_document(proxy["user_data"])
+    return proxy, policy_files(proxy)
 
 
 def access_rules(squid):
@@ -84,18 +91,18 @@ COMBINATIONS = [
 
 @pytest.mark.parametrize("overrides, rules", COMBINATIONS, ids=[str(index) for index in range(len(COMBINATIONS))])
 def test_each_combination_renders_its_rules_in_order_and_squid_accepts_it(overrides, rules, tmp_path):
-    text, files = rendered(**overrides)
-    squid = files["/etc/squid/squid.conf"]["content"]
+    proxy, files = rendered(**overrides)
+    squid = files[SQUID_CONF]["content"]
     assert access_rules(squid) == COMMON_RULES + rules
     parsed = squid_parsed(squid, tmp_path)
     assert [line for line in parsed if line.startswith("http_access")] == COMMON_RULES + rules
-    assert ("/etc/squid/egress-users" in files) == bool(overrides.get("egress_proxy_users"))
-    assert PASSWORD not in text
+    assert (SQUID_USERS in files) == bool(overrides.get("egress_proxy_users"))
+    assert PASSWORD not in str(proxy)
 
 
 def test_destinations_are_written_in_squids_forms_without_an_entry_another_covers():
-    _text, files = rendered(egress_proxy_allowed_destinations=ALLOW, egress_proxy_denied_destinations=DENY)
-    squid = files["/etc/squid/squid.conf"]["content"]
+    _proxy, files = rendered(egress_proxy_allowed_destinations=ALLOW, egress_proxy_denied_destinations=DENY)
+    squid = files[SQUID_CONF]["content"]
     acls = [line for line in squid.splitlines() if line.startswith(("acl allowed", "acl denied"))]
     # api.example.com is under .example.com, which squid refuses in one list; names lowercase; addresses as ipaddress
     # writes them, a single address without its prefix.
@@ -105,8 +112,8 @@ def test_destinations_are_written_in_squids_forms_without_an_entry_another_cover
 
 
 def test_deny_internal_covers_the_special_ranges_and_the_proxys_own_networks():
-    _text, files = rendered()
-    squid = files["/etc/squid/squid.conf"]["content"]
+    _proxy, files = rendered()
+    squid = files[SQUID_CONF]["content"]
     internal = [ipaddress.ip_network(line.split()[-1]) for line in squid.splitlines()
                 if line.startswith("acl internal_destinations dst")]
     for address in ("10.1.2.3", "169.254.169.254", "127.0.0.1", "100.64.0.1", "198.19.0.1", "172.31.0.1",
@@ -133,23 +140,24 @@ def test_users_are_written_as_hashes_squids_helper_reads_and_the_fact_holds_no_p
     instance = filled(egress_proxy_users=USERS)
     assert PASSWORD not in str(instance)
     assert [user["name"] for user in instance["users"]] == ["alice", "bob@corp"]
-    text, files = rendered(egress_proxy_users=USERS)
-    users = files["/etc/squid/egress-users"]
-    assert (users["owner"], users["permissions"], users["defer"]) == ("root:proxy", "0640", True)
-    lines = users["content"].splitlines()
+    proxy, files = rendered(egress_proxy_users=USERS)
+    users = files[SQUID_USERS]
+    # Owned by root, readable by squid's group only; a secret, which kvm_proxy_set shows by its digest alone.
+    assert users == {"path": SQUID_USERS, "group": "proxy", "mode": "0640", "secret_content": users["secret_content"]}
+    lines = users["secret_content"].splitlines()
     assert [line.split(":", 1)[0] for line in lines] == ["alice", "bob@corp"]
     assert all(line.split(":", 1)[1].startswith("$6$rounds=") for line in lines)
-    squid = files["/etc/squid/squid.conf"]["content"]
+    squid = files[SQUID_CONF]["content"]
     assert "auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/egress-users\n" in squid
-    # The same input hashes the same on every run: the user-data, and with it the proxy, stays as it was.
-    assert rendered(egress_proxy_users=USERS)[0] == text
-    assert PASSWORD not in text
+    # The same input hashes the same on every run: the policy stays as it was, and the proxy gets no change.
+    assert rendered(egress_proxy_users=USERS)[0] == proxy
+    assert PASSWORD not in str(proxy)
 
 
 def test_squids_own_helper_accepts_the_written_hash(tmp_path):
-    _text, files = rendered(egress_proxy_users=USERS)
+    _proxy, files = rendered(egress_proxy_users=USERS)
     path = tmp_path / "egress-users"
-    path.write_text(files["/etc/squid/egress-users"]["content"])
+    path.write_text(files[SQUID_USERS]["secret_content"])
     # The helper reads "user password" lines, each URL-escaped as squid sends them.
     answers = subprocess.run(["/usr/lib/squid/basic_ncsa_auth", str(path)], capture_output=True, text=True, timeout=60,
                              input="alice correct%20horse%3Abattery%20staple\nalice wrong\nbob%40corp p\n", check=True)
@@ -184,15 +192,19 @@ def test_bad_users_are_refused_naming_the_entry_never_the_password(users, words)
     assert all(user["password"] not in message for user in users if len(user["password"]) > 1), message
 
 
-def test_no_password_reaches_the_roles_output_at_vvv_only_its_hash_reaches_the_module(tmp_path):
+def test_no_password_reaches_the_roles_output_at_vvv_only_its_hash_reaches_the_modules_policy(tmp_path):
     # Role-wide users, and a fleet entry with its own: the fleet's check loops over the entries.
     variables = dict(BASE, egress_proxy_users=USERS, egress_proxy_instances=[ENTRY], egress_proxy_fleet=[
         dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"}, hypervisor="localhost",
              users=[{"name": "carol", "password": "fleet-entry-secret"}])])
-    show = [{"ansible.builtin.debug": {"msg": "{{ egress_proxy__set_args.proxies | map(attribute='user_data') | list }}"}}]
+    show = [{"name": "Show the " + key, "ansible.builtin.debug": {
+        "msg": "{{ egress_proxy__set_args.proxies | map(attribute='%s') | list }}" % key}} for key in ("user_data", "policy")]
     out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, after=show, options=["-vvv"])
     assert PASSWORD not in out.replace("\\n", "\n") and "fleet-entry-secret" not in out
+    # Each hash once, in the policy's users' file (the user-data, shown first, holds none).
+    policies = out.index("TASK [Show the policy]")
     assert out.count("alice:$6$rounds=100000$") == 1 and out.count("carol:$6$rounds=100000$") == 1, out[-3000:]
+    assert out.index("alice:$6$rounds=100000$") > policies and out.index("carol:$6$rounds=100000$") > policies
 
 
 def test_the_worked_example_of_the_docs_renders_and_squid_accepts_it(tmp_path):
@@ -202,19 +214,50 @@ def test_the_worked_example_of_the_docs_renders_and_squid_accepts_it(tmp_path):
     # The vaulted passwords as the play reads them once decrypted.
     policy["egress_proxy_users"] = [dict(user, password=vaulted[user["password"].strip("{} ")])
                                     for user in policy["egress_proxy_users"]]
-    _text, written = rendered(**policy)
-    squid = written["/etc/squid/squid.conf"]["content"]
+    _proxy, written = rendered(**policy)
+    squid = written[SQUID_CONF]["content"]
     assert "acl allowed_networks dst 10.30.4.20\n" in squid and "acl allowed_domains dstdomain -n deb.debian.org\n" in squid
-    assert [line.split(":")[0] for line in written["/etc/squid/egress-users"]["content"].splitlines()] == ["ci", "build"]
+    assert [line.split(":")[0] for line in written[SQUID_USERS]["secret_content"].splitlines()] == ["ci", "build"]
     squid_parsed(squid, tmp_path)
 
 
 def test_the_static_nics_dns_servers_are_squids_own_resolvers(tmp_path):
     # An image without resolvconf never applies a static NIC's servers: squid is given them itself.
-    _text, files = rendered(egress_proxy_dns=["198.51.100.53", "2001:DB8::53"],
-                            egress_proxy_outside={"gateway": "203.0.113.1", "dns": ["203.0.113.53", "198.51.100.53"]})
-    squid = files["/etc/squid/squid.conf"]["content"]
+    _proxy, files = rendered(egress_proxy_dns=["198.51.100.53", "2001:DB8::53"],
+                             egress_proxy_outside={"gateway": "203.0.113.1", "dns": ["203.0.113.53", "198.51.100.53"]})
+    squid = files[SQUID_CONF]["content"]
     assert "dns_nameservers 203.0.113.53 198.51.100.53 2001:db8::53\n" in squid
     assert "dns_nameservers 203.0.113.53 198.51.100.53 2001:db8::53" in squid_parsed(squid, tmp_path)
     # DHCP: squid reads the resolver the lease wrote.
-    assert "dns_nameservers" not in rendered()[1]["/etc/squid/squid.conf"]["content"]
+    assert "dns_nameservers" not in rendered()[1][SQUID_CONF]["content"]
+
+
+def test_each_proxy_to_run_gets_its_own_squid_conf_and_users_as_its_policy_and_a_removed_one_none():
+    """Per proxy, the policy's files are exactly the squid.conf.j2 render of that proxy and, with users, its users."""
+    second = dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"},
+                  users=[{"name": "carol", "password": "pw-carol"}], allowed_destinations=[".example.org"])
+    desired = [dict(ENTRY), second, {"name": "egress-3", "state": "absent"}]
+    arguments = role_set_args(desired, **BASE)
+    first, other, removed = arguments["proxies"]
+    assert removed == {"name": "egress-3", "state": "absent"}
+    variables = role_variables(**BASE)
+    renders = render_each([("squid.conf.j2", dict(role_defaults(), inventory_hostname="hv1", **BASE, egress_proxy_instance=instance))
+                           for instance in proxy_instances(desired[:2], variables)])
+    for proxy, render in zip((first, other), renders):
+        files = policy_files(proxy)
+        assert files[SQUID_CONF] == {"path": SQUID_CONF, "content": render["text"].rstrip("\n") + "\n"}
+        assert "# squid of the egress proxy %s," % proxy["name"] in files[SQUID_CONF]["content"]
+        assert "for %s.\n" % proxy["name"] in proxy["user_data"] and user_data_document(proxy["user_data"])
+    assert SQUID_USERS not in policy_files(first)
+    assert [line.split(":", 1)[0] for line in policy_files(other)[SQUID_USERS]["secret_content"].splitlines()] == ["carol"]
+    assert "acl allowed_domains dstdomain -n .example.org\n" in policy_files(other)[SQUID_CONF]["content"]
+    assert "allowed_domains" not in policy_files(first)[SQUID_CONF]["content"]
+    assert "pw-carol" not in str(arguments)
+
+
+def test_a_user_data_of_ones_own_replaces_the_roles_and_the_proxy_gets_no_policy():
+    """egress_proxy_user_data sets squid up itself: the role renders nothing, and kvm_proxy_set writes no file of ours."""
+    own = "#cloud-config\npackages: [squid]\n"
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_user_data=own, egress_proxy_users=USERS))["proxies"]
+    assert proxy["user_data"] == own and "policy" not in proxy
+    assert PASSWORD not in str(proxy) and "$6$" not in str(proxy)
