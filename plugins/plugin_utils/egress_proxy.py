@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -266,8 +267,24 @@ def _cloud_data_problems(variables):
     return ["The proxies of %s are not usable: %s." % (variables["inventory_hostname"], "; ".join(errors))]
 
 
+# A qemu guest agent command's name, as qemu-ga lists them (guest-ping, guest-file-open, ...).
+_AGENT_RPC = re.compile(r"guest-[a-z0-9-]{1,60}")
+
+
+def _agent_rpc_problems(_kept, variables):
+    """egress_proxy_guest_agent_rpcs: names of agent commands only (the user-data passes them to a shell script)."""
+    rpcs = variables["egress_proxy_guest_agent_rpcs"] or []
+    bad = [rpc for rpc in rpcs if not isinstance(rpc, str) or not _AGENT_RPC.fullmatch(rpc)]
+    if not bad:
+        return []
+    return ["The proxies of %s are not usable: egress_proxy_guest_agent_rpcs %s %s not the name of a guest agent "
+            "command (guest- and lower-case letters, digits and -)." % (
+                variables["inventory_hostname"], ", ".join(_json(rpc) for rpc in bad), "is" if len(bad) == 1 else "are")]
+
+
 # The role's checks of its own variables, in the order they run: the first that finds a problem stops there.
-KEPT_CHECKS = (_placement_problems, _squid_problems, _two_nic_problems, _shared_address_problems, _port_problems)
+KEPT_CHECKS = (_placement_problems, _squid_problems, _two_nic_problems, _shared_address_problems, _port_problems,
+               _agent_rpc_problems)
 
 
 def role_instances(desired, variables, removing=False):

@@ -211,6 +211,10 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     (recorded,) = deployed.results("Record the proxies of this hypervisor in egress_proxy_proxies", HV1)
     ips = {entry["name"]: entry["ip"] for entry in recorded["ansible_facts"]["egress_proxy_proxies"]}
     before = running_as(spec, proxies)
+    # The role's default egress_proxy_guest_agent_rpcs: the agent answers what the collection uses, refuses the rest.
+    enabled = {command["name"]: command["enabled"] for command in agent(spec, proxies[0], "guest-info")["supported_commands"]}
+    assert enabled["guest-exec"] and enabled["guest-file-write"] and enabled["guest-network-get-interfaces"], enabled
+    assert not enabled["guest-set-user-password"] and not enabled["guest-ssh-add-authorized-keys"], enabled
     # 8 MiB at 256 KiB/s: 32 s through roll-1, begun before the change and still running after it.
     body = os.urandom(8 << 20)
     (tmp_path / "origin" / "big.bin").write_bytes(body)
