@@ -135,12 +135,13 @@ def timings(reps, action):
 
 def threaded(actions):
     """Wall seconds of running every action at once, one thread each; the first error raised."""
+    import libvirt
     errors = []
 
     def guarded(action):
         try:
             action()
-        except Exception as error:  # reported below, with the others' timings discarded
+        except (OSError, RuntimeError, ValueError, KeyError, libvirt.libvirtError) as error:  # raised below
             errors.append(error)
 
     threads = [threading.Thread(target=guarded, args=(action,)) for action in actions]
@@ -214,8 +215,8 @@ def worker(uri, domain, reps, poll, with_facts):
         for name, size in FILES.items():
             path = "%s/agent-bench-%s-%s" % (GUEST_DIR, tag, name)
             data = payload(size, size)
-            result["write " + name] = timings(reps, lambda: agent.write(path, data))
-            result["read " + name] = timings(reps, lambda: agent.read(path, size))
+            result["write " + name] = timings(reps, lambda path=path, data=data: agent.write(path, data))
+            result["read " + name] = timings(reps, lambda path=path, size=size: agent.read(path, size))
             if agent.read(path, size) != data:
                 raise RuntimeError("%s read back differs" % path)
         result["exec /bin/true"] = timings(reps, lambda: agent.run(["/bin/true"], poll))
