@@ -141,8 +141,13 @@ class ProxyFlow:
         # read once. A hypervisor that cannot be listed fails here, before anything changes. kvm_proxy looks its one
         # domain up by name.
         listed = None if request.single else Listing(self.hv)
-        members = [self._member(proxy, listed, None if request.single else "proxies[%d] (%s)" % (index, proxy.name))
-                   for index, proxy in enumerate(request.proxies)]
+        # Observed side by side: a running proxy's policy is read back through its own guest agent, tens of
+        # milliseconds each, which one proxy after another would add up over a set.
+        with ThreadPoolExecutor(max_workers=min(WORKERS, len(request.proxies) or 1)) as workers:
+            members = list(workers.map(
+                lambda indexed: self._member(indexed[1], listed, None if request.single else "proxies[%d] (%s)" % (
+                    indexed[0], indexed[1].name)),
+                enumerate(request.proxies)))
         found = sweep(request, listed, self.timing.clock()) if request.gc else Sweep()
         removals = [self._member(proxy, listed, "unlisted proxy '%s' (garbage collection)" % proxy.name)
                     for proxy in found.removals]

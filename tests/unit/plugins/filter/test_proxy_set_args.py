@@ -26,9 +26,11 @@ def variables(**overrides):
 
 
 def rendered(*names):
-    """The registered result of the role's user-data loop, one item per name."""
+    """The registered result of the role's render loop (user-data and squid.conf), one item per name."""
     return {"results": [{"egress_proxy_instance": {"name": name}, "ansible_loop_var": "egress_proxy_instance",
-                         "ansible_facts": {"egress_proxy__user_data": "#cloud-config\n# %s\n" % name}} for name in names]}
+                         "ansible_facts": {"egress_proxy__user_data": "#cloud-config\n# %s\n" % name,
+                                           "egress_proxy__squid_conf": "# squid.conf of %s" % name}}
+                        for name in names]}
 
 
 def converge(instances, **overrides):
@@ -58,10 +60,14 @@ def test_the_arguments_are_the_modules_with_the_roles_values_and_unset_ones_left
     assert arguments == {
         "uri": "qemu:///system", "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [],
         "pool": "default", "image": {"name": "debian-12", "url": IMAGE["url"], "format": "qcow2"}, "virt_type": "kvm",
-        "on_drift": "replace", "shutdown_timeout": 120, "wait_for_ip": True, "wait_timeout": 300, "wait_for_port": 3128,
-        "gc": True, "gc_grace_period": 3600, "max_unavailable": 1,
+        "on_drift": "replace", "on_unreachable_agent": "fail", "shutdown_timeout": 120, "wait_for_ip": True,
+        "wait_timeout": 300, "wait_for_port": 3128, "gc": True, "gc_grace_period": 3600, "max_unavailable": 1,
         "proxies": [{"name": "egress-a", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10,
-                     "autostart": True, "user_data": "#cloud-config\n# egress-a\n", "bridge": "br0"},
+                     "autostart": True, "user_data": "#cloud-config\n# egress-a\n", "bridge": "br0",
+                     # squid.conf (its last newline put back) is the proxy's policy, checked and loaded by squid.
+                     "policy": {"files": [{"path": "/etc/squid/squid.conf", "content": "# squid.conf of egress-a\n"}],
+                                "validate": ["/usr/sbin/squid", "-k", "parse"],
+                                "reload": ["/bin/systemctl", "reload-or-restart", "squid"]}},
                     {"name": "egress-b", "state": "absent"}]}
 
 
