@@ -11,7 +11,12 @@ import threading
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import VIR_ERR_NO_DOMAIN, NotFoundError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
+    VIR_ERR_NO_DOMAIN,
+    KvmError,
+    NotFoundError,
+    TransientError,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import hypervisor as _libvirt
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
@@ -59,12 +64,24 @@ def test_seam_against_libvirts_test_driver():
 def test_metadata_written_through_the_seam_reads_back_from_the_domain_xml():
     pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
     created = datetime.datetime(2026, 11, 29, 18, 0, 0, tzinfo=datetime.timezone.utc)
-    element = build_instance_element("uid-<&>", created, "ab" * 32)
+    element = build_instance_element("uid-<&>", created, "ab" * 32, policy_digest="cd" * 32)
     with _libvirt.Hypervisor.open("test:///default") as hypervisor:
         dom = hypervisor.lookup_domain("test")
         hypervisor.set_domain_metadata(dom, unqualified_xml(element), METADATA_PREFIX, METADATA_URI, live=True)
         metadata = parse_domain_xml(hypervisor.domain_xml(dom)).metadata
-    assert (metadata.managed, metadata.uid, metadata.created_at, metadata.spec_digest) == (True, "uid-<&>", created, "ab" * 32)
+    assert (metadata.managed, metadata.uid, metadata.created_at, metadata.spec_digest, metadata.policy_digest) == (
+        True, "uid-<&>", created, "ab" * 32, "cd" * 32)
+
+
+def test_a_guest_agent_command_goes_through_qemu_agent_command_and_fails_typed():
+    pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
+    # libvirt's test driver has no guest agent: the command reaches libvirt, which refuses it.
+    with _libvirt.Hypervisor.open("test:///default") as hypervisor:
+        dom = hypervisor.lookup_domain("test")
+        with pytest.raises(KvmError) as caught:
+            hypervisor.guest_query(dom, "guest-ping", None, 5)
+    assert caught.value.message.startswith("running guest agent command guest-ping in domain 'test': ")
+    assert caught.value.code is not None
 
 
 class _LateConnection:
