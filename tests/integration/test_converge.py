@@ -166,6 +166,19 @@ class Sampler:
         self._thread.join(timeout=30)
 
 
+# GET argv[2] through the proxy argv[1] into argv[3], 64 KiB every half second until the file argv[4] exists.
+SLOW_CLIENT = """
+import os, sys, time, urllib.request
+proxy, url, out, fast = sys.argv[1:5]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+with opener.open(url, timeout=60) as response, open(out, "wb") as handle:
+    for chunk in iter(lambda: response.read(65536), b""):
+        handle.write(chunk)
+        if not os.path.exists(fast):
+            time.sleep(0.5)
+"""
+
+
 def agent(spec, proxy, command, arguments=None):
     """One guest agent command in the proxy's guest, through the hypervisor's virsh; its ``return`` value."""
     message = {"execute": command}
@@ -215,12 +228,13 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     enabled = {command["name"]: command["enabled"] for command in agent(spec, proxies[0], "guest-info")["supported_commands"]}
     assert enabled["guest-exec"] and enabled["guest-file-write"] and enabled["guest-network-get-interfaces"], enabled
     assert not enabled["guest-set-user-password"] and not enabled["guest-ssh-add-authorized-keys"], enabled
-    # 8 MiB at 256 KiB/s: 32 s through roll-1, begun before the change and still running after it.
+    # 8 MiB through roll-1, read slowly (128 KiB/s) while the policy changes, then at full speed.
     body = os.urandom(8 << 20)
     (tmp_path / "origin" / "big.bin").write_bytes(body)
+    fast = tmp_path / "fast"
     download = subprocess.Popen(
-        ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--fail", "--limit-rate", "256k", "-o",
-         str(tmp_path / "downloaded.bin"), "-x", "http://%s:3128" % ips[proxies[0]], origin + "big.bin"])
+        ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-c", SLOW_CLIENT, "http://%s:3128" % ips[proxies[0]],
+         origin + "big.bin", str(tmp_path / "downloaded.bin"), str(fast)])
     time.sleep(3)
     denied = inventory(egress_proxy_denied_destinations=[spec.lan_address])
     applied = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
@@ -230,6 +244,7 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     assert running_as(spec, proxies) == before
     assert enforced(spec, ips, origin, 403) == dict.fromkeys(proxies, 403)
     assert download.poll() is None, "the download ended before the change was applied"
+    fast.touch()
     assert download.wait(timeout=120) == 0
     assert hashlib.sha256((tmp_path / "downloaded.bin").read_bytes()).digest() == hashlib.sha256(body).digest()
     start, end = applied.spans(CONVERGE_TASK)[HV1]
