@@ -226,9 +226,8 @@ def worker(uri, domain, reps, poll, with_facts):
         result["exec squid -k parse"]["codes"] = sorted(set(PARSE_CODES))
         result["exec polls"] = {"median": statistics.median(polls), "min": min(polls), "max": max(polls)}
         result["sequence"] = timings(reps, lambda: sequence(agent, poll, tag))
-        result["2 threads, 1 connection, same domain"] = timings(
-            max(3, reps // 4), lambda: threaded([lambda: sequence(agent, poll, tag + "a"),
-                                                  lambda: sequence(agent, poll, tag + "b")]))
+        pair = [lambda: sequence(agent, poll, tag + "a"), lambda: sequence(agent, poll, tag + "b")]
+        result["2 threads, 1 connection, same domain"] = timings(max(3, reps // 4), lambda: threaded(pair))
         result["squid -k parse exit codes"] = {str(code): PARSE_CODES.count(code) for code in set(PARSE_CODES)}
         if with_facts:
             result["facts"] = facts(agent, poll)
