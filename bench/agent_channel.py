@@ -286,7 +286,7 @@ def run_peer(config, spec, runs):
     if not os.path.exists(os.path.join(PEER_VENV, "bin", "ansible-playbook")):
         return {"error": "no peer virtualenv at %s (bench/run makes it)" % PEER_VENV}
     probe = subprocess.run([os.path.join(PEER_VENV, "bin", "python"), "-c", "import libvirt; print(libvirt.getVersion())"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
     result = {"libvirt-python": probe.stdout.strip() or probe.stderr.strip().splitlines()[-1]}
     workdir = tempfile.mkdtemp(prefix="agent-bench-")
     with open(os.path.join(workdir, "hosts.yml"), "w") as handle:
@@ -311,7 +311,8 @@ def run_peer(config, spec, runs):
                     handle.write(os.urandom(size))
             started = time.monotonic()
             done = subprocess.run([os.path.join(PEER_VENV, "bin", "ansible-playbook"), "-i",
-                                   os.path.join(workdir, "hosts.yml"), path], capture_output=True, text=True, env=env)
+                                   os.path.join(workdir, "hosts.yml"), path], capture_output=True, text=True, env=env,
+                                  check=False)
             seconds.append(time.monotonic() - started)
             if done.returncode != 0:
                 result[label] = {"error": (done.stdout + done.stderr)[-1500:]}
@@ -423,7 +424,7 @@ def main():
         import libvirt  # noqa: F401  (the controller's own raw figures need it)
     except ImportError:
         for python in (os.path.join(REPO_ROOT, ".venv", "bin", "python"), "/usr/bin/python3"):
-            if os.path.exists(python) and subprocess.run([python, "-c", "import libvirt"]).returncode == 0:
+            if os.path.exists(python) and subprocess.run([python, "-c", "import libvirt"], check=False).returncode == 0:
                 os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
         sys.exit("agent_channel.py: no Python with libvirt-python here")
     config, specs = lab()
