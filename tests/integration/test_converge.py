@@ -271,7 +271,7 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     (converged,) = silent.results(CONVERGE_TASK, HV1)
     assert "proxy '%s'" % proxies[1] in converged["msg"] and "did not answer" in converged["msg"], converged["msg"]
     assert "on_unreachable_agent=replace" in converged["msg"], converged["msg"]
-    assert fetch(spec, "http://%s:3128" % ips[proxies[0]], origin)[0] == 200
+    assert enforced(spec, {proxies[0]: ips[proxies[0]]}, origin, 200) == {proxies[0]: 200}
     assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin)[0] == 403
     replaced = hv_fleet.playbook("deploy.yml", inventory(egress_proxy_on_unreachable_agent="replace"), extra,
                                  timeout=900)
