@@ -2,7 +2,7 @@
 
 Usage (as root, lab up, under the integration lock):
 
-    flock /tmp/egress-integration.lock bench/run [--only B1,B6] [--runs 3] [--baseline COMMIT]
+    flock /tmp/egress-integration.lock bench/run [--only B1,B6] [--runs 3] [--proxies 10] [--baseline COMMIT]
     bench/run --report-only bench/results/<run>.json ...  # regenerate the doc and plots from runs
 
 --baseline runs B1 and B6 a second time with the collection of that commit
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, report
+from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, report
 from bench._common import (
     BUILD_COLLECTIONS,
     CACHE,
@@ -39,7 +39,7 @@ from bench._common import (
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 
 
 def command_output(argv):
@@ -86,6 +86,7 @@ def main():
     parser.add_argument("--sizes", default="256,1024,4096", help="B1's image sizes in MiB")
     parser.add_argument("--entries", default="1,5,20", help="B6's hypervisor entry counts")
     parser.add_argument("--domains", default="100,1000", help="B3's domain counts")
+    parser.add_argument("--proxies", type=int, default=10, help="B8's running proxies (a policy change, then a roll)")
     parser.add_argument("--baseline", help="a commit whose collection B1 and B6 also run, for before/after")
     parser.add_argument("--report-only", metavar="JSON", nargs="+",
                         help="only regenerate docs/performance.md and the plots, from these results files (each "
@@ -119,6 +120,7 @@ def main():
             "B5": lambda: b5_fanout.run(args.runs),
             "B6": lambda: b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs),
             "B7": b7_egress.run,
+            "B8": lambda: b8_policy.run(args.proxies),
         }
         for bench in ALL:
             if bench in only:
