@@ -91,7 +91,9 @@ class Deploy(threading.Thread):
             records = [json.loads(line) for line in read_text(self.timeline).splitlines()]
         run = FleetRun(completed, records, seconds)
         if run.rc != 0:
-            raise RuntimeError(repr(run))
+            raise RuntimeError("%s failed (rc %d, %.0f s): %s\n%s" % (
+                os.path.basename(self.argv[-1]), run.rc, seconds,
+                "; ".join("%s: %s: %s" % failure for failure in run.failures()), run.stderr[-1000:]))
         return run
 
     def converge_span(self, run):
@@ -151,6 +153,29 @@ def addresses_of(on, proxies, prefix):
     return found
 
 
+def first_boot_done(on, name):
+    """Whether the proxy's first boot has restarted its guest agent with egress_proxy_guest_agent_rpcs (the last step
+    of the role's runcmd, after squid is up): its agent then lists commands it refuses."""
+    out = on("qemu-agent-command", name, '{"execute": "guest-info"}', check=False)
+    try:
+        commands = json.loads(out)["return"]["supported_commands"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return any(not command["enabled"] for command in commands)
+
+
+def first_boots_done(on, proxies, started, timeout):
+    """Seconds after ``started`` when every proxy's first boot had ended (polled every second); raises at timeout."""
+    waiting = set(proxies)
+    while waiting:
+        waiting = {name for name in waiting if not first_boot_done(on, name)}
+        if waiting and time.monotonic() - started > timeout:
+            raise RuntimeError("first boot not done after %d s: %s" % (timeout, ", ".join(sorted(waiting))))
+        if waiting:
+            time.sleep(1)
+    return rounded(time.monotonic() - started)
+
+
 def domain_ids(on, proxies):
     return {name: on("domid", name, check=False).strip() for name in proxies}
 
@@ -185,6 +210,8 @@ def run(count=10):
             results["deploy"] = {"playbook": rounded(deploy.outcome[0]), "all_served": last(served)}
             if last(served) is None:
                 raise RuntimeError("proxies never answered 200 after the deploy: %s" % served)
+            # A policy change while a first boot is still in the role's runcmd would race its restart of the agent.
+            results["deploy"]["first_boots_done"] = first_boots_done(on, proxies, deploy.started, WAIT_TIMEOUT)
             ids = domain_ids(on, proxies)
 
             # 2. The policy change, in place: every proxy polled from the playbook's start.

@@ -510,9 +510,11 @@ def b8_section(results, b8, plots):
              "again and `egress_proxy_memory_mib` %d (a machine change, `egress_proxy_max_unavailable` 1, each "
              "awaited), timed from ansible-playbook's start until every proxy, at its new address, answers 200 "
              "again. Converge: the role's kvm_proxy_set task, start to end, seconds after the playbook's start. "
-             "One run; the %d proxies' own deploy, booting at once: playbook %s s, all answering %s s." % (
+             "One run; the %d proxies' own deploy, booting at once: playbook %s s, all answering %s s, all first "
+             "boots done (the role's runcmd restarts the guest agent last; the policy change waits for it) %s s." % (
                  count, b8["host"], b8["memory_mib"], b8["poll_interval"], count, b8["rolled_memory_mib"], count,
-                 seconds_text(b8["deploy"]["playbook"]), seconds_text(b8["deploy"]["all_served"])), "",
+                 seconds_text(b8["deploy"]["playbook"]), seconds_text(b8["deploy"]["all_served"]),
+                 seconds_text(b8["deploy"].get("first_boots_done"))), "",
              "| | policy change in place | rolling replacement |", "|---|---:|---:|",
              "| every proxy enforces it (s) | %s | %s |" % (seconds_text(policy["all_enforced"]),
                                                           seconds_text(roll["all_served"])),
@@ -694,7 +696,7 @@ def merged(paths):
             results = dict(run, sources=[], seconds=0, failed={}, piece_seconds={})
         results["sources"].append(os.path.relpath(path, REPO_ROOT))
         results.setdefault("loads", []).append("%s: %s" % (
-            "+".join(key for key in sorted(run) if key[:1] == "B" and key[1:].isdigit()),
+            "+".join(key for key in sorted(set(run) | set(run.get("failed", {}))) if key[:1] == "B" and key[1:].isdigit()),
             " ".join(run["machine"].get("load_average", []))))
         results["seconds"] += run["seconds"]
         pieces = {key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()}
