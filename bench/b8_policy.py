@@ -43,6 +43,7 @@ ANSWER_TIMEOUT = 600
 # A proxy still not enforcing the policy this long after the playbook ended never will.
 ENFORCE_GRACE = 60
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
+DEFAULTS = os.path.join(REPO_ROOT, "roles", "egress_proxy", "defaults", "main.yml")
 
 
 def names(count):
@@ -153,22 +154,27 @@ def addresses_of(on, proxies, prefix):
     return found
 
 
-def first_boot_done(on, name):
-    """Whether the proxy's first boot has restarted its guest agent with egress_proxy_guest_agent_rpcs (the last step
-    of the role's runcmd, after squid is up): its agent then lists commands it refuses."""
+def agent_rpcs():
+    """The role's default egress_proxy_guest_agent_rpcs: the only commands a proxy's agent answers after its first boot."""
+    return set(yaml.safe_load(read_text(DEFAULTS))["egress_proxy_guest_agent_rpcs"])
+
+
+def first_boot_done(on, name, rpcs):
+    """Whether the proxy's first boot has restarted its guest agent with ``rpcs`` (the last step of the role's runcmd,
+    after squid is up): its agent then answers those commands and no other (before, it also refuses one or two)."""
     out = on("qemu-agent-command", name, '{"execute": "guest-info"}', check=False)
     try:
         commands = json.loads(out)["return"]["supported_commands"]
     except (ValueError, KeyError, TypeError):
         return False
-    return any(not command["enabled"] for command in commands)
+    return {command["name"] for command in commands if command["enabled"]} <= rpcs
 
 
 def first_boots_done(on, proxies, started, timeout):
     """Seconds after ``started`` when every proxy's first boot had ended (polled every second); raises at timeout."""
-    waiting = set(proxies)
+    waiting, rpcs = set(proxies), agent_rpcs()
     while waiting:
-        waiting = {name for name in waiting if not first_boot_done(on, name)}
+        waiting = {name for name in waiting if not first_boot_done(on, name, rpcs)}
         if waiting and time.monotonic() - started > timeout:
             raise RuntimeError("first boot not done after %d s: %s" % (timeout, ", ".join(sorted(waiting))))
         if waiting:
