@@ -113,7 +113,8 @@ class FakeGuest:
     """
 
     def __init__(self):
-        self.files = {}
+        # A guest whose first boot is over, as cloud-init marks it.
+        self.files = {_policy.BOOT_FINISHED: FakeFile(b"1000.0 Wed, 02 Dec 2026 10:00:00 +0000\n")}
         self.groups = {"root", "proxy"}
         self.programs = {}
         self.ran = []

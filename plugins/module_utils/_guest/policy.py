@@ -10,7 +10,7 @@ which _seed.nocloud adds to the user-data), and a running one gets a change
 in place through the guest agent (``apply_policy``): the changed files are
 written beside the old ones, moved into place (the old kept), ``validate``
 runs with the new ones in place, the old ones come back when it fails, and
-``reload`` makes the service read them (squid -k reconfigure: the connections
+``reload`` makes the service read them (for squid a reconfigure: the connections
 it holds go on). The files are read back (``read_policy``) on every run, so
 one edited by hand in the guest is drift, restored by the next run.
 
@@ -29,7 +29,11 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
+    PermanentError,
+    TransientError,
+    ValidationError,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestFileError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, text_bytes
@@ -57,6 +61,10 @@ _INSTALL = ('set -e; while [ $# -gt 0 ]; do if [ -e "$2" ]; then cp -p -- "$2" "
 _ROLLBACK = 'for f; do if [ -e "$f%s" ]; then mv -f -- "$f%s" "$f"; else rm -f -- "$f"; fi; done' % (KEPT_SUFFIX, KEPT_SUFFIX)
 _COMMIT = 'for f; do rm -f -- "$f%s"; done' % KEPT_SUFFIX
 SHELL = "/bin/sh"
+# cloud-init writes it when a VM's first boot is over: the seed's files written (the policy's too, deferred after
+# the packages) and its runcmd done (the role's restarts the guest agent). Until then the policy's files are not
+# the guest's to read back, and one written in place would race with both.
+BOOT_FINISHED = "/var/lib/cloud/instance/boot-finished"
 
 
 def _sha256(data):
@@ -206,23 +214,50 @@ def _argv(option, value):
 class GuestPolicy:
     """The policy files as the guest holds them: {path: bytes, or None when missing or unreadable}.
 
-    ``unavailable`` is the message when the guest agent did not answer: nothing is known then.
+    ``unavailable`` is the message when the guest agent did not answer, ``booting`` whether the guest's first
+    boot is still going on: nothing is known of the files then.
     """
 
     contents: dict
     unavailable: Optional[str] = None
+    booting: bool = False
 
     def drifted(self, policy):
         """The paths whose content in the guest differs from ``policy``'s, in its order."""
-        if self.unavailable is not None:
+        if self.unavailable is not None or self.booting:
             return ()
         return tuple(f.path for f in policy.files if self.contents.get(f.path) != f.content)
+
+
+def _first_boot_over(agent):
+    try:
+        agent.read_file(BOOT_FINISHED, 4096)
+    except GuestFileError:
+        return False
+    return True
+
+
+def await_first_boot(agent, timeout):
+    """Wait until the guest's first boot is over, at most ``timeout`` seconds; its agent may restart meanwhile."""
+    deadline = agent.timing.monotonic() + timeout
+    while True:
+        try:
+            if _first_boot_over(agent):
+                return
+        except AgentUnavailableError:
+            pass  # restarted by the first boot's runcmd
+        if agent.timing.monotonic() >= deadline:
+            raise TransientError("the first boot of domain '%s' (cloud-init) did not finish within %d s, so its "
+                                 "policy was not applied; run the task again once it has" % (agent.name, timeout))
+        agent.timing.sleep(1)
 
 
 def read_policy(agent, policy):
     """The GuestPolicy of ``policy``'s files in the guest of ``agent`` (a _guest.agent.GuestAgent); reads only."""
     try:
         agent.ping()
+        if not _first_boot_over(agent):
+            return GuestPolicy({}, booting=True)
         contents = {}
         for policy_file in policy.files:
             try:

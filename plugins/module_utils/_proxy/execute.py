@@ -33,7 +33,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks i
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import execute
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestAgent
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import apply_policy, read_policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import (
+    apply_policy,
+    await_first_boot,
+    read_policy,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
@@ -166,13 +170,16 @@ class _Operations:
         """The policy's files written in place through the guest agent, checked, the service reloaded, then recorded.
 
         A VM this run started is given until wait_timeout for its agent to come up: it enforces the policy
-        before it counts as up.
+        before it counts as up. A VM whose first boot is still going on is given until wait_timeout to end it.
         """
         request = self.request
         agent = GuestAgent(self.hv, domain.handle, request.name, self.timing)
         try:
             if steps.START_DOMAIN in outcome.actions:
                 agent.await_answer(request.wait_timeout)
+            else:
+                agent.ping()  # an agent that is not there fails at once, not after wait_timeout
+            await_first_boot(agent, request.wait_timeout)
             apply_policy(agent, request.policy, outcome.policy_paths)
         except AgentUnavailableError as error:
             raise error.after("%s; it still enforces the policy it had. Start its agent, or set on_unreachable_agent="

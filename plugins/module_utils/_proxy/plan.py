@@ -193,8 +193,8 @@ def _policy(request, observation, started):
                             "the guest is unknown: %s" % (request.name, guest.unavailable))
         return everything, (), None  # the apply fails with the agent's silence, naming the proxy
     if not current:
-        return everything, (), None
-    drifted = guest.drifted(policy)
+        return everything, (), None  # written once the first boot is over, when it is still going on
+    drifted = guest.drifted(policy)  # none while the first boot writes the seed's files
     return drifted, drifted, None
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import BOOT_FINISHED, Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import USER_DATA as USER_DATA_FILE
@@ -240,3 +240,30 @@ def test_the_seed_is_the_same_bytes_for_the_same_request():
     first = ProxyRequest.from_params(params(policy=policy())).seed_files()
     assert first == ProxyRequest.from_params(params(policy=policy())).seed_files()
     assert first != ProxyRequest.from_params(params(policy=policy(users="bob:x\n"))).seed_files()
+
+
+def test_a_proxy_still_in_its_first_boot_is_no_drift_and_gets_a_change_once_the_boot_is_over(run, converge, fake_time):
+    hv = running_set(converge)
+    guests = [hv.domains[name].guest for name in NAMES]
+    for guest in guests:
+        del guest.files[BOOT_FINISHED]
+        guest.files["/etc/squid/squid.conf"].content = b"# the image's own, until cloud-init writes the seed's\n"
+    assert run(hv, set_request(NAMES, policy=policy()))["changed"] is False
+
+    def boot_ends(slept):
+        if slept == 5:
+            for guest in guests:
+                guest.files[BOOT_FINISHED] = FakeFile(b"done\n")
+    fake_time.on_sleep = boot_ends
+    changed = policy(conf=SQUID_CONF + "# changed during the first boot\n")
+    result = run(hv, set_request(NAMES, policy=changed))
+    assert [p["actions"] for p in result["proxies"]] == [[steps.APPLY_POLICY]] * 2
+    assert all(guest.files["/etc/squid/squid.conf"].content.endswith(b"boot\n") for guest in guests)
+
+
+def test_a_first_boot_that_does_not_end_in_time_fails_naming_the_proxy(converge):
+    hv = running_set(converge)
+    del hv.domains["proxy-a"].guest.files[BOOT_FINISHED]
+    with pytest.raises(errors.TransientError) as raised:
+        converge(hv, set_request(NAMES, policy=policy(conf="# changed\n"), wait_timeout=20))
+    assert "the first boot of domain 'proxy-a' (cloud-init) did not finish within 20 s" in raised.value.message
