@@ -516,8 +516,8 @@ def b8_section(results, b8, plots):
                  seconds_text(b8["deploy"]["playbook"]), seconds_text(b8["deploy"]["all_served"]),
                  seconds_text(b8["deploy"].get("first_boots_done"))), "",
              "| | policy change in place | rolling replacement |", "|---|---:|---:|",
-             "| every proxy enforces it (s) | %s | %s |" % (seconds_text(policy["all_enforced"]),
-                                                          seconds_text(roll["all_served"])),
+             "| every proxy enforces it (s) | %s | %s |" % (
+                 seconds_text(policy["all_enforced"]), seconds_text(roll["all_served"])),
              "| playbook (s) | %s | %s |" % (seconds_text(policy["playbook"]), seconds_text(roll["playbook"])),
              "| converge task (s) | %s | %s |" % (span_text(policy["converge"]), span_text(roll["converge"])),
              "| converge task / %d proxies (s) | %s | %s |" % ((count,) + tuple(

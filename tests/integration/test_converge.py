@@ -278,10 +278,13 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     assert replaced.rc == 0, replaced
     entries = replaced.items(CONVERGE_TASK, HV1)
     assert [entries[p]["outcome"] for p in proxies] == ["unchanged", "replaced"]
-    # Its address is up; squid serves once its first boot has written the policy.
-    new = {proxies[1]: entries[proxies[1]]["ip"]}
-    assert enforced(spec, new, origin, 200, seconds=300) == {proxies[1]: 200}
-    assert fetch(spec, "http://%s:3128" % new[proxies[1]], origin) == (200, proxies[1])
+    # Its address is up; its squid serves the role's configuration once its first boot has written the policy.
+    deadline = time.monotonic() + 300
+    answer = None
+    while answer != (200, proxies[1]) and time.monotonic() < deadline:
+        time.sleep(1)
+        answer = fetch(spec, "http://%s:3128" % entries[proxies[1]]["ip"], origin)
+    assert answer == (200, proxies[1])
 
 
 @pytest.mark.boot
