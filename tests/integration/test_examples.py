@@ -46,6 +46,8 @@ NOT_ON_LAB = {
     ("kvm_proxy_set", "Converge this hypervisor's proxies, remove the ones no longer listed, replace one at a time"):
         "boots three guests at once: too slow under the lab's TCG",
     ("kvm_proxy_set", "Show what happened to each proxy"): "reads the converge's result",
+    ("kvm_proxy_set", "The set's squid policy, applied in place to the running proxies (a change of it replaces no VM)"):
+        "the set above, booted: three guests at once (test_converge applies a policy in place on booted proxies)",
     ("kvm_proxy_set", "Stop every proxy of the set but keep their VMs (the same spec, so nothing is replaced), "
                       "without garbage collection"): "needs the converged set",
 }
