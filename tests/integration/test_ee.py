@@ -15,7 +15,9 @@ from tests.integration import collection_artifact
 VENV_BIN = os.path.join(collection_artifact.REPO_ROOT, ".venv", "bin")
 SAMPLE = os.path.join(collection_artifact.REPO_ROOT, "docs", "execution-environment.yml")
 # The pip distribution of each third-party module the plugins import.
-DISTRIBUTIONS = {"libvirt": "libvirt-python", "lxml": "lxml", "pycdlib": "pycdlib", "requests": "requests"}
+# libvirt_qemu (the guest agent's passthrough) ships in libvirt-python beside libvirt.
+DISTRIBUTIONS = {"libvirt": "libvirt-python", "libvirt_qemu": "libvirt-python", "lxml": "lxml", "pycdlib": "pycdlib",
+                 "requests": "requests"}
 # libvirt-python links against libvirt's client library; pip builds it with libvirt's headers,
 # pkg-config, a compiler and Python's headers: one line for Debian-like and one for RPM-based images.
 SYSTEM = [
@@ -61,7 +63,7 @@ def _requirement_name(line):
 def test_introspect_lists_exactly_the_python_and_system_requirements():
     listed = yaml.safe_load(_builder("introspect", "--sanitize", collection_artifact.COLLECTIONS_DIR))
     python = [line.split("#")[0].strip() for line in listed["python"]]
-    assert sorted(_requirement_name(line) for line in python) == sorted(DISTRIBUTIONS[name] for name in _third_party_imports())
+    assert sorted(_requirement_name(line) for line in python) == sorted({DISTRIBUTIONS[name] for name in _third_party_imports()})
     assert all(line.endswith("# from collection egress_proxies.kvm") for line in listed["python"] + listed["system"])
     assert [line.split("#")[0].strip() for line in listed["system"]] == SYSTEM
 
