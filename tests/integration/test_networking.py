@@ -36,6 +36,7 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from tests.lab import config, hypervisors, origin
+from tests.unit.role_templates import user_data_parts
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration
@@ -166,7 +167,7 @@ def where_secret(texts):
 
 def seed_texts(spec, directory):
     """{name: text} of the proxy's seed volume as the hypervisor's pool holds it (virsh vol-download): the image, each
-    file in it, and each file its user-data writes (decoded from base64 and gzip where it says so)."""
+    file in it, each part of its user-data, and each file those write (decoded from base64 and gzip where they say so)."""
     hypervisors.virsh(spec, "pool-refresh", config.HV_POOL_NAME)
     volumes = [volume for volume in hypervisors.virsh(spec, "vol-list", config.HV_POOL_NAME).stdout.split()[0::2]
                if volume.startswith(PROXY) and volume.endswith(".iso")]
@@ -182,7 +183,11 @@ def seed_texts(spec, directory):
             texts["%s: %s" % (volume, name)] = data.decode("utf-8", "replace")
             if name != "user-data":
                 continue
-            for entry in (yaml.safe_load(data) or {}).get("write_files", []):
+            # The role's cloud-config, then the policy's files: parts in base64, each searched as written.
+            documents = user_data_parts(data)
+            for index, document in enumerate(documents):
+                texts["%s: user-data part %d" % (volume, index)] = document.decode("utf-8", "replace")
+            for entry in [entry for document in documents for entry in (yaml.safe_load(document) or {}).get("write_files", [])]:
                 content, encoding = entry.get("content", ""), entry.get("encoding", "")
                 if "b64" in encoding or "base64" in encoding:
                     content = base64.b64decode(content)

@@ -8,7 +8,6 @@ paths of verify.yml, is test_networking's two-NIC proxy: the suite boots one gue
 molecule scenario (molecule/default) runs from here too, so the test command covers it.
 """
 
-import email
 import os
 import subprocess
 
@@ -17,7 +16,7 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from tests.lab import config
-from tests.unit.role_templates import squid_parsed
+from tests.unit.role_templates import squid_parsed, user_data_parts
 
 pytestmark = pytest.mark.integration
 
@@ -103,9 +102,7 @@ def seeded_squid_conf(lab, name):
     seed = subprocess.run(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-download", "--pool", lab.pool, name + "-seed.iso",
                            "/dev/stdout"], capture_output=True, check=True).stdout
     # The user-data is a MIME multi-part, as cloud-init reads it: the role's cloud-config, then the policy's files.
-    parts = [part.get_payload(decode=True) for part in email.message_from_bytes(read_iso(seed)["user-data"]).walk()
-             if not part.is_multipart()]
-    user_data, policy = (yaml.safe_load(part) for part in parts)
+    user_data, policy = (yaml.safe_load(part) for part in user_data_parts(read_iso(seed)["user-data"]))
     assert "write_files" not in user_data
     (squid_conf,) = [entry["content"] for entry in policy["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
     return squid_conf

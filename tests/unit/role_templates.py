@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import email
 import json
 import os
 import subprocess
@@ -121,6 +122,15 @@ def user_data_document(text):
     document = yaml.safe_load(text)
     assert "write_files" not in document and "/etc/squid/" not in text and "$6$" not in text, text
     return document
+
+
+def user_data_parts(data):
+    """The documents of a seed's user-data (bytes) as cloud-init reads them: each part of a MIME multi-part (the
+    role's cloud-config, then the policy's files), decoded; the user-data itself when it is not one."""
+    message = email.message_from_bytes(data)
+    if not message.is_multipart():
+        return [data]
+    return [part.get_payload(decode=True) for part in message.walk() if not part.is_multipart()]
 
 
 def squid_parsed(squid_conf, tmp_path):
