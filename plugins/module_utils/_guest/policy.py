@@ -147,25 +147,6 @@ class Policy:
         return {f.path: f.content for f in self.files}
 
 
-def policy_options():
-    """The policy option's suboptions, as the modules' argument specs take them."""
-    files = dict(
-        path=dict(type="str", required=True),
-        content=dict(type="str"),
-        secret_content=dict(type="str", no_log=True),
-        owner=dict(type="str", default="root"),
-        group=dict(type="str", default="root"),
-        mode=dict(type="str", default="0644"),
-    )
-    return dict(
-        files=dict(type="list", elements="dict", required=True, options=files,
-                   mutually_exclusive=[("content", "secret_content")],
-                   required_one_of=[("content", "secret_content")]),
-        validate=dict(type="list", elements="str"),
-        reload=dict(type="list", elements="str"),
-    )
-
-
 def _policy_file(label, entry):
     if not isinstance(entry, dict):
         raise ValidationError("%s must be a dictionary with path and content" % label)

@@ -12,7 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import policy_options
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.argspec import policy_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.argspec import image_options
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import download_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import CPU_MODES, VIRT_TYPES
