@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent
-# and squid. tests/lab/images.py hashes this file: any edit here rebuilds the cached image.
+# Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent,
+# squid and prometheus-squid-exporter (installed, not enabled). tests/lab/images.py hashes this file:
+# any edit here rebuilds the cached image.
 #
 # Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR DEB_CACHE
 #   as root; WORKDIR is created and removed; DEB_CACHE keeps downloaded .debs between builds.
@@ -23,7 +24,7 @@ packages=(
   linux-image-cloud-amd64 systemd-sysv udev kmod dbus
   ifupdown isc-dhcp-client iproute2 netbase
   cloud-init cloud-guest-utils fdisk sudo openssh-server
-  qemu-guest-agent squid
+  qemu-guest-agent squid prometheus-squid-exporter
 )
 
 rootdir=$workdir/root
@@ -92,6 +93,13 @@ apt_get install -y --no-install-recommends "${packages[@]}"
 umount "$rootdir/var/cache/apt/archives"
 
 echo "== configure"
+# The exporter's postinst enables its unit, and with the package's default ARGS="" it would listen on
+# :9301 on every address, unauthenticated. The egress_proxy role writes
+# /etc/default/prometheus-squid-exporter and enables the unit itself when metrics are on; until then it
+# stays off. systemctl disable in a chroot only removes the unit's symlinks (and the SysV script's rc
+# links, through systemd-sysv-install).
+chroot "$rootdir" systemctl disable prometheus-squid-exporter.service
+test ! -e "$rootdir/etc/systemd/system/multi-user.target.wants/prometheus-squid-exporter.service"
 # NoCloud is the datasource the collection's seed ISO (label cidata) speaks.
 cat > "$rootdir/etc/cloud/cloud.cfg.d/90-egress-lab-datasource.cfg" <<'CFG'
 datasource_list: [ NoCloud, None ]
