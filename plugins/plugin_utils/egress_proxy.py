@@ -59,6 +59,15 @@ INSTANCE_DEFAULTS = (
     ("deny_internal", "egress_proxy_deny_internal"),
     ("users", "egress_proxy_users"),
 )
+# The role-wide settings squid.conf writes the same for every proxy of the hypervisor: its metrics and its access
+# log's remote copy. They are not instance keys: each instance gets the role's.
+ROLE_WIDE_SQUID = (
+    ("metrics", "egress_proxy_metrics"),
+    ("metrics_port", "egress_proxy_metrics_port"),
+    ("metrics_clients", "egress_proxy_metrics_clients"),
+    ("syslog", "egress_proxy_syslog"),
+    ("syslog_protocol", "egress_proxy_syslog_protocol"),
+)
 # What every call of kvm_proxy_set gets from the role: the hypervisor, the owner, the pool.
 TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
                   ("adopt_uids", "egress_proxy_adopt_uids"), ("pool", "egress_proxy_pool"))
@@ -120,6 +129,8 @@ def fill_in(entry, variables):
     instance = {key: variables[variable] for key, variable in INSTANCE_DEFAULTS}
     instance.update(mac="", outside={})
     instance.update(entry)
+    instance.update((key, variables[variable]) for key, variable in ROLE_WIDE_SQUID)
+    instance["metrics"] = _bool_or_given(instance["metrics"])
     instance["autostart"] = _bool_or_given(instance["autostart"])
     instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))

@@ -117,10 +117,16 @@ def policy_files(proxy):
     return {entry["path"]: entry for entry in policy["files"]}
 
 
+# The one file the user-data writes (with metrics): the exporter's arguments, before the packages are installed.
+EXPORTER_DEFAULTS = "/etc/default/prometheus-squid-exporter"
+
+
 def user_data_document(text):
-    """The user-data ``text`` parsed: it writes no file, so neither squid.conf nor the users' file and their hashes."""
+    """The user-data ``text`` parsed: it writes no file but the exporter's arguments, so neither squid.conf nor the
+    users' file and their hashes."""
     document = yaml.safe_load(text)
-    assert "write_files" not in document and "/etc/squid/" not in text and "$6$" not in text, text
+    assert [entry["path"] for entry in document.get("write_files", [])] in ([], [EXPORTER_DEFAULTS]), text
+    assert "/etc/squid/" not in text and "$6$" not in text, text
     return document
 
 

@@ -14,7 +14,8 @@ import re
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import REPO_ROOT, render, role_defaults
 
 # The proxy the sample describes: the role's defaults, one client network.
-SAMPLE_PROXY = {"name": "egress-a", "port": 3128, "allowed_clients": ["10.20.0.0/16"], "address": "", "outside": {}}
+SAMPLE_PROXY = {"name": "egress-a", "port": 3128, "allowed_clients": ["10.20.0.0/16"], "address": "", "outside": {},
+                "metrics": True, "metrics_port": 9301, "metrics_clients": []}
 
 
 def read(*path):

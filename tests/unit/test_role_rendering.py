@@ -48,7 +48,7 @@ def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables()
         "user_data=egress_proxy__rendered) }}")
     # Each value of the mapping is the role's variable of that name.
     assert variables["egress_proxy__variables"] == {name: "{{ %s }}" % name for name in variables["egress_proxy__variables"]}
-    steps = tasks("arguments.yml")
+    steps = tasks("instances.yml")
     instances = named(steps, "Check the proxies of this hypervisor")["ansible.builtin.set_fact"]["egress_proxy__instances"]
     assert "egress_proxy__desired | egress_proxies.kvm.proxy_instances(egress_proxy__variables)" in instances
 
@@ -96,9 +96,10 @@ def test_the_converge_shows_every_argument_it_passes():
 def test_the_templates_neither_include_one_another_nor_call_the_template_lookup():
     """The lookup deep-copies all of the host's variables on every call: the role calls it once per template and proxy
     (the set_fact above). squid.conf is the proxy's policy, not its user-data: the user-data neither includes it nor
-    writes a file, and squid.conf.j2 computes its settings itself."""
+    writes a squid file (only the exporter's arguments), and both templates compute the settings themselves."""
     for _fact, template in PROXY_TEMPLATES:
         assert "lookup(" not in read("templates", template) and "{% include" not in read("templates", template), template
+        assert "egress_proxy_instance | egress_proxies.kvm.squid_settings(" in read("templates", template), template
     user_data = read("templates", "user-data.yml.j2")
-    assert "write_files" not in user_data and "squid_settings" not in user_data and "egress_proxy__squid" not in user_data
-    assert "egress_proxy_instance | egress_proxies.kvm.squid_settings(" in read("templates", "squid.conf.j2")
+    assert user_data.count("- path:") == 1 and "- path: /etc/default/prometheus-squid-exporter" in user_data
+    assert "/etc/squid" not in user_data

@@ -47,6 +47,14 @@ INTERNAL_NETWORKS = (
 _USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 # The hash password_hash.squid_user_hash writes: SHA-512-crypt with its rounds, salt and hash in crypt's alphabet.
 _USER_HASH = re.compile(r"\$6\$rounds=[0-9]{4,9}\$[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}")
+# The loopback ports of the metrics: prometheus-squid-exporter listens on the first, and reads squid's cache manager on
+# the second, which squid opens for the exporter alone. Neither can be the proxy's port or its metrics port.
+EXPORTER_PORT = 19301
+MANAGER_PORT = 13128
+LOOPBACK_PORTS = (EXPORTER_PORT, MANAGER_PORT)
+SYSLOG_PROTOCOLS = ("udp", "tcp")
+# host:port of the syslog server: an IPv4 address, or an IPv6 one in brackets.
+_SYSLOG_SERVER = re.compile(r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<ipv4>[^:\[\]]*)):(?P<port>[^:]*)")
 
 
 def _port(value):
@@ -150,7 +158,57 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     }
     settings["dns_nameservers"] = _nameservers(proxy, problems)
     settings.update(_policy(proxy, [nic.network for nic in (inside, outside) if nic is not None], problems))
+    settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
+    settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
     return settings, problems
+
+
+def _metrics(proxy, port, allowed_clients, problems):
+    """Where squid serves the exporter's metrics (``metrics_port``, None when off) and to whom (``metrics_clients``:
+    the given ones, else the proxy's own clients)."""
+    metrics = proxy.get("metrics", False)
+    if not isinstance(metrics, bool):
+        problems.append("egress_proxy_metrics %s is not a boolean" % quoted(metrics))
+        metrics = False
+    if port in LOOPBACK_PORTS:
+        problems.append("port %d is a loopback port of the metrics (%s); choose another"
+                        % (port, " and ".join(str(number) for number in LOOPBACK_PORTS)))
+    if not metrics:
+        return {"metrics_port": None, "metrics_clients": [], "exporter_port": EXPORTER_PORT, "manager_port": MANAGER_PORT}
+    metrics_port = _port(proxy.get("metrics_port"))
+    if metrics_port is None:
+        problems.append("egress_proxy_metrics_port %s is not a port between 1 and %d in ASCII digits"
+                        % (quoted(proxy.get("metrics_port")), MAX_PORT))
+    elif metrics_port == port or metrics_port in LOOPBACK_PORTS:
+        problems.append("egress_proxy_metrics_port %d is %s; choose another" % (
+            metrics_port, "the proxy's port" if metrics_port == port else "a loopback port of the metrics"))
+    given = proxy.get("metrics_clients") or []
+    networks = [ip_network(client) for client in given]
+    bad = ["egress_proxy_metrics_clients[%d] %s" % (index, quoted(client))
+           for index, (client, network) in enumerate(zip(given, networks)) if network is None]
+    if bad:
+        problems.append("%s: not an IPv4 or IPv6 address or network (address/prefix, no host bits, no %%scope)" % ", ".join(bad))
+    clients = [_client(network) for network in networks if network is not None] if given else list(allowed_clients)
+    return {"metrics_port": metrics_port, "metrics_clients": clients, "exporter_port": EXPORTER_PORT,
+            "manager_port": MANAGER_PORT}
+
+
+def _syslog(server, protocol, problems):
+    """The access log's remote copy as squid's log module writes it (``udp://198.51.100.7:514``), or None."""
+    if not server:
+        return None
+    if protocol not in SYSLOG_PROTOCOLS:
+        problems.append("egress_proxy_syslog_protocol %s is not one of %s" % (quoted(protocol), ", ".join(SYSLOG_PROTOCOLS)))
+        return None
+    found = _SYSLOG_SERVER.fullmatch(server) if isinstance(server, str) else None
+    address = found and ip_address(found.group("ipv6") if found.group("ipv6") is not None else found.group("ipv4"))
+    port = found and _port(found.group("port"))
+    if not address or port is None or (address.version == 6) != (found.group("ipv6") is not None):
+        problems.append("egress_proxy_syslog %s is not host:port with an IP address (198.51.100.7:514, "
+                        "[2001:db8::7]:514); squid reads the address once, when it loads its configuration" % quoted(server))
+        return None
+    host = "[%s]" % address if address.version == 6 else str(address)
+    return "%s://%s:%d" % (protocol, host, port)
 
 
 def _nameservers(proxy, problems):

@@ -34,8 +34,10 @@ SYSTEMCTL = '#!/bin/sh\necho "$@" >> "$ROOT/systemctl.log"\n'
 
 def restriction_argv(rpcs):
     """The runcmd entry that restricts the agent, from the rendered user-data (None when there is none)."""
-    variables = dict(role_defaults(), egress_proxy_guest_agent_rpcs=rpcs, egress_proxy_instance={"name": "proxy-a"})
-    user_data = yaml.safe_load(render("user-data.yml.j2", variables))
+    settings = dict(egress_proxy_bridge="br0", egress_proxy_allowed_clients=["10.0.0.0/8"], egress_proxy_guest_agent_rpcs=rpcs,
+                    egress_proxy_image={"name": "debian-12", "url": "https://images.example/d.qcow2"})
+    (instance,) = role_instances([{"name": "proxy-a"}], role_variables(**settings))
+    user_data = yaml.safe_load(render("user-data.yml.j2", dict(role_defaults(), egress_proxy_instance=instance, **settings)))
     scripts = [entry for entry in user_data["runcmd"] if isinstance(entry, list) and "qemu-ga.conf" in " ".join(entry)]
     return scripts[0] if scripts else None
 

@@ -72,8 +72,10 @@ SQUID_VALUES = [
 ]
 OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
 # The directives squid.conf.j2 writes, by their first word, for the proxy below: its clients, ports and CONNECT, the
-# internal destinations (deny_internal's default), five rules.
-DIRECTIVES = (["http_port"] + ["acl"] * (4 + len(internal_networks())) + ["http_access"] * 5
+# internal destinations (deny_internal's default), five rules; the metrics (the role's default): their two ports, the
+# exporter behind one, its three acls and five rules.
+DIRECTIVES = (["http_port"] * 3 + ["cache_peer"] + ["acl"] * 3 + ["cache_peer_access"] * 2
+              + ["acl"] * (4 + len(internal_networks())) + ["http_access"] * 10
               + ["forwarded_for", "via", "cache", "reply_header_add", "coredump_dir", "shutdown_lifetime"])
 
 
@@ -81,7 +83,8 @@ def instance(**overrides):
     """One instance as the filter proxy_instances fills it in."""
     entry = {"name": "egress-1", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10, "mac": "",
              "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
-             "dns": [], "search": [], "outside": {}}
+             "dns": [], "search": [], "outside": {}, "metrics": True, "metrics_port": 9301, "metrics_clients": [],
+             "syslog": "", "syslog_protocol": "udp"}
     entry.update(overrides)
     return entry
 

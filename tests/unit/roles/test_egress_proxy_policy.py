@@ -66,7 +66,10 @@ def access_rules(squid):
     return [line for line in squid.splitlines() if line.startswith("http_access")]
 
 
-COMMON_RULES = ["http_access deny !safe_ports", "http_access deny CONNECT !connect_ports",
+# The metrics port for its clients alone, the cache manager for the exporter alone (the role's default: metrics on).
+COMMON_RULES = ["http_access allow egress_metrics egress_metrics_clients !manager", "http_access deny egress_metrics",
+                "http_access allow egress_manager manager localhost", "http_access deny egress_manager",
+                "http_access deny manager", "http_access deny !safe_ports", "http_access deny CONNECT !connect_ports",
                 "http_access deny !egress_clients"]
 # (overrides, the http_access rules after COMMON_RULES).
 COMBINATIONS = [
