@@ -59,7 +59,7 @@ def metrics_file_sd(fresh, previous, inventory_hosts):
     try:
         return file_sd(fresh, previous, inventory_hosts)
     except TargetsError as error:
-        raise AnsibleFilterError("The scrape targets cannot be joined with the file as it is: %s." % error)
+        raise AnsibleFilterError("The scrape targets cannot be joined with the file as it is: %s." % error) from None
 
 
 class FilterModule:

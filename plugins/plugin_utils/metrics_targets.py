@@ -60,7 +60,7 @@ def _previous_groups(text):
     try:
         previous = json.loads(text)
     except ValueError as error:
-        raise TargetsError("it is not JSON (%s)" % error)
+        raise TargetsError("it is not JSON (%s)" % error) from None
     if not isinstance(previous, list) or not all(
             isinstance(group, dict) and isinstance(group.get("labels"), dict) and "hypervisor" in group["labels"]
             for group in previous):
