@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
-from tests.lab import config, hypervisors, origin
+from tests.lab import config, hypervisors, monitoring, origin
 from tests.unit.role_templates import user_data_parts
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -65,6 +65,12 @@ PASSWORD = "eptest-pw:%s#Zq" % secrets.token_hex(8)
 CHECK_DENIED_TASK = "Check that each proxy refused egress_proxy_verify_denied_url"
 CHECK_USERS_TASK = "Check that each proxy with users asked for credentials"
 SQUID_REFUSED = "ERR_ACCESS_DENIED 0"
+# Where the proxy's monitoring listens, in lab-hv1's LAN namespace at its LAN address (the one metrics client).
+PROMETHEUS_PORT = 9090
+SYSLOG_PORT = 5514
+METRICS_PORT = 9301
+# The shipped alert rules, loaded by the lab's Prometheus as an operator's would (its test is promtool's, in unit).
+ALERT_RULES = os.path.join(hypervisors.REPO_ROOT, "roles", "egress_proxy", "files", "prometheus", "egress-proxy-alerts.yml")
 SQUID_AUTH = "ERR_CACHE_ACCESS_DENIED 0"
 
 
@@ -126,12 +132,15 @@ def through_proxy(netns, proxy, url, source=None, credentials=(USER, PASSWORD), 
     return Answer(completed.returncode, int((connect if tunnel else status) or 0), header, squid_error, body)
 
 
-def two_nic_vars(net_fleet, inside, outside, denied):
+def two_nic_vars(net_fleet, inside, outside, denied, file_sd):
     """The proxy's variables: its addresses, and a policy that allows the lab's names and the outside segment, denies
-    the address denied on it, and asks for USER's credentials; verify.yml asks for the denied address's origin."""
+    the address denied on it, and asks for USER's credentials; verify.yml asks for the denied address's origin. Its
+    metrics for the LAN's address alone, its scrape target written to file_sd, its access lines to the LAN's syslog."""
     spec = net_fleet.hv1
     image = "http://127.0.0.1:8642/"
     return net_fleet.role_vars(
+        egress_proxy_metrics_clients=[spec.lan_address + "/32"], egress_proxy_metrics_file_sd=file_sd,
+        egress_proxy_syslog="%s:%d" % (spec.lan_address, SYSLOG_PORT),
         egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
                             "checksum": "sha256:" + image + config.SHA256SUMS},
         egress_proxy_memory_mib=512, egress_proxy_disk_size_gb=4, egress_proxy_wait_for_ip=True,
@@ -246,6 +255,50 @@ def denied_origin(net_fleet, tmp_path):
                        check=False)
 
 
+Monitoring = namedtuple("Monitoring", "file_sd syslog_log query targets")
+
+
+@pytest.fixture
+def lan_monitoring(net_fleet, tmp_path):
+    """Prometheus (scraping the targets the role writes into file_sd, with the shipped alert rules) and a syslog server
+    (rsyslogd over UDP) in lab-hv1's LAN namespace, where an operator's monitoring would reach the proxies' inside."""
+    spec = net_fleet.hv1
+    workdir, file_sd, syslog_log = tmp_path / "monitoring", tmp_path / "egress-proxies.json", tmp_path / "syslog.log"
+    monitoring.ensure_prometheus(spec.lan_netns, spec.lan_address, PROMETHEUS_PORT, str(workdir), str(file_sd),
+                                 rule_files=[ALERT_RULES])
+    try:
+        monitoring.ensure_syslog(spec.lan_netns, spec.lan_address, SYSLOG_PORT, "udp", str(syslog_log), str(workdir))
+        yield Monitoring(str(file_sd), syslog_log,
+                         lambda expr: monitoring.prometheus_query(spec.lan_netns, spec.lan_address, PROMETHEUS_PORT, expr),
+                         lambda: monitoring.prometheus_targets(spec.lan_netns, spec.lan_address, PROMETHEUS_PORT))
+    finally:
+        monitoring.stop_syslog(str(workdir))
+        monitoring.stop_prometheus(str(workdir))
+
+
+def polled(what, read, done, timeout=90):
+    """read() until done(value) holds (Prometheus scrapes every 2 s); the value, or a failure naming what and it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, "%s: still %r after %d s" % (what, value, timeout)
+        time.sleep(1)
+
+
+def requests_counted(lan_monitoring):
+    """squid's request counter of the proxy as Prometheus last scraped it (None before its first scrape)."""
+    found = lan_monitoring.query('squid_client_http_requests_total{job="egress_proxy",proxy="%s"}' % PROXY)
+    return int(float(found[0]["value"][1])) if found else None
+
+
+def access_lines(lan_monitoring, text):
+    """The access lines the syslog server got that hold text."""
+    received = lan_monitoring.syslog_log.read_text() if lan_monitoring.syslog_log.exists() else ""
+    return [line for line in received.splitlines() if text in line]
+
+
 def logged(*paths):
     """The text of the origins' log files (each origin logs a line per request it got)."""
     texts = []
@@ -256,13 +309,14 @@ def logged(*paths):
 
 
 @pytest.mark.boot
-def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider, denied_origin):
+def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider, denied_origin,
+                                                                                 lan_monitoring):
     spec = net_fleet.hv1
     inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
     elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
     origin = spec.origin_url(spec.outside_address)
     denied, denied_log = denied_origin
-    variables = two_nic_vars(net_fleet, inside, outside, denied)
+    variables = two_nic_vars(net_fleet, inside, outside, denied, lan_monitoring.file_sd)
     inventory = with_lan_client(net_fleet, variables, elsewhere)
 
     # At -vvv with --diff: the output that must not hold the password.
@@ -334,6 +388,46 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
         answer = through_proxy(spec.lan_netns, squid, origin, credentials=credentials)
         assert answer[:4] == (0, 407, PROXY, SQUID_AUTH), (credentials and "wrong password", answer)
 
+    # Observability. deploy.yml wrote the proxy's scrape target; Prometheus scrapes it, and sees its counter rise.
+    observed_started = time.monotonic()
+    with open(lan_monitoring.file_sd) as handle:
+        assert json.load(handle) == [{"targets": ["%s:%d" % (host(inside), METRICS_PORT)],
+                                      "labels": {"hypervisor": HV1, "proxy": PROXY, "owner": "eptest-net"}}]
+    before = polled("the proxy's request counter in Prometheus", lambda: requests_counted(lan_monitoring),
+                    lambda counted: counted is not None)
+    allowed_url = spec.origin_url(config.ORIGIN_NAME)
+    for _request in range(5):
+        assert through_proxy(spec.lan_netns, squid, allowed_url)[:3] == (0, 200, PROXY)
+    polled("the proxy's request counter after 5 requests (%d before)" % before, lambda: requests_counted(lan_monitoring),
+           lambda counted: counted >= before + 5)
+    # The shipped rules load, and none fires for this healthy proxy.
+    assert lan_monitoring.query('ALERTS{alertstate="firing"}') == []
+    # Each request reaches the syslog server as one line: the client, its user, the destination, the status.
+    unlisted = "eptest-%s.example" % secrets.token_hex(4)
+    assert through_proxy(spec.lan_netns, squid, "http://%s/" % unlisted).status == 403
+    lines = polled("the access lines of %s" % unlisted, lambda: access_lines(lan_monitoring, "dest=%s:80 " % unlisted),
+                   lambda found: found, timeout=30)
+    assert lines == ["<134>1 %s %s squid - access - client=%s user=%s method=GET dest=%s:80 status=403 bytes=%s "
+                     "result=TCP_DENIED" % (lines[0].split()[1], PROXY, spec.lan_address, USER, unlisted,
+                                            lines[0].split("bytes=")[1].split()[0])], lines
+    forwarded_line = "client=%s user=%s method=GET dest=%s:%d status=200 " % (
+        spec.lan_address, USER, config.ORIGIN_NAME, config.ORIGIN_PORT)
+    assert len(access_lines(lan_monitoring, forwarded_line)) >= 5, lan_monitoring.syslog_log.read_text()[-3000:]
+    # The scrapes are not shipped; the metrics port refuses a client that is not a metrics client.
+    assert access_lines(lan_monitoring, "squid-internal-mgr") == access_lines(lan_monitoring, "cache_object") == []
+    refused_metrics = subprocess.run(["ip", "netns", "exec", spec.lan_netns, "curl", "--silent", "--interface", lan_outsider,
+                                      "--output", "/dev/null", "--write-out", "%{http_code}",
+                                      "http://%s:%d/metrics" % (host(inside), METRICS_PORT)],
+                                     capture_output=True, text=True, timeout=60, check=False)
+    assert refused_metrics.stdout == "403", refused_metrics
+    # status.yml shows the service beside the VM: its metrics page answers, and the requests it counted.
+    status = net_fleet.playbook("status.yml", inventory, timeout=300, extra_vars={"egress_proxy_hosts": HV1})
+    assert status.rc == 0, status
+    (rows,) = status.results("Show the same rows as JSON", HV1)
+    (row,) = [row for row in rows["status_rows"] if row["name"] == PROXY]
+    assert row["metrics"] == "up" and row["requests"] >= before + 5, row
+    print("observability: Prometheus, syslog and status checked in %.0f s" % (time.monotonic() - observed_started))
+
     # verify.yml, told the allowed origin is to be refused, fails naming the proxy, the client, the URL and the answer.
     forwarded = spec.origin_url(config.ORIGIN_NAME)
     wrong = net_fleet.playbook("verify.yml", inventory, timeout=300,
@@ -358,10 +452,17 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
 
     # A new static address is drift: the proxy is replaced (not waited for: its boot proves nothing new).
     moved = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST + 1)
-    replaced, proxy, _run = deploy(net_fleet, net_fleet.inventory(dict(two_nic_vars(net_fleet, moved, outside, denied),
+    replaced, proxy, _run = deploy(net_fleet, net_fleet.inventory(dict(two_nic_vars(net_fleet, moved, outside, denied,
+                                                                                    lan_monitoring.file_sd),
                                                                        egress_proxy_wait_for_ip=False)))
     assert [p["outcome"] for p in replaced["proxies"]] == ["replaced"], replaced
     assert proxy["created_at"] != kept["created_at"], (proxy, kept)
+    # Its scrape target moved with it, and Prometheus follows the file.
+    target = "%s:%d" % (host(moved), METRICS_PORT)
+    with open(lan_monitoring.file_sd) as handle:
+        assert [group["targets"] for group in json.load(handle)] == [[target]]
+    polled("Prometheus's targets", lambda: sorted(found["labels"]["instance"] for found in lan_monitoring.targets()),
+           lambda instances: instances == [target], timeout=30)
 
 
 @pytest.mark.parametrize("instances, message", [
