@@ -13,9 +13,9 @@ name: metrics_targets
 short_description: The Prometheus scrape targets of one hypervisor's egress proxies
 version_added: 0.5.0
 description:
-  - One C(file_sd) target group per proxy the hypervisor should run (state V(present)) with metrics on: its metrics
-    endpoint, at the address libvirt lists for it or else its static inside address, with the labels C(hypervisor),
-    C(proxy) and C(owner).
+  - One C(file_sd) target group per proxy the hypervisor should run (state V(present)) with metrics on. Its target is
+    the metrics endpoint at the address libvirt lists for it, or else its static inside address; its labels are
+    C(hypervisor), C(proxy) and C(owner).
   - The egress_proxy role writes every hypervisor's groups into one file with
     P(egress_proxies.kvm.metrics_file_sd#filter).
 author:
