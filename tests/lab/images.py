@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from tests.lab import config
-from tests.lab.shell import LabError, report, run
+from tests.lab.shell import LabError, report, run, write_if_changed
 
 RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_guest_image.sh")
 RECIPE_STAMP = os.path.join(config.CACHE_DIR, "%s.recipe-sha256" % config.GUEST_IMAGE)
@@ -36,13 +36,6 @@ def _read(path):
         return None
 
 
-def _write_if_changed(path, content):
-    if _read(path) == content:
-        return False
-    with open(path + ".partial", "wb") as handle:
-        handle.write(content)
-    os.replace(path + ".partial", path)
-    return True
 
 
 def guest_image_current():
@@ -68,18 +61,18 @@ def ensure_images():
                                check=False)
         if build.returncode != 0:
             raise LabError("building %s failed (rc=%d); its output is above" % (config.GUEST_IMAGE, build.returncode))
-        _write_if_changed(RECIPE_STAMP, (recipe_sha256() + "\n").encode())
+        write_if_changed(RECIPE_STAMP, (recipe_sha256() + "\n").encode())
         actions.append("built %s in %.0fs" % (config.GUEST_IMAGE, time.monotonic() - started))
     tiny_qcow2 = os.path.join(config.MIRROR_DIR, config.TINY_QCOW2)
     if not os.path.exists(tiny_qcow2):
         run(["qemu-img", "create", "-q", "-f", "qcow2", tiny_qcow2 + ".partial", TINY_QCOW2_SIZE])
         os.replace(tiny_qcow2 + ".partial", tiny_qcow2)
         actions.append("created %s" % config.TINY_QCOW2)
-    if _write_if_changed(os.path.join(config.MIRROR_DIR, config.TINY_RAW), tiny_raw_content()):
+    if write_if_changed(os.path.join(config.MIRROR_DIR, config.TINY_RAW), tiny_raw_content()):
         actions.append("wrote %s" % config.TINY_RAW)
     sums = "".join("%s  %s\n" % (sha256_file(os.path.join(config.MIRROR_DIR, name)), name)
                    for name in config.MIRROR_IMAGES)
-    if _write_if_changed(os.path.join(config.MIRROR_DIR, config.SHA256SUMS), sums.encode()):
+    if write_if_changed(os.path.join(config.MIRROR_DIR, config.SHA256SUMS), sums.encode()):
         actions.append("wrote %s" % config.SHA256SUMS)
     for action in actions:
         report(action)

@@ -9,23 +9,11 @@ is that command, for people and for libvirt's qemu+ssh (`?command=`).
 import os
 
 from tests.lab import config
-from tests.lab.shell import run
+from tests.lab.shell import run, write_if_changed
 
 SSHD = "/usr/sbin/sshd"
 
 
-def _write_if_changed(path, text, mode=0o644):
-    try:
-        with open(path) as handle:
-            if handle.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    with open(path + ".partial", "w") as handle:
-        handle.write(text)
-    os.chmod(path + ".partial", mode)
-    os.replace(path + ".partial", path)
-    return True
 
 
 def _ensure_key(path, comment):
@@ -74,9 +62,9 @@ def ensure_client_files(specs):
         actions += _ensure_key(host_key(spec), "egress-lab %s" % spec.name)
         known.append("%s,%s %s\n" % (spec.name, spec.address, _public_key(host_key(spec))))
         blocks.append("Host %s\n  HostName %s\n" % (spec.name, spec.address))
-        if _write_if_changed(authorized_keys(spec), _public_key(config.SSH_KEY) + "\n", 0o600):
+        if write_if_changed(authorized_keys(spec), _public_key(config.SSH_KEY) + "\n", 0o600):
             actions.append("authorised the controller's key on %s" % spec.name)
-    if _write_if_changed(config.SSH_KNOWN_HOSTS, "".join(known)):
+    if write_if_changed(config.SSH_KNOWN_HOSTS, "".join(known)):
         actions.append("wrote %s" % config.SSH_KNOWN_HOSTS)
     ssh_config = "".join(blocks) + (
         "Host *\n"
@@ -89,7 +77,7 @@ def ensure_client_files(specs):
         "  StrictHostKeyChecking yes\n"
         "  BatchMode yes\n"
         "  ConnectTimeout 10\n" % (config.SSH_USER, config.SSH_PORT, config.SSH_KEY, config.SSH_KNOWN_HOSTS))
-    if _write_if_changed(config.SSH_CONFIG, ssh_config):
+    if write_if_changed(config.SSH_CONFIG, ssh_config):
         actions.append("wrote %s" % config.SSH_CONFIG)
     return actions
 
@@ -111,7 +99,7 @@ def sshd_config(spec):
 
 def write_sshd_config(spec):
     """Write the hypervisor's sshd_config; True when it changed."""
-    return _write_if_changed(sshd_config_path(spec), sshd_config(spec), 0o600)
+    return write_if_changed(sshd_config_path(spec), sshd_config(spec), 0o600)
 
 
 def sshd_argv(spec):

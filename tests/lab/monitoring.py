@@ -25,7 +25,7 @@ import subprocess
 import time
 
 from tests.lab import namespaces
-from tests.lab.shell import LabError, read_pidfile, run
+from tests.lab.shell import LabError, read_pidfile, run, write_if_changed
 
 PROMETHEUS = "/usr/bin/prometheus"
 RSYSLOGD = "/usr/sbin/rsyslogd"
@@ -38,18 +38,6 @@ SYSLOG_PROTOCOLS = ("udp", "tcp")
 START_TIMEOUT = 30.0
 
 
-def _write_if_changed(path, text):
-    """Write text to path (atomically: Prometheus watches its file_sd files) unless it holds it; whether it changed."""
-    try:
-        with open(path) as handle:
-            if handle.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    with open(path + ".partial", "w") as handle:
-        handle.write(text)
-    os.replace(path + ".partial", path)
-    return True
 
 
 def _pid_running(pidfile, program):
@@ -166,7 +154,7 @@ def write_file_sd(path, targets, labels=None):
     Atomic (a rename), so Prometheus never reads half a file. It picks a change up within its refresh_interval.
     """
     group = {"targets": list(targets), "labels": dict(labels or {})}
-    return _write_if_changed(path, json.dumps([group], indent=2, sort_keys=True) + "\n")
+    return write_if_changed(path, json.dumps([group], indent=2, sort_keys=True) + "\n")
 
 
 def prometheus_pid(workdir):
@@ -200,7 +188,7 @@ def ensure_prometheus(netns, address, port, workdir, file_sd_path, rule_files=()
     """
     os.makedirs(workdir, exist_ok=True)
     paths = prometheus_paths(workdir)
-    changed = _write_if_changed(paths["config"], prometheus_config(file_sd_path, rule_files))
+    changed = write_if_changed(paths["config"], prometheus_config(file_sd_path, rule_files))
     pid = prometheus_pid(workdir)
     if pid:
         if not changed:
@@ -284,7 +272,7 @@ def ensure_syslog(netns, address, port, protocol, logfile, workdir):
     """
     os.makedirs(workdir, exist_ok=True)
     paths = syslog_paths(workdir, protocol, port)
-    changed = _write_if_changed(paths["config"], rsyslog_config(address, port, protocol, logfile, workdir))
+    changed = write_if_changed(paths["config"], rsyslog_config(address, port, protocol, logfile, workdir))
     actions = []
     if syslog_pid(workdir, protocol, port):
         if not changed:

@@ -15,6 +15,24 @@ def run(argv, check=True, capture=True):
     return result
 
 
+def write_if_changed(path, content, mode=0o644):
+    """Write content (bytes, or text as UTF-8) to path unless it holds it already; whether it changed. The file is
+    written beside the old one and renamed into place, so a reader (Prometheus watching a file_sd file, sshd) never
+    sees half of it."""
+    data = content.encode() if isinstance(content, str) else content
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return False
+    except FileNotFoundError:
+        pass
+    with open(path + ".partial", "wb") as handle:
+        handle.write(data)
+    os.chmod(path + ".partial", mode)
+    os.replace(path + ".partial", path)
+    return True
+
+
 def succeeds(argv):
     return run(argv, check=False).returncode == 0
 
