@@ -47,9 +47,9 @@ BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.1
 EXPORTER = "prometheus-squid-exporter"
 
 
-def rendered(entry=ENTRY, **overrides):
-    """(the user-data parsed, squid.conf) of the proxy of ``entry``, as the role renders them."""
-    (proxy,) = role_set_args([dict(entry)], **dict(BASE, **overrides))["proxies"]
+def rendered(**overrides):
+    """(the user-data parsed, squid.conf) of the proxy ENTRY, as the role renders it with ``overrides``."""
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, **overrides))["proxies"]
     return user_data_document(proxy["user_data"]), policy_files(proxy)[SQUID_CONF]["content"]
 
 
