@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, report
+from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, b9_exporter, report
 from bench._common import (
     BUILD_COLLECTIONS,
     CACHE,
@@ -39,7 +39,7 @@ from bench._common import (
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
 
 
 def command_output(argv):
@@ -121,6 +121,7 @@ def main():
             "B6": lambda: b6_inventory.run(labels, [int(n) for n in args.entries.split(",")], args.runs),
             "B7": b7_egress.run,
             "B8": lambda: b8_policy.run(args.proxies),
+            "B9": b9_exporter.run,
         }
         for bench in ALL:
             if bench in only:
