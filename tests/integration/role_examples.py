@@ -32,6 +32,8 @@ NOT_RUN = {
               "them and squid -k parse reads the result; test_networking.py proves a policy on a booted proxy)",
     "Networking": "static addresses on a LAN and an uplink with a router (test_networking.py proves a two-NIC "
                   "proxy on the lab), and kvm_proxy_info's output",
+    "Observability": "Prometheus' own configuration and access lines (test_networking.py runs a Prometheus with the role's "
+                     "file_sd and the shipped rules, and a syslog server, against a booted proxy)",
 }
 # A block of the page that is inventory files starts with a comment naming its first file.
 FILE_HEADER = re.compile(r"^# (?P<path>\S+\.yml)$", re.M)

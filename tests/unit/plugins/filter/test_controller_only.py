@@ -48,6 +48,9 @@ for name in %(names)r:
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_file_sd import metrics_file_sd
+from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
+from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_targets import metrics_targets
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_report import proxy_report
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
@@ -72,6 +75,10 @@ ran["proxy_set_args"] = [proxy["name"] for proxy in arguments["proxies"]]
 ran["proxy_report"] = proxy_report({"proxies": [{"id": "hosts/hv1/domains/egress-a", "name": "egress-a", "state": None,
                                                 "ip": None, "outcome": "created"}],
                                     "removed": [], "spared": [], "foreign": []}, True)["proxies"]
+targets = metrics_targets([{"name": "egress-a", "ip": "10.0.0.5"}], instances, "hv1", "egress")
+ran["metrics_targets"] = targets["groups"][0]["targets"]
+ran["metrics_file_sd"] = len(metrics_file_sd({"hv1": targets["groups"]}, None, ["hv1"]))
+ran["metrics_pages"] = metrics_pages("@@egress-proxy-metrics http://10.0.0.5:9301/metrics 000\n")
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
 print(json.dumps(ran))
 '''
@@ -98,5 +105,8 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
             ["gc_grace_period must be a whole number of at least 0, got -1"]],
         "proxy_instances": "present",
         "proxy_set_args": ["egress-a"],
+        "metrics_targets": ["10.0.0.5:9301"],
+        "metrics_file_sd": 1,
+        "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None}},
         "proxy_report": ["hosts/hv1/domains/egress-a (would be created)"],
     }
