@@ -153,8 +153,8 @@ class Guest:
             if status.get("exited"):
                 out = base64.b64decode(status.get("out-data", "")).decode()
                 if status.get("exitcode") != 0:
-                    raise RuntimeError("%s in %s exited %s: %s" % (argv[0], self.domain, status.get("exitcode"),
-                                                                    base64.b64decode(status.get("err-data", "")).decode()[-1000:]))
+                    said = base64.b64decode(status.get("err-data", "")).decode()[-1000:]
+                    raise RuntimeError("%s in %s exited %s: %s" % (argv[0], self.domain, status.get("exitcode"), said))
                 return out
             time.sleep(0.2)
         raise RuntimeError("%s in %s did not end in %d s" % (argv[0], self.domain, timeout))
@@ -205,8 +205,13 @@ def metrics_page(address):
                                 "%{http_code} %{size_download}", "--max-time", "10",
                                 "http://%s:%d/metrics" % (address, METRICS_PORT)],
                                capture_output=True, text=True, check=False)
-    code, _, size = completed.stdout.strip().partition(" ")
+    code, _blank, size = completed.stdout.strip().partition(" ")
     return code or "000", int(size or 0)
+
+
+def answered(page):
+    """page ((status, ...)) when its status is 200, else None (wait_until waits on)."""
+    return page if page[0] == "200" else None
 
 
 def wait_until(probe, timeout, what, interval=1.0):
@@ -267,8 +272,7 @@ def run():
             wait_until(lambda: status_code(address) == "200", ANSWER_TIMEOUT, "%s answering 200 through squid" % DOMAIN)
             served = time.monotonic() - started
             boots_done = first_boots_done(on, [DOMAIN], started, WAIT_TIMEOUT)
-            page = wait_until(lambda: (lambda got: got[0] == "200" and got)(metrics_page(address)), ANSWER_TIMEOUT,
-                              "the metrics page of %s" % DOMAIN)
+            page = wait_until(lambda: answered(metrics_page(address)), ANSWER_TIMEOUT, "the metrics page of %s" % DOMAIN)
             with open(file_sd) as handle:
                 targets = json.load(handle)
             results["deploy"] = {"playbook": rounded(deploy_seconds), "served": rounded(served),

@@ -36,8 +36,6 @@ def _read(path):
         return None
 
 
-
-
 def guest_image_current():
     image = os.path.join(config.MIRROR_DIR, config.GUEST_IMAGE)
     stamp = _read(RECIPE_STAMP)

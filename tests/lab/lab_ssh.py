@@ -14,8 +14,6 @@ from tests.lab.shell import run, write_if_changed
 SSHD = "/usr/sbin/sshd"
 
 
-
-
 def _ensure_key(path, comment):
     if os.path.exists(path) and os.path.exists(path + ".pub"):
         return []

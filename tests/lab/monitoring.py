@@ -38,8 +38,6 @@ SYSLOG_PROTOCOLS = ("udp", "tcp")
 START_TIMEOUT = 30.0
 
 
-
-
 def _pid_running(pidfile, program):
     """The pid in pidfile when that process runs program (a path or base name), else None."""
     pid = read_pidfile(pidfile)
