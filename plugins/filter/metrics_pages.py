@@ -35,8 +35,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - By URL, C(answer) (V(up), V(squid down), V(refused) for squid's 403, V(no answer), or C(HTTP) and the status) and
-      C(requests) (an integer, or V(null) when the page did not give it).
+    - By URL, C(answer) (V(up), V(squid down), V(exporter down) for squid's 502, V(refused) for squid's 403,
+      V(no answer), or C(HTTP) and the status) and C(requests) (an integer, or V(null) when the page did not give it).
   type: dict
 """
 

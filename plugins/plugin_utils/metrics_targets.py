@@ -85,6 +85,8 @@ def _answer(status, page):
         return "no answer"
     if status == "403":
         return "refused"
+    if status == "502":
+        return "exporter down"
     if status != "200":
         return "HTTP %s" % status
     return "up" if 'squid_up{host="127.0.0.1"} 1' in page else "squid down"
@@ -92,8 +94,9 @@ def _answer(status, page):
 
 def metrics_pages(text):
     """The metrics pages curl fetched one after another (each followed by a PAGE_MARKER line with its URL and status),
-    as ``{url: {"answer", "requests"}}``: ``answer`` up, squid down (the exporter answers, squid does not), refused
-    (squid's 403: the reader is not one of the metrics clients), no answer, or HTTP and the status; ``requests`` the
+    as ``{url: {"answer", "requests"}}``: ``answer`` up, squid down (the exporter answers, squid does not), exporter
+    down (squid's 502: squid answers, the exporter does not), refused (squid's 403: the reader is not one of the metrics
+    clients), no answer, or HTTP and the status; ``requests`` the
     requests squid counted since it started, or None."""
     pages, lines = {}, []
     for line in text.splitlines():

@@ -213,11 +213,13 @@ def test_status_reads_each_page_curl_fetched():
     text = "\n".join([PAGE % 1, "%s http://198.51.100.5:9301/metrics 200" % marker,
                       PAGE % 0, "%s http://198.51.100.6:9301/metrics 200" % marker,
                       "<html>403</html>", "%s http://198.51.100.7:9301/metrics 403" % marker,
+                      "<html>502</html>", "%s http://198.51.100.9:9301/metrics 502" % marker,
                       "", "%s http://198.51.100.8:9301/metrics 000" % marker])
     assert metrics_pages(text) == {
         "http://198.51.100.5:9301/metrics": {"answer": "up", "requests": 1234},
         "http://198.51.100.6:9301/metrics": {"answer": "squid down", "requests": 1234},
         "http://198.51.100.7:9301/metrics": {"answer": "refused", "requests": None},
+        "http://198.51.100.9:9301/metrics": {"answer": "exporter down", "requests": None},
         "http://198.51.100.8:9301/metrics": {"answer": "no answer", "requests": None}}
 
 
