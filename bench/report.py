@@ -607,6 +607,40 @@ def b9_section(results, b9, plots):
     return lines
 
 
+@section("B10", "## B10: the module's start")
+def b10_section(results, b10, plots):
+    by = b10["by"]
+    labels = [label for label in ("baseline", "now") if label in by]
+    lines = ["Each module's no-op task on libvirt's test driver (`bench/b10_module_start.py`: test:///default, in "
+             "the module's own process, so no libvirtd's handshake is in the figures; a listing of a uid no domain "
+             "carries, the absent state of names that do not exist) with "
+             "`ansible localhost -m` and /usr/bin/python3 %s. The payload is the AnsiballZ file Ansible built "
+             "(ANSIBLE_KEEP_REMOTE_FILES), with the collection's module_utils files its zip holds; the import is a fresh "
+             "/usr/bin/python3 importing the module from that zip, as AnsiballZ runs it, and the heavy libraries that "
+             "import ran (in sys.modules after it). Medians of %s runs, and the import's fastest run: the machine is shared, "
+             "and the least disturbed run is the closest to the import's own cost; ansible.builtin.ping's task beside them: %.2f s. %s" % (
+                 results["machine"]["hypervisor_python"], results.get("runs_of", {}).get("B10", "the"),
+                 b10["ping"]["median"],
+                 "Baseline: the collection of %s, measured module by module beside the checkout's in the same run." % (
+                     b10.get("baseline") or "an earlier commit")
+                 if "baseline" in by else ""), ""]
+    titles = ["module"]
+    for label in labels:
+        titles += ["payload KiB (%s)" % label, "module_utils files (%s)" % label, "import ms, median (min) (%s)" % label,
+                   "libraries imported (%s)" % label, "task s (%s)" % label]
+    lines += table_head(titles, "l" + "rrrlr" * len(labels))
+    for module in by[labels[-1]]:
+        cells = [module]
+        for label in labels:
+            row = by[label][module]
+            imported = row["import"]
+            cells += ["%.0f" % row["payload_kib"], "%d" % len(row["module_utils"]),
+                      "%.0f (%.0f)" % (1000 * imported["median"], 1000 * min(imported["runs"])),
+                      ", ".join(row["imported_libraries"]) or "none", "%.2f" % row["task"]["median"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def address_plot(results, plots):
     """Time to first address for each path of B4 and B7, one bar each."""
     paths = []
@@ -725,8 +759,7 @@ def b2_section(results, b2, plots):
                 "(%.2f s at %d) is the cost of one module task over SSH rather than work per proxy. That cost is "
                 "sending the module and its module_utils (AnsiballZ), starting Python on the hypervisor with "
                 "libvirt and lxml, and opening the connection. What would close it: a smaller payload and fewer "
-                "imports at the module's start. Neither is measured apart yet; `python3 -X importtime` of the "
-                "module on the hypervisor is the next step." % (
+                "imports at the module's start: B10 measures both apart, each module beside its earlier self." % (
                     first["task"]["median"], counts[0], last["task"]["median"], big,
                     "main()" if counted_at(calls) else "whole flow", calls["proxies"], calls["seconds"],
                     " on its own, its connection included" if counted_at(calls) else " in the bench's process",
@@ -801,7 +834,8 @@ def write(paths):
                 " (with uncommitted changes)" if m["collection_dirty"] else "", results["peer"]))
     body = [head, b1_section(results, plots), b2_section(results, plots),
             b3_section(results, plots), b4_section(results, plots), b5_section(results, plots), b6_section(results, plots),
-            b7_section(results, plots), address_plot(results, plots), b8_section(results, plots), b9_section(results, plots)]
+            b7_section(results, plots), address_plot(results, plots), b8_section(results, plots), b9_section(results, plots),
+            b10_section(results, plots)]
     os.makedirs(IMAGES, exist_ok=True)
     for name, figure in plots:
         figure.savefig(os.path.join(IMAGES, name), dpi=110)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, b9_exporter, report
+from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, b9_exporter, b10_module_start, report
 from bench._common import (
     BUILD_COLLECTIONS,
     CACHE,
@@ -39,7 +39,7 @@ from bench._common import (
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10")
 
 
 def command_output(argv):
@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--entries", default="1,5,20", help="B6's hypervisor entry counts")
     parser.add_argument("--domains", default="100,1000", help="B3's domain counts")
     parser.add_argument("--proxies", type=int, default=10, help="B8's running proxies (a policy change, then a roll)")
-    parser.add_argument("--baseline", help="a commit whose collection B1 and B6 also run, for before/after")
+    parser.add_argument("--baseline", help="a commit whose collection B1, B6 and B10 also run, for before/after")
     parser.add_argument("--report-only", metavar="JSON", nargs="+",
                         help="only regenerate docs/performance.md and the plots, from these results files (each "
                              "benchmark from the last file that has it)")
@@ -122,6 +122,7 @@ def main():
             "B7": b7_egress.run,
             "B8": lambda: b8_policy.run(args.proxies),
             "B9": b9_exporter.run,
+            "B10": lambda: b10_module_start.run(labels, args.runs, args.baseline),
         }
         for bench in ALL:
             if bench in only:

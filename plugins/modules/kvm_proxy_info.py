@@ -286,8 +286,7 @@ proxies:
       sample: true
 """
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_info_argument_spec
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.task import ProxyInfoTask
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.info import ProxyInfoTask, kvm_proxy_info_argument_spec
 
 ARGUMENT_SPEC = kvm_proxy_info_argument_spec()
 

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import lazy_import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, control_character, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header import (
     MAX_HEADER_BYTES,
@@ -44,7 +44,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.header i
     parse_image_header,
 )
 
-requests, REQUESTS_REQUIREMENT = optional_import(
+requests, REQUESTS_REQUIREMENT = lazy_import(
     "requests", "requests", "python3-requests on Debian/Ubuntu/RHEL, requests from PyPI")
 
 MAX_BACKOFF = 60.0

@@ -20,13 +20,13 @@ import json
 import threading
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import VIR_ERR_NO_SUPPORT, TransientError, classify
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import lazy_import, optional_import
 
 libvirt, LIBVIRT_REQUIREMENT = optional_import(
     "libvirt", "libvirt-python", "python3-libvirt on Debian/Ubuntu/RHEL, libvirt-python from PyPI")
 # The guest agent's passthrough (virDomainQemuAgentCommand) ships in libvirt-python beside ``libvirt``, so
-# LIBVIRT_REQUIREMENT covers it.
-libvirt_qemu = optional_import("libvirt_qemu", "libvirt-python", LIBVIRT_REQUIREMENT[1])[0]
+# LIBVIRT_REQUIREMENT covers it. Imported at the first agent call: most tasks make none.
+libvirt_qemu = lazy_import("libvirt_qemu", "libvirt-python", LIBVIRT_REQUIREMENT[1])[0]
 
 DEFAULT_URI = "qemu:///system"
 

@@ -22,6 +22,7 @@ __metaclass__ = type
 
 import copy
 import datetime
+import json
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -188,3 +189,14 @@ def instance_metadata_from_domain_element(domain):
         spec_json=texts.get("spec"),
         policy_digest=texts.get("policyDigest"),
     )
+
+
+def recorded_spec(metadata):
+    """The spec a domain's metadata (InstanceMetadata or None) records, or None when absent or unreadable."""
+    if metadata is None or metadata.spec_json is None:
+        return None
+    try:
+        spec = json.loads(metadata.spec_json)
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None

@@ -15,10 +15,10 @@ __metaclass__ = type
 import re
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import lazy_import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal
 
-etree, LXML_REQUIREMENT = optional_import("lxml.etree", "lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI")
+etree, LXML_REQUIREMENT = lazy_import("lxml.etree", "lxml", "python3-lxml on Debian/Ubuntu/RHEL, lxml from PyPI")
 
 
 # libvirt's scaled integers (docs: "formatdomain.html#memory-allocation"):

@@ -36,14 +36,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import format_domain_id, validate_host_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_ipv4s
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339, recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active, libvirt_state_name, map_state
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import (
     describe_interfaces,
     egress_address,
     recorded_roles,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import recorded_spec
 
 # Hypervisors the inventory plugin reads at once. A read waits mostly on the
 # network (an SSH session, libvirt round trips), so threads overlap well; the

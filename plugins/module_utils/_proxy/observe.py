@@ -30,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent im
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import read_policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.cache import ensure_image
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_element
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import (
     VIR_DOMAIN_BLOCKED,
     VIR_DOMAIN_RUNNING,
@@ -45,7 +46,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml im
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
     ON_UNREACHABLE_AGENT_REPLACE,
     STATE_STOPPED,
-    recorded_spec,
     spec_digest,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict import (

@@ -427,17 +427,6 @@ def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=Non
                                   None if spec is None else _canonical_json(spec), policy_digest)
 
 
-def recorded_spec(metadata):
-    """The spec a domain's metadata (_metadata.InstanceMetadata or None) records, or None when absent or unreadable."""
-    if metadata is None or metadata.spec_json is None:
-        return None
-    try:
-        spec = json.loads(metadata.spec_json)
-    except ValueError:
-        return None
-    return spec if isinstance(spec, dict) else None
-
-
 def base_volume_of(identity):
     """The base volume an image identity (ProxyRequest.image_identity) names, when that is known without a download.
 

@@ -2,9 +2,11 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The tasks of kvm_proxy, kvm_proxy_set and kvm_proxy_info: the parameters validated, the flow run (_common.task).
+"""The tasks of kvm_proxy and kvm_proxy_set: the parameters validated, the flow run (_common.task).
 
-The only proxy file that needs Ansible: the flow itself (_proxy.flow) and the
+kvm_proxy_info's task is _proxy.info: apart, so that its payload and its start
+hold the listing and not the flow, the image cache or the seed builder.
+The only proxy files that need Ansible: the flow itself (_proxy.flow) and the
 listing (_proxy.inventory) import without it, so their unit tests run on any Python.
 """
 
@@ -12,8 +14,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_host_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.task import Task
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.download import REQUESTS_REQUIREMENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DownloadOptions
@@ -23,7 +23,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
     KVM_PROXY_SET_REQUIRED_IF,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import get_proxy, list_proxies, resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest, SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import PYCDLIB_REQUIREMENT
 
@@ -63,22 +62,3 @@ class ProxySetTask(ProxyTask):
         for entry in result["proxies"] + result["removed"]:
             self.kvm.result(entry)  # each proxy's warnings are the task's, before the set's
         return super().returned(result)
-
-
-class ProxyInfoTask(Task):
-    """kvm_proxy_info's task: reads the hypervisor; changes nothing."""
-
-    def validate(self):
-        if self.params["host"] is not None:
-            validate_host_name(self.params["host"])
-        if self.params["name"] is not None and not self.params["name"]:
-            raise ValidationError("name must not be empty; leave it out to list every proxy")
-
-    def run(self, hypervisor):
-        params = self.params
-        host = resolve_host(hypervisor, params["host"])
-        if params["name"] is not None:
-            entry = get_proxy(hypervisor, host, params["name"], uid=params["uid"])
-            return dict(changed=False, host=host, found=entry is not None, proxies=[] if entry is None else [entry])
-        proxies, warnings = list_proxies(hypervisor, host, uid=params["uid"], include_unmanaged=params["include_unmanaged"])
-        return dict(changed=False, host=host, found=bool(proxies), proxies=proxies, warnings=warnings)

@@ -27,9 +27,9 @@ import re
 import struct
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import lazy_import
 
-pycdlib, PYCDLIB_REQUIREMENT = optional_import("pycdlib", "pycdlib", "python3-pycdlib on Debian/Ubuntu, pycdlib from PyPI")
+pycdlib, PYCDLIB_REQUIREMENT = lazy_import("pycdlib", "pycdlib", "python3-pycdlib on Debian/Ubuntu, pycdlib from PyPI")
 
 # The volume label cloud-init's NoCloud datasource looks for.
 SEED_LABEL = "cidata"

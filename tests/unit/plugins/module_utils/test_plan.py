@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import TransientError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import optional_import
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.imports import lazy_import, optional_import
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Plan, Result, Step, execute
 
 
@@ -109,3 +109,22 @@ def test_optional_import_of_a_missing_library_gives_none_and_the_traceback():
     assert module is None
     assert (library, hint) == ("nosuch", "pip install nosuch")
     assert "ModuleNotFoundError" in error and "egress_proxies_no_such_library" in error
+
+
+def test_lazy_import_finds_the_library_without_importing_it(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    module, requirement = lazy_import("colorsys", "colorsys", "ships with Python")
+    assert requirement == ("colorsys", "ships with Python", None)
+    assert "colorsys" not in sys.modules
+    assert module.rgb_to_hsv(0, 0, 0) == (0, 0, 0)  # imported at its first use
+    assert "colorsys" in sys.modules
+
+
+def test_lazy_import_of_a_missing_library_gives_none_and_the_traceback():
+    for name in ("egress_proxies_no_such_library", "egress_proxies_no_such_package.etree"):
+        module, (library, hint, error) = lazy_import(name, "nosuch", "pip install nosuch")
+        assert module is None
+        assert (library, hint) == ("nosuch", "pip install nosuch")
+        assert "ModuleNotFoundError" in error and name.split(".", maxsplit=1)[0] in error
