@@ -16,7 +16,7 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from tests.lab import config
-from tests.unit.role_templates import squid_parsed, user_data_parts
+from tests.unit.role_templates import EXPORTER_DEFAULTS, squid_parsed, user_data_parts
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +34,17 @@ CONVERGE_TASK = "Converge the proxies of this hypervisor"
 # What squid -k parse reads from the role's squid.conf for role_vars(): the template's directives, none of a value's
 # (deny_internal's networks, squid.conf.j2's own list, elided).
 SQUID_DIRECTIVES = [
-    "http_port 3128", "acl egress_clients src 198.18.0.0/24", "acl safe_ports port 80 443 1025-65535",
+    "http_port 3128",
+    # The metrics (the role's default): squid serves the exporter on 9301, the cache manager to it alone.
+    "http_port 9301 accel defaultsite=metrics name=egress_metrics", "http_port 127.0.0.1:13128 name=egress_manager",
+    "cache_peer 127.0.0.1 parent 19301 0 no-query originserver name=egress_exporter",
+    "acl egress_metrics myportname egress_metrics", "acl egress_manager myportname egress_manager",
+    "acl egress_metrics_clients src 198.18.0.0/24", "cache_peer_access egress_exporter allow egress_metrics",
+    "cache_peer_access egress_exporter deny all",
+    "acl egress_clients src 198.18.0.0/24", "acl safe_ports port 80 443 1025-65535",
     "acl connect_ports port 443", "acl CONNECT method CONNECT", "acl internal_destinations dst ...",
+    "http_access allow egress_metrics egress_metrics_clients !manager", "http_access deny egress_metrics",
+    "http_access allow egress_manager manager localhost", "http_access deny egress_manager", "http_access deny manager",
     "http_access deny !safe_ports", "http_access deny CONNECT !connect_ports", "http_access deny !egress_clients",
     "http_access deny internal_destinations", "http_access allow all",
     "forwarded_for delete", "via off", "cache deny all", 'reply_header_add X-Egress-Proxy "%s" all' % STOPPED,
@@ -103,7 +112,8 @@ def seeded_squid_conf(lab, name):
                            "/dev/stdout"], capture_output=True, check=True).stdout
     # The user-data is a MIME multi-part, as cloud-init reads it: the role's cloud-config, then the policy's files.
     user_data, policy = (yaml.safe_load(part) for part in user_data_parts(read_iso(seed)["user-data"]))
-    assert "write_files" not in user_data
+    # It writes the exporter's arguments only; squid's files are the policy's.
+    assert [entry["path"] for entry in user_data["write_files"]] == [EXPORTER_DEFAULTS]
     (squid_conf,) = [entry["content"] for entry in policy["write_files"] if entry["path"] == "/etc/squid/squid.conf"]
     return squid_conf
 
