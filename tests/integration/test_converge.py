@@ -166,7 +166,8 @@ class Sampler:
         self._thread.join(timeout=30)
 
 
-# GET argv[2] through the proxy argv[1] into argv[3], 64 KiB every half second until the file argv[4] exists.
+# GET argv[2] through the proxy argv[1] into argv[3], 64 KiB every 2 seconds until the file argv[4] exists: 8 MiB would
+# take over 4 minutes, longer than the policy change takes on a loaded machine.
 SLOW_CLIENT = """
 import os, sys, time, urllib.request
 proxy, url, out, fast = sys.argv[1:5]
@@ -175,7 +176,7 @@ with opener.open(url, timeout=60) as response, open(out, "wb") as handle:
     for chunk in iter(lambda: response.read(65536), b""):
         handle.write(chunk)
         if not os.path.exists(fast):
-            time.sleep(0.5)
+            time.sleep(2)
 """
 
 
@@ -228,7 +229,7 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     enabled = {command["name"]: command["enabled"] for command in agent(spec, proxies[0], "guest-info")["supported_commands"]}
     assert enabled["guest-exec"] and enabled["guest-file-write"] and enabled["guest-network-get-interfaces"], enabled
     assert not enabled["guest-set-user-password"] and not enabled["guest-ssh-add-authorized-keys"], enabled
-    # 8 MiB through roll-1, read slowly (128 KiB/s) while the policy changes, then at full speed.
+    # 8 MiB through roll-1, read slowly (32 KiB/s) while the policy changes, then at full speed.
     body = os.urandom(8 << 20)
     (tmp_path / "origin" / "big.bin").write_bytes(body)
     fast = tmp_path / "fast"
