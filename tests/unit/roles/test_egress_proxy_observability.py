@@ -64,7 +64,10 @@ def test_metrics_are_served_by_squid_to_their_clients_alone_from_an_exporter_on_
     assert written == {"path": EXPORTER_DEFAULTS, "content": 'ARGS="-listen 127.0.0.1:%d -squid-hostname 127.0.0.1 '
                        '-squid-port %d -extractservicetimes=false"\n' % (EXPORTER_PORT, MANAGER_PORT)}
     assert EXPORTER in user_data["packages"]
-    assert ["systemctl", "restart", EXPORTER] in user_data["runcmd"]
+    # Listening before squid loads the configuration that makes it squid's peer (a peer squid finds closed answers 502
+    # until squid probes it again).
+    runcmd = user_data["runcmd"]
+    assert runcmd.index(["systemctl", "restart", EXPORTER]) < runcmd.index(["systemctl", "reload-or-restart", "squid"])
     # squid: the metrics port on the inside address, for the metrics clients, never the cache manager through it;
     # the manager on its loopback port for the exporter alone, and for no client anywhere.
     assert lines(squid, "http_port", "cache_peer ", "acl egress_metrics_clients") == [
