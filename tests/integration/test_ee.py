@@ -36,7 +36,7 @@ def _builder(*args, cwd=None):
 
 
 def _third_party_imports():
-    """Top-level modules the installed plugins import (directly or through optional_import) that neither
+    """Top-level modules the installed plugins import (directly, or through optional_import or lazy_import) that neither
     Python nor Ansible provides."""
     found = set()
     for directory, _dirs, files in os.walk(os.path.join(collection_artifact.INSTALLED, "plugins")):
@@ -49,9 +49,10 @@ def _third_party_imports():
                         found.update(alias.name.split(".")[0] for alias in node.names)
                     elif isinstance(node, ast.ImportFrom) and node.level == 0:
                         found.add(node.module.split(".")[0])
-                    elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "optional_import"
+                    elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("optional_import", "lazy_import")
                           and isinstance(node.args[0], ast.Constant)):
-                        # _imports.optional_import("lxml.etree", ...): the guarded imports of optional libraries.
+                        # optional_import("lxml.etree", ...), lazy_import("pycdlib", ...): the guarded imports of
+                        # optional libraries, the lazy ones imported at their first use.
                         found.add(node.args[0].value.split(".")[0])
     return sorted(found - set(sys.stdlib_module_names) - {"ansible", "ansible_collections", "__future__"})
 
