@@ -173,8 +173,9 @@ def _metrics(proxy, port, allowed_clients, problems):
     if port in LOOPBACK_PORTS:
         problems.append("port %d is a loopback port of the metrics (%s); choose another"
                         % (port, " and ".join(str(number) for number in LOOPBACK_PORTS)))
+    loopback = {"exporter_port": EXPORTER_PORT, "manager_port": MANAGER_PORT}
     if not metrics:
-        return {"metrics_port": None, "metrics_clients": [], "exporter_port": EXPORTER_PORT, "manager_port": MANAGER_PORT}
+        return dict(loopback, metrics_port=None, metrics_clients=[])
     metrics_port = _port(proxy.get("metrics_port"))
     if metrics_port is None:
         problems.append("egress_proxy_metrics_port %s is not a port between 1 and %d in ASCII digits"
@@ -189,8 +190,7 @@ def _metrics(proxy, port, allowed_clients, problems):
     if bad:
         problems.append("%s: not an IPv4 or IPv6 address or network (address/prefix, no host bits, no %%scope)" % ", ".join(bad))
     clients = [_client(network) for network in networks if network is not None] if given else list(allowed_clients)
-    return {"metrics_port": metrics_port, "metrics_clients": clients, "exporter_port": EXPORTER_PORT,
-            "manager_port": MANAGER_PORT}
+    return dict(loopback, metrics_port=metrics_port, metrics_clients=clients)
 
 
 def _syslog(server, protocol, problems):

@@ -69,6 +69,13 @@ SQUID_VALUES = [
     ("allowed_destinations", lambda text: {"instance": {"allowed_destinations": [".example.com", "10.0.0.0/8" + text]}}),
     ("denied_destinations", lambda text: {"egress_proxy_denied_destinations": [text + "example.com"]}),
     ("users", lambda text: {"instance": {"users": [{"name": "alice" + text, "hash": squid_user_hash("o", "alice", "x")}]}}),
+    ("egress_proxy_metrics_port", lambda text: {"egress_proxy_metrics_port": "9301" + text}),
+    ("egress_proxy_metrics_port", lambda text: {"egress_proxy_metrics_port": text + "9301"}),
+    ("egress_proxy_metrics_clients", lambda text: {"egress_proxy_metrics_clients": ["10.0.0.0/8" + text + INJECTED]}),
+    ("egress_proxy_syslog", lambda text: {"egress_proxy_syslog": "198.51.100.7:514" + text}),
+    ("egress_proxy_syslog", lambda text: {"egress_proxy_syslog": "[2001:db8::7" + text + "]:514"}),
+    ("egress_proxy_syslog_protocol", lambda text: {"egress_proxy_syslog": "198.51.100.7:514",
+                                                   "egress_proxy_syslog_protocol": "udp" + text}),
 ]
 OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
 # The directives squid.conf.j2 writes, by their first word, for the proxy below: its clients, ports and CONNECT, the
@@ -95,7 +102,9 @@ def role_variables(overrides):
                      egress_proxy_image={"name": "debian-12", "url": "https://images.example/debian-12.qcow2"})
     entry = instance(**overrides.get("instance", {}))
     variables.update((key, value) for key, value in overrides.items() if key != "instance")
-    for key in ("allowed_clients", "allowed_destinations", "denied_destinations"):
+    # The role's variables an instance carries (proxy_instances fills them in): the role-wide squid settings too.
+    for key in ("allowed_clients", "allowed_destinations", "denied_destinations", "metrics_port", "metrics_clients",
+                "syslog", "syslog_protocol"):
         if "egress_proxy_" + key in overrides:
             entry[key] = overrides["egress_proxy_" + key]
     entry["outside"] = dict(variables["egress_proxy_outside"], **entry["outside"])
