@@ -53,6 +53,9 @@ options:
         libssh transport hangs or crashes the process on replies over a few kilobytes, even one connection at a time.
         To check host keys against a known_hosts file of your own, point the URI's C(command=) at an ssh wrapper that
         passes C(-o UserKnownHostsFile=...) (docs/awx.md shows one).
+      - Each entry is an SSH session and a libvirt handshake. With many entries, or an inventory read often, let ssh share
+        one connection per hypervisor (C(ControlMaster auto), C(ControlPath), C(ControlPersist 60) in the ssh_config
+        libvirt's ssh reads); later sessions then skip the key exchange. The lab does this (docs/performance.md, B6).
     type: list
     elements: dict
     default: [{uri: "qemu:///system"}]

@@ -251,11 +251,12 @@ def test_the_inventory_plugin_reads_each_hypervisor_over_qemu_ssh_with_host_keys
         for proxy in group:
             assert listing["_meta"]["hostvars"][proxy]["kvm_proxy_id"] == "hosts/%s/domains/%s" % (host, proxy)
 
-    # The same URIs with a known_hosts file that does not know lab-hv2's key: refused, naming it.
+    # The same URIs with a known_hosts file that does not know lab-hv2's key: refused, naming it. Its own connection
+    # (ControlPath none): a session on the lab's shared one would not check the host key again.
     empty = hv_fleet.tmp_path / "known_hosts"
     empty.write_text("")
     wrapper = hv_fleet.tmp_path / "ssh-unknown-hosts"
-    wrapper.write_text('#!/bin/sh\nexec ssh -F %s -o UserKnownHostsFile=%s "$@"\n' % (config.SSH_CONFIG, empty))
+    wrapper.write_text('#!/bin/sh\nexec ssh -F %s -o ControlPath=none -o UserKnownHostsFile=%s "$@"\n' % (config.SSH_CONFIG, empty))
     wrapper.chmod(0o755)
     refused = _inventory_plugin(hv_fleet, "  - {uri: '%s'}\n" % hv_fleet.hv2.uri.replace(config.LAB_SSH, str(wrapper)), "--list")
     assert refused.returncode != 0

@@ -81,6 +81,8 @@ SSH_DIR = os.path.join(RUN_DIR, "ssh")
 SSH_KEY = os.path.join(SSH_DIR, "id_ed25519")
 SSH_KNOWN_HOSTS = os.path.join(SSH_DIR, "known_hosts")
 SSH_CONFIG = os.path.join(SSH_DIR, "config")
+# ssh's shared connections (ControlMaster), one socket per hypervisor: %C is a hash of host, port and user.
+SSH_CONTROL_PATH = os.path.join(SSH_DIR, "cm-%C")
 SSH_USER = "root"
 SSH_PORT = 22
 # ssh -F SSH_CONFIG: libvirt's qemu+ssh runs it through ?command=, with host keys checked.

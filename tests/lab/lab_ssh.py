@@ -74,7 +74,13 @@ def ensure_client_files(specs):
         "  GlobalKnownHostsFile /dev/null\n"
         "  StrictHostKeyChecking yes\n"
         "  BatchMode yes\n"
-        "  ConnectTimeout 10\n" % (config.SSH_USER, config.SSH_PORT, config.SSH_KEY, config.SSH_KNOWN_HOSTS))
+        "  ConnectTimeout 10\n"
+        # One SSH connection per hypervisor shared by every session for a minute: libvirt's qemu+ssh opens a
+        # session per connection (the kvm_proxies inventory one per entry), and each would pay a key exchange.
+        "  ControlMaster auto\n"
+        "  ControlPath %s\n"
+        "  ControlPersist 60\n" % (config.SSH_USER, config.SSH_PORT, config.SSH_KEY, config.SSH_KNOWN_HOSTS,
+                                    config.SSH_CONTROL_PATH))
     if write_if_changed(config.SSH_CONFIG, ssh_config):
         actions.append("wrote %s" % config.SSH_CONFIG)
     return actions
