@@ -111,8 +111,8 @@ options:
         type: str
       address:
         description:
-          - A static IPv4 address with its prefix length, for example V(198.18.11.50/24). Without it the NIC uses
-            DHCP.
+          - A static IPv4 address with its prefix length, for example V(198.18.11.50/24). Without it and without
+            O(interfaces[].address6) the NIC uses DHCP.
           - With a static address on any NIC, the seed carries a cloud-init network-config (version 2) listing every
             NIC by its MAC; a static NIC without O(interfaces[].mac) gets a MAC derived from the VM's name and the
             NIC's place in the list, so the configuration and the spec stay the same on every run.
@@ -120,11 +120,24 @@ options:
         type: str
       gateway:
         description:
-          - The default gateway of a static NIC; it must lie inside the prefix of O(interfaces[].address).
+          - The default IPv4 gateway of a static NIC; it must lie inside the prefix of O(interfaces[].address).
+        type: str
+      address6:
+        description:
+          - A static IPv6 address with its prefix length, for example V(2001:db8:11::50/64); a global or unique local
+            one, not the prefix's subnet-router anycast address, written without a V(%scope).
+          - With O(interfaces[].address) too the NIC is dual-stack; alone, IPv6-only (it asks for no DHCP lease).
+          - Like O(interfaces[].address), it makes the NIC static and brings the network-config. Two NICs of a VM cannot
+            share an address.
+        type: str
+      gateway6:
+        description:
+          - The default IPv6 gateway of a static NIC, another address inside the prefix of O(interfaces[].address6), or
+            a router's link-local address such as V(fe80::1) (on this NIC; written without a V(%scope)).
         type: str
       nameservers:
         description:
-          - DNS servers of a static NIC.
+          - DNS servers (IPv4 or IPv6) of a static NIC.
         type: list
         elements: str
       search:

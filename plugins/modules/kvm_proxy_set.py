@@ -108,6 +108,12 @@ options:
           gateway:
             description: As O(interfaces[].gateway).
             type: str
+          address6:
+            description: As O(interfaces[].address6).
+            type: str
+          gateway6:
+            description: As O(interfaces[].gateway6).
+            type: str
           nameservers:
             description: As O(interfaces[].nameservers).
             type: list

@@ -115,3 +115,14 @@ def ipv4_interface(text):
 def ipv4_address(text):
     """``text`` as an IPv4Address when it is one in plain ASCII, else None."""
     return _parsed_ip(text, ipaddress.IPv4Address)
+
+
+def ipv6_interface(text):
+    """``text`` as an IPv6Interface when it is an IPv6 address with its prefix length (2001:db8:11::50/64) in plain
+    ASCII (no scope id), else None."""
+    return _parsed_ip(text, ipaddress.IPv6Interface) if "/" in str(text) else None
+
+
+def ipv6_address(text):
+    """``text`` as an IPv6Address when it is one in plain ASCII (no scope id), else None."""
+    return _parsed_ip(text, ipaddress.IPv6Address)

@@ -7,9 +7,10 @@
 The first interface is the VM's boot and default NIC. A role is a name the
 user gives (``inside`` for the clients' side, ``outside`` towards the
 destinations); the egress interface, whose address destinations see, is the
-one named ``outside``, or the first when none is. A NIC with ``address`` is
-configured statically (_network_config renders it for cloud-init); the
-others use DHCP.
+one named ``outside``, or the first when none is. A NIC with ``address``
+(IPv4) or ``address6`` (IPv6) or both is configured statically
+(_network_config renders it for cloud-init); the others use DHCP. A NIC with
+``address6`` alone is IPv6-only: it asks for no IPv4 lease.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,14 +24,22 @@ from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import is_dns_name, validate_bridge_name, validate_network_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ip_address, ipv4_address, ipv4_interface, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
+    ip_address,
+    ipv4_address,
+    ipv4_interface,
+    ipv6_address,
+    ipv6_interface,
+    quoted,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import normalize_mac
 
 ROLE_INSIDE = "inside"
 ROLE_OUTSIDE = "outside"
 EGRESS_ROLE = ROLE_OUTSIDE
 SINGLE_NIC_OPTIONS = ("bridge", "network", "mac")
-STATIC_OPTIONS = ("address", "gateway", "nameservers", "search")
+STATIC_OPTIONS = ("address", "address6", "gateway", "gateway6", "nameservers", "search")
+ADDRESS_OPTIONS = ("address", "address6")
 INTERFACE_OPTIONS = ("bridge", "network", "mac", "role") + STATIC_OPTIONS
 LIST_OPTIONS = ("nameservers", "search")
 
@@ -47,15 +56,27 @@ class Interface:
     network: Optional[str] = None
     mac: Optional[str] = None
     role: Optional[str] = None
-    address: Optional[str] = None  # IPv4 with prefix, 198.18.11.50/24; None: DHCP
+    address: Optional[str] = None  # IPv4 with prefix, 198.18.11.50/24; None (and no address6): DHCP
     gateway: Optional[str] = None
     nameservers: tuple = ()
     search: tuple = ()
+    address6: Optional[str] = None  # IPv6 with prefix, 2001:db8:11::50/64
+    gateway6: Optional[str] = None
+
+    @property
+    def static(self):
+        """Whether the NIC is configured statically (an IPv4 or an IPv6 address given), not by DHCP."""
+        return self.address is not None or self.address6 is not None
 
     @property
     def ip(self):
         """The static IPv4 without its prefix, or None."""
         return None if self.address is None else self.address.partition("/")[0]
+
+    @property
+    def ip6(self):
+        """The static IPv6 without its prefix, or None."""
+        return None if self.address6 is None else self.address6.partition("/")[0]
 
     @property
     def source(self):
@@ -64,9 +85,12 @@ class Interface:
 
     def as_spec(self):
         spec = {"bridge": self.bridge, "network": self.network, "mac": self.mac, "role": self.role}
-        if self.address is not None:
+        if self.static:
             spec.update(address=self.address, gateway=self.gateway, nameservers=list(self.nameservers),
                         search=list(self.search))
+        # Only when given: the spec, and so the digest, of a NIC without IPv6 stays what it was before address6.
+        if self.address6 is not None:
+            spec.update(address6=self.address6, gateway6=self.gateway6)
         return spec
 
 
@@ -127,17 +151,42 @@ def _interface(label, entry):
 
 
 def _validate_static(given):
-    """Check and normalise address, gateway, nameservers and search in ``given`` (an interface's options)."""
+    """Check and normalise address, address6, gateway, gateway6, nameservers and search in ``given`` (an interface's
+    options)."""
     for option in LIST_OPTIONS:
         if option in given:
             if not isinstance(given[option], (list, tuple)) or not all(isinstance(item, str) for item in given[option]):
                 raise ValidationError("%s must be a list of strings, got %r" % (option, given[option]))
             given[option] = tuple(given[option])
-    static = [option for option in STATIC_OPTIONS[1:] if given.get(option)]
-    if "address" not in given:
+    for address, gateway in (("address", "gateway"), ("address6", "gateway6")):
+        if given.get(gateway) and address not in given:
+            raise ValidationError("%s needs %s: a gateway lies inside the prefix of the NIC's own address" % (
+                gateway, address))
+    static = [option for option in ("nameservers", "search") if given.get(option)]
+    if not any(option in given for option in ADDRESS_OPTIONS):
         if static:
-            raise ValidationError("%s needs address: without one the NIC uses DHCP, which gives them" % ", ".join(static))
+            raise ValidationError("%s needs address or address6: without one the NIC uses DHCP, which gives them"
+                                  % ", ".join(static))
         return
+    if "address" in given:
+        _validate_ipv4(given)
+    if "address6" in given:
+        _validate_ipv6(given)
+    servers = []
+    for server in given.get("nameservers", ()):
+        parsed = ip_address(server)
+        if parsed is None:
+            # A scope id (fe80::1%eth0) is refused too: its text after '%' reaches resolv.conf and ifupdown as is.
+            raise ValidationError("nameservers: %s is not an IP address (without a %%scope)" % quoted(server))
+        servers.append(str(parsed))
+    if "nameservers" in given:
+        given["nameservers"] = tuple(servers)
+    for domain in given.get("search", ()):
+        if not is_dns_name(domain):
+            raise ValidationError("search: %s is not a domain name" % quoted(domain))
+
+
+def _validate_ipv4(given):
     interface = ipv4_interface(given["address"])
     if interface is None:
         raise ValidationError("address %s is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (
@@ -155,22 +204,45 @@ def _validate_static(given):
             raise ValidationError("gateway %s is %s; it must be another address inside %s" % (
                 gateway, "the NIC's own address" if gateway == interface.ip else "outside the prefix", network))
         given["gateway"] = str(gateway)
-    servers = []
-    for server in given.get("nameservers", ()):
-        parsed = ip_address(server)
-        if parsed is None:
-            # A scope id (fe80::1%eth0) is refused too: its text after '%' reaches resolv.conf and ifupdown as is.
-            raise ValidationError("nameservers: %s is not an IP address (without a %%scope)" % quoted(server))
-        servers.append(str(parsed))
-    if "nameservers" in given:
-        given["nameservers"] = tuple(servers)
-    for domain in given.get("search", ()):
-        if not is_dns_name(domain):
-            raise ValidationError("search: %s is not a domain name" % quoted(domain))
+
+
+def _validate_ipv6(given):
+    # The text is checked before it is parsed (ipv6_interface): ipaddress takes a scope id of any characters
+    # (2001:db8::5%eth0\n...), which would reach the network-config and the spec as given.
+    interface = ipv6_interface(given["address6"])
+    if interface is None:
+        raise ValidationError("address6 %s is not an IPv6 address with its prefix length (no %%scope), e.g. "
+                              "2001:db8:11::50/64" % quoted(given["address6"]))
+    network, ip = interface.network, interface.ip
+    if ip.is_link_local or ip.is_multicast or ip.is_loopback or ip.is_unspecified or ip.ipv4_mapped is not None:
+        raise ValidationError("address6 %s is %s address; give a global or unique local one, e.g. "
+                              "2001:db8:11::50/64" % (interface, _ipv6_kind(ip)))
+    if network.prefixlen < 127 and ip == network.network_address:
+        raise ValidationError("address6 %s is the subnet-router anycast address of %s; give a host address" % (
+            interface, network))
+    given["address6"] = str(interface)
+    if "gateway6" in given:
+        gateway = ipv6_address(given["gateway6"])
+        if gateway is None:
+            raise ValidationError("gateway6 %s is not an IPv6 address (without a %%scope)" % quoted(given["gateway6"]))
+        # A router's link-local address (fe80::1) is the usual IPv6 gateway; the NIC it is reached on is this one.
+        if gateway == ip or not (gateway in network or gateway.is_link_local):
+            raise ValidationError("gateway6 %s is %s; it must be another address inside %s, or a link-local one "
+                                  "(fe80::1)" % (gateway, "the NIC's own address" if gateway == ip
+                                                 else "outside the prefix", network))
+        given["gateway6"] = str(gateway)
+
+
+def _ipv6_kind(ip):
+    """What kind of address, not for a NIC, ``ip`` is: ``a link-local``..."""
+    for kind in ("link_local", "multicast", "loopback", "unspecified"):
+        if getattr(ip, "is_" + kind):
+            return "a " + kind.replace("_", "-")
+    return "an IPv4-mapped"
 
 
 def _require_distinct(interfaces):
-    for what in ("mac", "role", "ip"):
+    for what, option in (("mac", "mac"), ("role", "role"), ("ip", "address"), ("ip6", "address6")):
         seen = {}
         for index, interface in enumerate(interfaces):
             value = getattr(interface, what)
@@ -178,7 +250,7 @@ def _require_distinct(interfaces):
                 continue
             if value in seen:
                 raise ValidationError("interfaces[%d] and interfaces[%d] have the same %s %r: each NIC needs its "
-                                      "own" % (seen[value], index, what, value))
+                                      "own" % (seen[value], index, option, value))
             seen[value] = index
 
 
@@ -191,7 +263,7 @@ def with_derived_macs(name, interfaces):
     """
     derived = []
     for index, interface in enumerate(interfaces):
-        if interface.address is not None and interface.mac is None:
+        if interface.static and interface.mac is None:
             digest = hashlib.sha256(("%s/%d" % (name, index)).encode("utf-8")).hexdigest()
             mac = "%s:%s:%s:%s" % (_DERIVED_MAC_PREFIX, digest[0:2], digest[2:4], digest[4:6])
             interface = replace(interface, mac=mac)
@@ -211,7 +283,7 @@ def interfaces_spec(interfaces):
     None keeps the spec, and so the digest, of a single-NIC VM exactly what
     it was before the list existed: upgrading never counts such a VM as drifted.
     """
-    if len(interfaces) == 1 and interfaces[0].role is None and interfaces[0].address is None:
+    if len(interfaces) == 1 and interfaces[0].role is None and not interfaces[0].static:
         return None
     return [interface.as_spec() for interface in interfaces]
 

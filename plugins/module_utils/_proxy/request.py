@@ -219,7 +219,7 @@ class ProxyRequest:
                                   "name of a base volume already in the pool")
         if self.base_volume is not None:
             validate_volume_name(self.base_volume)
-        if self.network_config is not None and any(nic.address is not None for nic in self.interfaces):
+        if self.network_config is not None and any(nic.static for nic in self.interfaces):
             raise ValidationError("network_config and static interface addresses are mutually exclusive: give the "
                                   "addresses in interfaces, or the whole configuration in network_config")
         if self.state == STATE_ABSENT:

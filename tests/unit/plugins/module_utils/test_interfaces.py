@@ -261,7 +261,7 @@ def test_a_changed_static_address_is_drift():
     ([dict(bridge="br0", address="198.18.11.50/24", nameservers=["dns"])], "nameservers: 'dns'"),
     ([dict(bridge="br0", address="198.18.11.50/24", search=["bad domain"])], "search: 'bad domain'"),
     ([dict(bridge="br0", address="198.18.11.50/24"), dict(bridge="br1", address="198.18.11.50/16")],
-     r"interfaces\[0\] and interfaces\[1\] have the same ip '198.18.11.50'"),
+     r"interfaces\[0\] and interfaces\[1\] have the same address '198.18.11.50'"),
 ])
 def test_bad_static_settings_are_refused_naming_the_entry_and_field(interfaces, message):
     with pytest.raises(errors.ValidationError, match=message):
@@ -271,3 +271,70 @@ def test_bad_static_settings_are_refused_naming_the_entry_and_field(interfaces, 
 def test_static_addresses_and_network_config_are_exclusive():
     with pytest.raises(errors.ValidationError, match="network_config and static interface addresses"):
         static(STATIC_INSIDE, network_config={"version": 2})
+
+
+# --- IPv6 -------------------------------------------------------------------------------------------------
+
+DUAL_STACK_OUTSIDE = dict(STATIC_OUTSIDE, address6="2001:db8:21::50/64", gateway6="2001:db8:21::1")
+IPV6_ONLY_OUTSIDE = dict(bridge="br1", role="outside", address6="2001:db8:21:0::0050/64", gateway6="fe80::1",
+                         nameservers=["2001:DB8::53"])
+
+
+def test_dual_stack_and_ipv6_only_nics_in_the_network_config():
+    ethernets = json.loads(static(STATIC_INSIDE, DUAL_STACK_OUTSIDE).seed_files()["network-config"])["ethernets"]
+    assert {key: value for key, value in ethernets["nic1"].items() if key not in ("match", "set-name")} == {
+        "addresses": ["198.18.21.50/24", "2001:db8:21::50/64"], "gateway4": "198.18.21.1", "gateway6": "2001:db8:21::1"}
+    ethernets = json.loads(static(STATIC_INSIDE, IPV6_ONLY_OUTSIDE).seed_files()["network-config"])["ethernets"]
+    # Written in the normalised form; an IPv6-only NIC asks for no IPv4 lease.
+    assert {key: value for key, value in ethernets["nic1"].items() if key not in ("match", "set-name")} == {
+        "addresses": ["2001:db8:21::50/64"], "gateway6": "fe80::1",
+        "nameservers": {"addresses": ["2001:db8::53"], "search": []}}
+
+
+def test_an_ipv6_address_alone_makes_a_nic_static_with_a_derived_mac():
+    req = static(dict(bridge="br0", address6="2001:db8:11::50/64"))
+    assert req.interfaces[0].mac.startswith("52:54:00:")
+    assert json.loads(req.seed_files()["network-config"])["ethernets"]["nic0"]["addresses"] == ["2001:db8:11::50/64"]
+    assert req.spec()["interfaces"][0]["address6"] == "2001:db8:11::50/64"
+
+
+def test_a_nic_without_ipv6_keeps_the_spec_it_had():
+    assert "address6" not in static(STATIC_INSIDE).spec()["interfaces"][0]
+    moved = static(dict(DUAL_STACK_OUTSIDE, address6="2001:db8:21::51/64"))
+    assert proxy_request.spec_digest(moved.spec()) != proxy_request.spec_digest(static(DUAL_STACK_OUTSIDE).spec())
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(address6="2001:db8:21::50"), r"interfaces\[0\]: address6 '2001:db8:21::50' is not an IPv6 address with its "
+                                       "prefix length"),
+    (dict(address6="198.18.21.50/24"), "address6 '198.18.21.50/24' is not an IPv6"),
+    (dict(address6="2001:db8:21::50%eth0/64"), "address6 '2001:db8:21::50%eth0/64' is not an IPv6"),
+    (dict(address6="2001:db8:21::50%\nnic0/64"), r"address6 '2001:db8:21::50%\\nnic0/64' is not an IPv6"),
+    (dict(address6="2001:db8:21::50/64\n"), r"address6 '2001:db8:21::50/64\\n' is not an IPv6"),
+    (dict(address6="2001:db8:21::50/64\x85"), r"address6 '2001:db8:21::50/64\\x85' is not an IPv6"),
+    (dict(address6=" 2001:db8:21::50/64"), "address6 ' 2001:db8:21::50/64' is not an IPv6"),
+    (dict(address6="２００１:db8:21::50/64"), "is not an IPv6"),
+    (dict(address6="2001:db8:21::/64"), "subnet-router anycast address of 2001:db8:21::/64"),
+    (dict(address6="fe80::50/64"), "fe80::50/64 is a link-local address"),
+    (dict(address6="ff02::50/64"), "is a multicast address"),
+    (dict(address6="::1/128"), "is a loopback address"),
+    (dict(address6="::ffff:198.18.21.50/120"), "is an IPv4-mapped address"),
+    (dict(gateway6="2001:db8:22::1"), "gateway6 2001:db8:22::1 is outside the prefix; it must be another address "
+                                      "inside 2001:db8:21::/64"),
+    (dict(gateway6="2001:db8:21::50"), "gateway6 2001:db8:21::50 is the NIC's own address"),
+    (dict(gateway6="fe80::1%nic1"), "gateway6 'fe80::1%nic1' is not an IPv6 address"),
+    (dict(gateway6="fe80::1%\nnic1"), r"gateway6 'fe80::1%\\nnic1' is not an IPv6 address"),
+    (dict(gateway6="198.18.21.1"), "gateway6 '198.18.21.1' is not an IPv6 address"),
+    (dict(address6=None), r"interfaces\[0\]: gateway6 needs address6"),
+    (dict(address=None, gateway=None, address6=None, gateway6=None), "nameservers needs address or address6"),
+    (dict(nameservers=["2001:db8::53%nic1"]), "nameservers: '2001:db8::53%nic1' is not an IP address"),
+])
+def test_bad_ipv6_settings_are_refused_naming_the_option(changes, message):
+    with pytest.raises(errors.ValidationError, match=message):
+        static(dict(DUAL_STACK_OUTSIDE, **dict({"nameservers": ["2001:db8::53"]}, **changes)))
+
+
+def test_two_nics_cannot_share_an_ipv6_address():
+    with pytest.raises(errors.ValidationError,
+                       match=r"interfaces\[0\] and interfaces\[1\] have the same address6 '2001:db8:21::50'"):
+        static(dict(bridge="br0", address6="2001:db8:21::50/64"), dict(bridge="br1", address6="2001:db8:21::50/48"))
