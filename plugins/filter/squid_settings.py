@@ -46,8 +46,9 @@ RETURN = r"""
 _value:
   description:
     - C(name), C(port) (an integer), C(allowed_clients), C(safe_ports) and C(connect_ports) (lists of strings) and
-      C(forwarded_for) as squid.conf gets them; C(listen_address) (the inside address) and C(outgoing_address) (the
-      outside one) for a proxy with an outside NIC, else null.
+      C(forwarded_for) as squid.conf gets them; C(listen_addresses) (the inside addresses as C(http_port) writes them,
+      an IPv6 one in brackets) and C(outgoing_addresses) (the outside ones), IPv4 first, for a proxy with an outside
+      NIC, else empty lists.
     - The policy, C(allowed_domains), C(allowed_networks), C(denied_domains), C(denied_networks) (names lowercase, a
       name under a dotted domain of its list left out, networks collapsed), C(internal_networks) (what
       C(deny_internal) refuses, the proxy's own NICs' networks included; empty without it) and C(users)

@@ -25,7 +25,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, ipv4_interface, ipv6_interface
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import validate_uid
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
@@ -52,6 +52,8 @@ INSTANCE_DEFAULTS = (
     ("allowed_clients", "egress_proxy_allowed_clients"),
     ("address", "egress_proxy_address"),
     ("gateway", "egress_proxy_gateway"),
+    ("address6", "egress_proxy_address6"),
+    ("gateway6", "egress_proxy_gateway6"),
     ("dns", "egress_proxy_dns"),
     ("search", "egress_proxy_search"),
     ("allowed_destinations", "egress_proxy_allowed_destinations"),
@@ -223,12 +225,14 @@ def _two_nic_problems(kept, variables):
         outside = instance["outside"]
         if not outside:
             continue
-        found = [] if instance["address"] else ["address: the inside NIC needs a static address (squid listens only there)"]
-        if _blank(outside.get("address")):
-            found.append("outside.address: the outside NIC needs a static address (the egress address)")
-        if instance["gateway"]:
-            found.append("gateway %s: the default route leaves through the outside NIC; give outside.gateway instead"
-                         % instance["gateway"])
+        found = [] if instance["address"] or instance["address6"] else [
+            "address: the inside NIC needs a static address or address6 (squid listens only there)"]
+        if _blank(outside.get("address")) and _blank(outside.get("address6")):
+            found.append("outside.address: the outside NIC needs a static address or address6 (the egress address)")
+        for gateway in ("gateway", "gateway6"):
+            if instance[gateway]:
+                found.append("%s %s: the default route leaves through the outside NIC; give outside.%s instead"
+                             % (gateway, _json(instance[gateway]), gateway))
         if _blank(outside.get("bridge")) == _blank(outside.get("network")):
             found.append("outside: give exactly one of bridge and network")
         if found:
@@ -241,9 +245,13 @@ def _shared_address_problems(kept, variables):
     statics = []  # (address without its prefix, "<proxy> <field>") of every static NIC
     for instance in kept:
         outside = instance["outside"]
-        for field, address in (("address", instance["address"]), ("outside.address", outside.get("address"))):
-            if not _blank(address):
-                statics.append((address.split("/")[0], "%s %s" % (instance["name"], field)))
+        for field, address in (("address", instance["address"]), ("outside.address", outside.get("address")),
+                               ("address6", instance["address6"]), ("outside.address6", outside.get("address6"))):
+            # What is not an address is compared as given: the module's checks (_checked) refuse it, naming it.
+            if isinstance(address, str) and address:
+                parsed = ipv4_interface(address) or ipv6_interface(address)
+                statics.append((str(parsed.ip) if parsed else address.split("/")[0],
+                                "%s %s" % (instance["name"], field)))
     addresses = [address for address, _nic in statics]
     shared = ["%s %s" % (nic, address) for address, nic in statics if addresses.count(address) > 1]
     if not shared:
@@ -332,15 +340,17 @@ def _nics(instance, variables):
     with their roles; a static address alone as a one-NIC list."""
     inside = {"bridge": variables["egress_proxy_bridge"] or None, "network": variables["egress_proxy_network"] or None,
               "mac": instance["mac"] or None, "address": instance["address"] or None, "gateway": instance["gateway"] or None,
+              "address6": instance["address6"] or None, "gateway6": instance["gateway6"] or None,
               "nameservers": instance["dns"] or None, "search": instance["search"] or None}
     outside = instance["outside"]
     if outside:
         return {"interfaces": [dict(inside, role="inside"), {
             "bridge": outside.get("bridge") or None, "network": outside.get("network") or None,
             "mac": outside.get("mac") or None, "role": "outside", "address": outside.get("address") or None,
-            "gateway": outside.get("gateway") or None, "nameservers": outside.get("dns") or None,
+            "gateway": outside.get("gateway") or None, "address6": outside.get("address6") or None,
+            "gateway6": outside.get("gateway6") or None, "nameservers": outside.get("dns") or None,
             "search": outside.get("search") or None}]}
-    if instance["address"]:
+    if instance["address"] or instance["address6"]:
         return {"interfaces": [inside]}
     return {key: inside[key] for key in ("bridge", "network", "mac") if inside[key] is not None}
 
@@ -432,8 +442,9 @@ def set_arguments(instances, variables, user_data=None, removing=False):
 
 # kvm_proxy_set names a proxy's NICs by their place in its interfaces (_nics): which of the role's variables each is.
 NIC_VARIABLES = ("In the role's variables, interfaces[0] is the proxy's (inside) NIC: egress_proxy_bridge or "
-                 "egress_proxy_network, and the mac, address, gateway, dns (nameservers) and search of the instance or "
-                 "the role-wide egress_proxy_*; interfaces[1] is its outside NIC, outside (and egress_proxy_outside).")
+                 "egress_proxy_network, and the mac, address, gateway, address6, gateway6, dns (nameservers) and search of "
+                 "the instance or the role-wide egress_proxy_*; interfaces[1] is its outside NIC, outside (and "
+                 "egress_proxy_outside).")
 
 
 def _checked(arguments, sentence, variables):

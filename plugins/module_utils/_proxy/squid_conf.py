@@ -27,6 +27,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ip_address,
     ip_network,
     ipv4_interface,
+    ipv6_interface,
     quoted,
 )
 
@@ -92,15 +93,31 @@ def _ports(variable, values, problems):
     return written
 
 
-def _interface(proxy, option, problems):
-    """The IPv4Interface of the static NIC option (``address`` or ``outside.address``), or None."""
-    value = proxy.get(option) if option == "address" else (proxy.get("outside") or {}).get("address")
-    if not value:
-        return None
-    interface = ipv4_interface(value)
-    if interface is None:
-        problems.append("%s %s is not an IPv4 address with its prefix length, e.g. 198.18.11.50/24" % (option, quoted(value)))
-    return interface
+# A NIC's static address options, each with how it is parsed and what a message shows as the right form.
+_NIC_ADDRESSES = (("address", ipv4_interface, "an IPv4 address with its prefix length, e.g. 198.18.11.50/24"),
+                  ("address6", ipv6_interface, "an IPv6 address with its prefix length (no %scope), e.g. 2001:db8:11::50/64"))
+
+
+def _interfaces(proxy, nic, problems):
+    """The static addresses of the inside NIC (``nic`` "") or the outside one (``nic`` "outside."): its
+    IPv4Interface and IPv6Interface, IPv4 first, each only when given."""
+    options = proxy if not nic else (proxy.get("outside") or {})
+    found = []
+    for option, parse, form in _NIC_ADDRESSES:
+        value = options.get(option)
+        if not value:
+            continue
+        interface = parse(value)
+        if interface is None:
+            problems.append("%s%s %s is not %s" % (nic, option, quoted(value), form))
+        else:
+            found.append(interface)
+    return found
+
+
+def _http_port_address(ip):
+    """An address as squid's http_port writes it before its port: an IPv6 one in brackets."""
+    return "[%s]" % ip if ip.version == 6 else str(ip)
 
 
 def _client(network):
@@ -115,8 +132,9 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     """What squid.conf gets for ``proxy`` (name, port, allowed_clients, address, outside) and the role's settings.
 
     Returns ``(settings, problems)``: ``settings`` the values as written, in
-    their normalised form (``port`` an int, ``listen_address`` and
-    ``outgoing_address`` the addresses with an outside NIC, else None,
+    their normalised form (``port`` an int; with an outside NIC
+    ``listen_addresses`` the inside addresses as http_port writes them and
+    ``outgoing_addresses`` the outside ones, IPv4 first, else both empty;
     ``allowed_clients`` and the port lists as strings), and ``problems`` one
     sentence per refused value, each quoting the value, cut short and with
     its control characters escaped. ``forwarded_for`` None is not checked.
@@ -138,26 +156,27 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     if bad_clients:
         problems.append("allowed_clients %s are not IPv4 or IPv6 addresses or networks (address/prefix, no host bits, "
                         "no %%scope)" % ", ".join(bad_clients))
-    outside = _interface(proxy, "outside.address", problems)
-    inside = _interface(proxy, "address", problems)
-    outgoing_address = None if outside is None else str(outside.ip)
-    listen_address = None if inside is None else str(inside.ip)
-    if outgoing_address is not None and not proxy.get("address"):
-        problems.append("address: the inside NIC needs a static address (squid listens only there)")
+    outside = _interfaces(proxy, "outside.", problems)
+    inside = _interfaces(proxy, "", problems)
+    # squid adds an implicit IP version test to each tcp_outgoing_address: the IPv4 one serves IPv4 destinations, the
+    # IPv6 one IPv6 destinations.
+    outgoing_addresses = [str(interface.ip) for interface in outside]
+    if outgoing_addresses and not (proxy.get("address") or proxy.get("address6")):
+        problems.append("address: the inside NIC needs a static address or address6 (squid listens only there)")
     if forwarded_for is not None and forwarded_for not in FORWARDED_FOR:
         problems.append("egress_proxy_forwarded_for %s is not one of %s" % (quoted(forwarded_for), ", ".join(FORWARDED_FOR)))
     settings = {
         "name": name,
         "port": port,
-        "listen_address": listen_address if outgoing_address is not None else None,
-        "outgoing_address": outgoing_address,
+        "listen_addresses": [_http_port_address(interface.ip) for interface in inside] if outgoing_addresses else [],
+        "outgoing_addresses": outgoing_addresses,
         "allowed_clients": [_client(network) for network in networks if network is not None],
         "safe_ports": _ports("egress_proxy_safe_ports", safe_ports, problems),
         "connect_ports": _ports("egress_proxy_connect_ports", connect_ports, problems),
         "forwarded_for": forwarded_for,
     }
     settings["dns_nameservers"] = _nameservers(proxy, problems)
-    settings.update(_policy(proxy, [nic.network for nic in (inside, outside) if nic is not None], problems))
+    settings.update(_policy(proxy, [interface.network for interface in inside + outside], problems))
     settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
     return settings, problems

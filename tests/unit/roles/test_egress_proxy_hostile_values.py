@@ -62,6 +62,11 @@ SQUID_VALUES = [
     ("address", lambda text: {"instance": {"address": "198.18.0.5/24" + text, "outside": OUTSIDE}}),
     ("outside.address", lambda text: {"instance": {"address": "198.18.0.5/24",
                                                    "outside": dict(OUTSIDE, address="198.19.0.5/24" + text)}}),
+    ("address6", lambda text: {"instance": {"address": "198.18.0.5/24", "address6": "2001:db8:10::5/64" + text,
+                                            "outside": OUTSIDE}}),
+    ("address6", lambda text: {"instance": {"address6": "2001:db8:10::5%" + text + "/64"}}),
+    ("outside.address6", lambda text: {"instance": {"address": "198.18.0.5/24",
+                                                    "outside": dict(OUTSIDE, address6="2001:db8:20::5/64" + text)}}),
     ("name", lambda text: {"instance": {"name": "egress-1" + text}}),
     ("dns", lambda text: {"instance": {"dns": ["198.18.0.53" + text + INJECTED]}}),
     ("outside.dns", lambda text: {"instance": {"address": "198.18.0.5/24", "outside": dict(OUTSIDE, dns=[text])}}),
@@ -90,7 +95,7 @@ def instance(**overrides):
     """One instance as the filter proxy_instances fills it in."""
     entry = {"name": "egress-1", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10, "mac": "",
              "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
-             "dns": [], "search": [], "outside": {}, "metrics": True, "metrics_port": 9301, "metrics_clients": [],
+             "address6": "", "gateway6": "", "dns": [], "search": [], "outside": {}, "metrics": True, "metrics_port": 9301, "metrics_clients": [],
              "syslog": "", "syslog_protocol": "udp"}
     entry.update(overrides)
     return entry
@@ -202,8 +207,8 @@ def test_the_roles_check_refuses_such_a_key_naming_it_and_the_proxy():
     assert "U+000A at offset 26" in message
 
 
-STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "nameservers": ["198.18.0.1"],
-              "search": ["example.com"]}
+STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "address6": "2001:db8::5/64",
+              "gateway6": "fe80::1", "nameservers": ["198.18.0.1"], "search": ["example.com"]}
 
 
 @pytest.mark.parametrize("option, value", [
@@ -214,6 +219,9 @@ STATIC_NIC = {"bridge": "br0", "address": "198.18.0.5/24", "gateway": "198.18.0.
     ("address", "198.18.0.5/24\n"),
     ("address", "198.18.0.5/\u0662\u0664"),
     ("gateway", "198.18.0.1\n"),
+    ("address6", "2001:db8::5/64\n"),
+    ("address6", "2001:db8::5%1\nup touch /tmp/injected/64"),
+    ("gateway6", "fe80::1%nic0\n"),
     ("bridge", "br0\n"),
     ("mac", "52:54:00:00:00:01\n"),
 ])
@@ -247,11 +255,16 @@ MODULE_VALUES = [
     ("MAC address", lambda text: ({}, {"mac": "52:54:00:00:00:01" + text})),
     ("interfaces[0]: gateway", lambda text: ({}, dict(STATIC, gateway="198.18.0.1" + text))),
     ("interfaces[0]: search", lambda text: ({}, dict(STATIC, search=["example.com" + text]))),
+    ("interfaces[0]: gateway6", lambda text: ({}, dict(STATIC, address6="2001:db8:10::5/64", gateway6="fe80::1" + text))),
+    ("interfaces[0]: gateway6", lambda text: ({}, dict(STATIC, address6="2001:db8:10::5/64",
+                                                       gateway6="fe80::1%" + text))),
     ("interfaces[1]: bridge", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, bridge="br1" + text)))),
     ("interfaces[1]: network", lambda text: ({"egress_proxy_outside": {"network": "outside" + text}},
                                              dict(TWO_NICS, outside={"address": "198.19.0.5/24"}))),
     ("interfaces[1]: MAC address", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, mac="52:54:00:00:00:02" + text)))),
     ("interfaces[1]: gateway", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, gateway="198.19.0.1" + text)))),
+    ("interfaces[1]: gateway6", lambda text: ({"egress_proxy_outside": {"gateway6": "2001:db8:20::1" + text}},
+                                              dict(TWO_NICS, outside=dict(OUTSIDE, address6="2001:db8:20::5/64")))),
     ("interfaces[1]: search", lambda text: ({}, dict(TWO_NICS, outside=dict(OUTSIDE, search=["example.com" + text])))),
     ("machine", lambda text: ({"egress_proxy_machine": "q35" + text}, {})),
     ("cpu_mode", lambda text: ({"egress_proxy_cpu_mode": "host-model" + text}, {})),

@@ -264,3 +264,56 @@ def test_a_user_data_of_ones_own_replaces_the_roles_and_the_proxy_gets_no_policy
     (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_user_data=own, egress_proxy_users=USERS))["proxies"]
     assert proxy["user_data"] == own and "policy" not in proxy
     assert PASSWORD not in str(proxy) and "$6$" not in str(proxy)
+
+
+def test_a_dual_stack_proxy_listens_inside_on_both_families_and_leaves_from_the_outside_address_of_each(tmp_path):
+    _proxy, files = rendered(egress_proxy_address6="2001:DB8:10::5/64",
+                             egress_proxy_outside={"gateway": "203.0.113.1", "address6": "2001:db8:20::5/64",
+                                                   "gateway6": "fe80::1"})
+    squid = files[SQUID_CONF]["content"]
+    parsed = squid_parsed(squid, tmp_path)
+    assert [line for line in parsed if line.startswith(("http_port", "tcp_outgoing_address"))] == [
+        "http_port 198.51.100.5:3128", "http_port [2001:db8:10::5]:3128",
+        # squid tests each line's family against the destination's: IPv4 destinations leave from the first.
+        "tcp_outgoing_address 203.0.113.5", "tcp_outgoing_address 2001:db8:20::5",
+        "http_port 198.51.100.5:9301 accel defaultsite=metrics name=egress_metrics",
+        "http_port 127.0.0.1:13128 name=egress_manager"]
+
+
+def test_an_ipv6_only_proxy_listens_and_serves_its_metrics_on_its_ipv6_inside_address(tmp_path):
+    entry = {"name": "egress-1", "address6": "2001:db8:10::5/64",
+             "outside": {"bridge": "br1", "address6": "2001:db8:20::5/64", "gateway6": "2001:db8:20::1"}}
+    variables = dict(BASE)
+    variables.update(egress_proxy_outside={}, egress_proxy_allowed_clients=["2001:db8:10::/64"])
+    (proxy,) = role_set_args([entry], **variables)["proxies"]
+    assert [(nic.get("address"), nic.get("address6")) for nic in proxy["interfaces"]] == [
+        (None, "2001:db8:10::5/64"), (None, "2001:db8:20::5/64")]
+    parsed = squid_parsed(policy_files(proxy)[SQUID_CONF]["content"], tmp_path)
+    assert [line for line in parsed if line.startswith(("http_port [", "tcp_outgoing_address", "acl egress_clients"))] == [
+        "http_port [2001:db8:10::5]:3128", "tcp_outgoing_address 2001:db8:20::5",
+        "http_port [2001:db8:10::5]:9301 accel defaultsite=metrics name=egress_metrics",
+        "acl egress_clients src 2001:db8:10::/64"]
+
+
+def test_deny_internal_covers_a_public_ipv6_prefix_of_the_proxys_own_nics():
+    _proxy, files = rendered(egress_proxy_outside={"gateway": "203.0.113.1", "address6": "2001:4860:20::5/64"})
+    assert "acl internal_destinations dst 2001:4860:20::/64\n" in files[SQUID_CONF]["content"]
+
+
+@pytest.mark.parametrize("entry, words", [
+    (dict(ENTRY, address="", address6=""), "address: the inside NIC needs a static address or address6"),
+    (dict(ENTRY, outside={"bridge": "br1"}), "outside.address: the outside NIC needs a static address or address6"),
+    (dict(ENTRY, gateway6="2001:db8:10::1"), 'gateway6 "2001:db8:10::1": the default route leaves through the outside '
+                                             "NIC; give outside.gateway6 instead"),
+])
+def test_a_two_nic_proxy_without_its_addresses_or_with_an_inside_gateway6_is_refused_naming_it(entry, words):
+    with pytest.raises(AnsibleFilterError, match=words):
+        proxy_instances([entry], role_variables(**BASE))
+
+
+def test_two_proxies_with_one_ipv6_address_written_differently_are_refused():
+    second = dict(ENTRY, name="egress-2", address="198.51.100.6/24",
+                  outside={"bridge": "br1", "address": "203.0.113.6/24", "address6": "2001:DB8:20:0::5/64"})
+    first = dict(ENTRY, outside=dict(ENTRY["outside"], address6="2001:db8:20::5/64"))
+    with pytest.raises(AnsibleFilterError, match="egress-1 outside.address6 2001:db8:20::5, egress-2 outside.address6"):
+        proxy_instances([first, second], role_variables(**BASE))

@@ -50,7 +50,7 @@ def test_each_instance_gets_the_role_wide_settings_it_does_not_give():
                                       variables(egress_proxy_vcpus=3, egress_proxy_outside=OUTSIDE, egress_proxy_state="absent"))
     assert first == {"name": "egress-a", "state": "absent", "vcpus": 3, "memory_mib": 1024, "disk_size_gb": 10, "mac": "",
                      "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
-                     "dns": [], "search": [], "outside": OUTSIDE, "allowed_destinations": [], "denied_destinations": [],
+                     "address6": "", "gateway6": "", "dns": [], "search": [], "outside": OUTSIDE, "allowed_destinations": [], "denied_destinations": [],
                      "deny_internal": True, "users": [], "metrics": True, "metrics_port": 9301, "metrics_clients": [],
                      "syslog": "", "syslog_protocol": "udp"}
     assert second["vcpus"] == 2 and second["outside"] == dict(OUTSIDE, address="x")
@@ -77,10 +77,12 @@ def test_the_nics_of_a_static_and_of_a_two_nic_proxy():
                               {"name": "egress-b", "address": "198.18.0.6/24", "mac": "52:54:00:00:00:0a",
                                "outside": dict(OUTSIDE, address="198.19.0.6/24")}])["proxies"]
     assert static["interfaces"] == [{"bridge": "br0", "network": None, "mac": None, "address": "198.18.0.5/24",
-                                     "gateway": None, "nameservers": ["198.18.0.1"], "search": None}]
+                                     "gateway": None, "address6": None, "gateway6": None, "nameservers": ["198.18.0.1"],
+                                     "search": None}]
     assert [nic["role"] for nic in two["interfaces"]] == ["inside", "outside"]
     assert two["interfaces"][1] == {"bridge": "br1", "network": None, "mac": None, "role": "outside",
-                                    "address": "198.19.0.6/24", "gateway": "198.19.0.1", "nameservers": None, "search": None}
+                                    "address": "198.19.0.6/24", "gateway": "198.19.0.1", "address6": None, "gateway6": None,
+                                    "nameservers": None, "search": None}
     assert "bridge" not in two
 
 
