@@ -282,6 +282,14 @@ egress_ip:
   returned: always
   type: str
   sample: 198.18.21.70
+egress_address:
+  description:
+    - The static address of the egress NIC (RV(interfaces[].egress)) as the VM's spec records it in its metadata,
+      without its prefix, known whether or not the VM runs; V(null) for an egress NIC on DHCP. An address the
+      egress_proxy role gave from a pool is kept this way across replacements.
+  returned: always
+  type: str
+  sample: 198.18.21.70
 autostart:
   description: Whether libvirt starts the VM when the hypervisor boots; null when the VM does not exist.
   returned: always

@@ -280,6 +280,13 @@ proxies:
           same as RV(proxies[].ip). V(null) when none is known.
       type: str
       sample: 198.18.21.70
+    egress_address:
+      description:
+        - The static address of the egress NIC as the domain's recorded spec gives it, without its prefix, whether or
+          not the domain runs; V(null) for an egress NIC on DHCP and for a domain this collection did not create. The
+          egress_proxy role reads it to keep each proxy's address from a pool.
+      type: str
+      sample: 198.18.21.70
     autostart:
       description: Whether libvirt starts the domain when the hypervisor boots.
       type: bool

@@ -312,6 +312,19 @@ def describe_interfaces(nics, roles, lookups):
     return described
 
 
+def recorded_egress_address(spec):
+    """The static address the egress NIC was created with, without its prefix, as a recorded spec (a dict or None)
+    gives it; None for a NIC on DHCP. The metadata is the domain's, which anyone with libvirt access can edit: the
+    address is read as text and parsed, and anything else reads as none."""
+    recorded = (spec or {}).get("interfaces")
+    if not isinstance(recorded, list) or not recorded:
+        return None
+    nic = recorded[egress_index(entry.get("role") if isinstance(entry, dict) else None for entry in recorded)]
+    address = nic.get("address") if isinstance(nic, dict) else None
+    parsed = ip_address(address.partition("/")[0]) if isinstance(address, str) else None
+    return None if parsed is None else str(parsed)
+
+
 def egress_address(described):
     """The egress NIC's IPv4 among ``described`` (describe_interfaces' list), or None when it has none (yet)."""
     return next((nic["ipv4"] for nic in described if nic["egress"]), None)

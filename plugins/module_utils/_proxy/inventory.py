@@ -41,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import (
     describe_interfaces,
     egress_address,
+    recorded_egress_address,
     recorded_roles,
 )
 
@@ -123,8 +124,8 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         ip = lookups[first].ip
         ip_sources = dict(lookups[first].sources)
     # The roles are the ones the VM was created with (its recorded spec); a hand-made domain's are None.
-    interfaces = describe_interfaces(domain_info.nics, recorded_roles(recorded_spec(metadata), len(domain_info.nics)),
-                                     lookups)
+    spec = recorded_spec(metadata)
+    interfaces = describe_interfaces(domain_info.nics, recorded_roles(spec, len(domain_info.nics)), lookups)
     return {
         "id": _domain_id(host, domain_info.name),
         "name": domain_info.name,
@@ -147,6 +148,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "macs": macs,
         "interfaces": interfaces,
         "egress_ip": egress_address(interfaces),
+        "egress_address": recorded_egress_address(spec),
         "autostart": autostart,
     }
 

@@ -21,7 +21,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metada
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import Interface, interfaces_from_params
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import (
+    Interface,
+    interfaces_from_params,
+    recorded_egress_address,
+)
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING
 from ansible_collections.egress_proxies.kvm.tests.unit.libvirt_schema import virt_xml_validate
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
@@ -199,6 +203,32 @@ def test_results_list_every_nic_and_the_egress_one(run):
         {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.5", "egress": False},
         {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.19.0.5", "egress": True},
     ]
+
+
+def test_the_static_egress_address_is_predicted_then_read_back_from_the_metadata(run):
+    hv = ready_host()
+    predicted = run(hv, static(STATIC_INSIDE, STATIC_OUTSIDE), check_mode=True)
+    assert predicted["egress_address"] == "198.18.21.50"
+    # Recorded in the domain's spec: read back while the VM has no address on any NIC yet.
+    assert run(hv, static(STATIC_INSIDE, STATIC_OUTSIDE))["egress_address"] == "198.18.21.50"
+    assert run(hv, static(STATIC_INSIDE))["egress_address"] == "198.18.11.50"  # one NIC: its own
+    assert run(hv, two_nics())["egress_address"] is None  # DHCP
+
+
+@pytest.mark.parametrize("recorded", [
+    None, {}, {"interfaces": "198.18.21.5/24"}, {"interfaces": []}, {"interfaces": [None]},
+    {"interfaces": [{"role": "outside", "address": "198.18.21.5\nsquid"}]},
+    {"interfaces": [{"role": "outside", "address": "fe80::1%eth0/64"}]},
+    {"interfaces": [{"role": "outside", "address": ["198.18.21.5/24"]}]},
+    {"interfaces": [{"role": "inside", "address": "198.18.11.5/24"}, {"role": "outside"}]},
+])
+def test_a_recorded_egress_address_that_is_not_one_reads_as_none(recorded):
+    assert recorded_egress_address(recorded) is None
+
+
+def test_the_recorded_egress_address_is_the_outside_nics():
+    assert recorded_egress_address({"interfaces": [{"role": "inside", "address": "198.18.11.5/24"},
+                                                   {"role": "outside", "address": "198.18.21.5/24"}]}) == "198.18.21.5"
 
 
 def test_one_nic_is_its_own_egress(run):

@@ -144,6 +144,7 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         "interfaces": [{"mac": mac_of("proxy-one"), "bridge": "br0", "network": None, "role": None, "ipv4": want_ip,
                         "egress": True}],
         "egress_ip": want_ip,
+        "egress_address": None,
         "autostart": False,
     }
     if state == RUNNING:
@@ -281,6 +282,8 @@ def test_a_stopped_proxy_lists_its_nics_without_addresses_or_lookups(hv1):
         ("inside", "br0", None, False), ("outside", "br1", None, True)]
     assert entry["egress_ip"] is None
     assert "domain_addresses" not in hv1.calls
+    # The static egress address its spec records is known without a lookup: the one an address pool keeps.
+    assert entry["egress_address"] == "198.18.21.70"
 
 
 def test_a_hand_made_domain_has_nics_without_roles(hv1):

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Egress address pools: parsed, checked and allocated once for the whole fleet, on the controller.
+
+A pool (``egress_proxy_outside.pool``) is a list of single addresses, ranges (``203.0.113.10-203.0.113.40``) and
+prefixes (``203.0.113.64/26``, ``2001:db8:0:7::/64``), IPv4 or IPv6. Every proxy of the play without an
+``outside.address`` of its own gets one address from its hypervisor's pool:
+
+- stable: a proxy whose domain records an egress address of the pool keeps it (a replacement records the same);
+- unique: every address recorded on a domain of any hypervisor of the play is held, and each address is given once,
+  in one pass over the whole play, so hypervisors converging at once never get the same one;
+- freed: an address is free again once no domain records it (its proxy removed by ``state: absent`` or garbage
+  collection, in an earlier run: until its domain is gone it stays held, so the old and the new owner never both
+  have it);
+- deterministic: new addresses go to the proxies in the order of the play's hypervisors, then of their names, each
+  the lowest free address of its pool (inside the outside NIC's prefix when it has one).
+
+Ranges and prefixes are counted and walked, never listed: one address per proxy from a /64 costs what it costs from
+a /24. Every refusal names the variable (``egress_proxy_outside.pool[3] of lab-hv1``,
+``egress_proxy_instances[2].outside.address``) before anything is touched. Standard library only, no Ansible: the
+unit tests run on any Python the collection supports.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, ip_address, ip_network, quoted
+
+POOL_VARIABLE = "egress_proxy_outside.pool"
+PREFIX_VARIABLE = "egress_proxy_outside.prefix"
+STATE_ABSENT = "absent"
+
+
+class PoolError(Exception):
+    """A pool, a prefix or an address the allocation refuses, as the sentence the role fails with."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PoolEntry:
+    """One entry of a pool: the addresses ``first`` to ``last`` (inclusive) it gives, and where it is written."""
+
+    label: str  # egress_proxy_outside.pool[3] of lab-hv1
+    text: str
+    first: object  # IPv4Address or IPv6Address
+    last: object
+    prefix_length: Optional[int]  # a prefix entry's own length, given to its addresses when the NIC has no prefix
+
+    @property
+    def version(self):
+        return self.first.version
+
+    @property
+    def size(self):
+        return int(self.last) - int(self.first) + 1
+
+    def overlaps(self, other):
+        return self.version == other.version and self.first <= other.last and other.first <= self.last
+
+
+def _entry(label, text):
+    """The PoolEntry ``text`` writes: an address, ``first-last`` or a prefix; PoolError naming ``label`` otherwise."""
+    if not isinstance(text, str):
+        raise PoolError("%s: %s is not text: give an address, a range first-last or a prefix such as 203.0.113.0/26"
+                        % (label, quoted(text)))
+    # ip_address and ip_network take plain ASCII address characters only: no blank, control character or %scope.
+    first_text, dash, last_text = text.partition("-")
+    if dash:
+        first, last = ip_address(first_text), ip_address(last_text)
+        if first is None or last is None or first.version != last.version:
+            raise PoolError("%s: %s is not a range of two IPv4 or two IPv6 addresses, first-last (no blanks, no "
+                            "%%scope)" % (label, quoted(text)))
+        if last < first:
+            raise PoolError("%s: the range %s runs backwards; write it lowest first: %s-%s" % (
+                label, quoted(text), last, first))
+        return PoolEntry(label, text, first, last, None)
+    if "/" in text:
+        network = ip_network(text)
+        if network is None:
+            host_bits = _network_with_host_bits(text)
+            raise PoolError("%s: %s is not a prefix%s" % (
+                label, quoted(text), " (host bits set: did you mean %s?)" % host_bits if host_bits else
+                ": write an IPv4 or IPv6 network such as 203.0.113.0/26 (no blanks, no %scope)"))
+        first, last = network.network_address, network.broadcast_address
+        if network.version == 4 and network.prefixlen < 31:
+            # An IPv4 host cannot use its network's network and broadcast addresses (RFC 3021 takes /31 whole).
+            first, last = first + 1, last - 1
+        elif network.version == 6 and network.prefixlen < 127:
+            # The subnet-router anycast address (RFC 4291 2.6.1) belongs to the routers; /127 is taken whole (RFC 6164).
+            first = first + 1
+        return PoolEntry(label, text, first, last, network.prefixlen)
+    address = ip_address(text)
+    if address is None:
+        raise PoolError("%s: %s is not an IPv4 or IPv6 address, a range first-last or a prefix (no blanks, no "
+                        "%%scope)" % (label, quoted(text)))
+    return PoolEntry(label, text, address, address, None)
+
+
+def _network_with_host_bits(text):
+    """The network ``text`` means when only its host bits are wrong (203.0.113.5/24 -> 203.0.113.0/24), else None."""
+    address, _slash, length = text.partition("/")
+    if ip_address(address) is None or ascii_decimal(length) is None:
+        return None
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
+def parse_pool(entries, owner):
+    """The PoolEntry tuple of a pool given as ``entries`` (a list of text), sorted by address; ``owner`` names whose
+    pool it is in messages (``lab-hv1``). PoolError names the entry at fault, and both entries that overlap."""
+    if not isinstance(entries, (list, tuple)) or not entries:
+        raise PoolError("%s of %s must be a non-empty list of addresses, ranges first-last and prefixes, got %s"
+                        % (POOL_VARIABLE, owner, quoted(entries)))
+    parsed = [_entry("%s[%d] of %s" % (POOL_VARIABLE, index, owner), text) for index, text in enumerate(entries)]
+    ordered = sorted(parsed, key=lambda entry: (entry.version, entry.first))
+    for before, after in zip(ordered, ordered[1:]):
+        if before.overlaps(after):
+            raise PoolError("%s (%s) and %s (%s) overlap; give each address of the pool once" % (
+                before.label, before.text, after.label, after.text))
+    return tuple(ordered)
+
+
+def parse_prefix(text, owner):
+    """The outside NIC's prefix (``egress_proxy_outside.prefix``) as an ip network, or None when not given."""
+    if text is None or text == "":
+        return None
+    network = ip_network(text)
+    if network is None:
+        raise PoolError("%s of %s: %s is not a network such as 203.0.113.0/24 or 2001:db8:0:7::/64 (no host bits, no "
+                        "blanks, no %%scope)" % (PREFIX_VARIABLE, owner, quoted(text)))
+    return network
+
+
+@dataclass(frozen=True)
+class Hypervisor:
+    """One hypervisor of the play as the allocation sees it."""
+
+    name: str
+    pool: tuple  # PoolEntry, sorted; () without a pool
+    prefix: object  # IPv4Network, IPv6Network or None
+    wanted: tuple  # (proxy name, variable naming its entry) of the proxies to give a pool address, in name order
+    given: tuple  # (address text, variable, proxy name) of every hand-given outside.address of a kept proxy
+    recorded: tuple  # (domain name, recorded egress address text) of every domain listed on it
+
+    def candidates(self):
+        """The pool's entries clipped to the NIC's prefix: (first, last, prefix length) of what it may give."""
+        clipped = []
+        for entry in self.pool:
+            first, last = entry.first, entry.last
+            if self.prefix is not None:
+                if entry.version != self.prefix.version:
+                    continue
+                first = max(first, self.prefix.network_address)
+                last = min(last, self.prefix.broadcast_address)
+                if first > last:
+                    continue
+            clipped.append((first, last, self.prefix.prefixlen if self.prefix is not None else entry.prefix_length))
+        return clipped
+
+
+def _where(source, index):
+    return "%s[%d]" % (source, index)
+
+
+def _hypervisor(name, outside, default_state, entries, recorded):
+    """Hypervisor from one hypervisor's variables: ``outside`` its egress_proxy_outside, ``entries`` (variable, entry)
+    of its instances, ``recorded`` [(domain name, recorded egress address)] of its listing."""
+    outside = outside or {}
+    pool_text = outside.get("pool")
+    pool = parse_pool(pool_text, name) if pool_text not in (None, []) else ()
+    prefix = parse_prefix(outside.get("prefix"), name)
+    if pool and prefix is None:
+        bare = [entry for entry in pool if entry.prefix_length is None]
+        if bare:
+            raise PoolError("%s: %s gives its addresses no prefix length; give %s of %s (the outside segment, such as "
+                            "203.0.113.0/24), or write the pool as prefixes" % (bare[0].label, bare[0].text,
+                                                                                 PREFIX_VARIABLE, name))
+    if pool and prefix is not None:
+        outside_prefix = [entry for entry in pool if entry.version != prefix.version
+                          or entry.last < prefix.network_address or entry.first > prefix.broadcast_address]
+        if len(outside_prefix) == len(pool):
+            raise PoolError("%s of %s has no address inside %s %s: the outside NIC could use none of them"
+                            % (POOL_VARIABLE, name, PREFIX_VARIABLE, prefix))
+    wanted, given = [], []
+    for variable, entry in entries:
+        if not isinstance(entry, dict):
+            continue  # the role's argument spec refuses it, naming it
+        state = entry.get("state") or default_state
+        own = entry.get("outside") if isinstance(entry.get("outside"), dict) else {}
+        if state == STATE_ABSENT:
+            continue
+        if own.get("address"):
+            given.append((own["address"], "%s.outside.address" % variable, entry.get("name")))
+        elif pool:
+            wanted.append((entry.get("name"), variable))
+    return Hypervisor(name, pool, prefix, tuple(sorted(wanted, key=lambda item: str(item[0]))), tuple(given),
+                      tuple(recorded))
+
+
+def _check_pools(hypervisors):
+    """Two hypervisors' pools are the same list (one pool, shared) or have no address in common."""
+    pooled = [hypervisor for hypervisor in hypervisors if hypervisor.pool]
+    for index, one in enumerate(pooled):
+        for other in pooled[index + 1:]:
+            if _same_pool(one.pool, other.pool):
+                continue
+            for mine in one.pool:
+                clash = next((theirs for theirs in other.pool if mine.overlaps(theirs)), None)
+                if clash is not None:
+                    raise PoolError("%s (%s) and %s (%s) overlap, and the two pools differ: give hypervisors that "
+                                    "share addresses the same pool, or pools with no address in common"
+                                    % (mine.label, mine.text, clash.label, clash.text))
+
+
+def _same_pool(one, other):
+    return [(entry.first, entry.last, entry.prefix_length) for entry in one] == \
+        [(entry.first, entry.last, entry.prefix_length) for entry in other]
+
+
+def _containing(hypervisors, address):
+    """The first pool entry of any hypervisor holding ``address``, or None."""
+    for hypervisor in hypervisors:
+        for entry in hypervisor.pool:
+            if entry.version == address.version and entry.first <= address <= entry.last:
+                return entry
+    return None
+
+
+def _check_given(hypervisors):
+    """A hand-given outside.address is no pool's, and lies inside its hypervisor's outside prefix when it has one."""
+    for hypervisor in hypervisors:
+        for text, variable, proxy in hypervisor.given:
+            address = _address_of(text)
+            if address is None:
+                continue  # not an address with its prefix: kvm_proxy_set's own check names it
+            entry = _containing(hypervisors, address)
+            if entry is not None:
+                raise PoolError("%s of %s on %s: %s is in %s (%s); the pool gives its addresses itself, so take it out "
+                                "of the pool or leave the proxy's outside.address out" % (
+                                    variable, _json(proxy), hypervisor.name, address, entry.label, entry.text))
+            if hypervisor.prefix is not None and (address.version != hypervisor.prefix.version
+                                                  or address not in hypervisor.prefix):
+                raise PoolError("%s of %s on %s: %s is outside %s %s, the outside NIC's segment" % (
+                    variable, _json(proxy), hypervisor.name, address, PREFIX_VARIABLE, hypervisor.prefix))
+
+
+def _address_of(text):
+    """The address of ``text``: an address, or one with its prefix length (198.18.21.5/24); None otherwise."""
+    if not isinstance(text, str):
+        return None
+    return ip_address(text.partition("/")[0]) if text.count("/") <= 1 else None
+
+
+def _json(value):
+    return json.dumps(value)
+
+
+def _usable(hypervisor, address):
+    """The prefix length ``address`` gets on ``hypervisor`` when its pool may give it there, else None."""
+    for first, last, length in hypervisor.candidates():
+        if first.version == address.version and first <= address <= last:
+            return length
+    return None
+
+
+def _lowest_free(hypervisor, taken):
+    """The lowest address of the hypervisor's candidates not in ``taken`` (a set), with its prefix length; or None.
+
+    Walks past taken addresses only: the cost is the number of taken addresses, not the size of the pool.
+    """
+    for first, last, length in hypervisor.candidates():
+        address = first
+        while address <= last:
+            if address not in taken:
+                return address, length
+            if address == last:
+                break
+            address += 1
+    return None
+
+
+def allocate(hypervisors):
+    """{hypervisor name: {proxy name: address with prefix length}} for every wanted proxy of ``hypervisors``
+    (Hypervisor, in the play's order), after the checks; PoolError when a pool is too small, naming how many
+    addresses are missing, or when a pool or a hand-given address is refused."""
+    _check_pools(hypervisors)
+    _check_given(hypervisors)
+    taken = set()  # every address recorded on a domain, given by hand, or handed out in this run
+    for hypervisor in hypervisors:
+        for _domain, recorded in hypervisor.recorded:
+            address = _address_of(recorded)
+            if address is not None:
+                taken.add(address)
+        for text, _variable, _proxy in hypervisor.given:
+            address = _address_of(text)
+            if address is not None:
+                taken.add(address)
+    allocation = {hypervisor.name: {} for hypervisor in hypervisors}
+    # Kept first, for every hypervisor: a recorded address is its proxy's before any new proxy is served.
+    kept = set()
+    for hypervisor in hypervisors:
+        records = dict(hypervisor.recorded)
+        for proxy, _variable in hypervisor.wanted:
+            address = _address_of(records.get(proxy))
+            length = _usable(hypervisor, address) if address is not None else None
+            if length is not None and address not in kept:
+                kept.add(address)
+                allocation[hypervisor.name][proxy] = "%s/%d" % (address, length)
+    missing = []
+    for hypervisor in hypervisors:
+        waiting = [proxy for proxy, _variable in hypervisor.wanted if proxy not in allocation[hypervisor.name]]
+        for position, proxy in enumerate(waiting):
+            found = _lowest_free(hypervisor, taken)
+            if found is None:
+                missing.append((hypervisor, waiting[position:], position))
+                break
+            taken.add(found[0])
+            allocation[hypervisor.name][proxy] = "%s/%d" % found
+    if missing:
+        total = sum(len(left) for _hypervisor_, left, _served in missing)
+        shortages = ["%s of %s%s has %d free address%s for %d new proxies: %d missing (none for %s)" % (
+            POOL_VARIABLE, hypervisor.name, " inside %s" % hypervisor.prefix if hypervisor.prefix is not None else "",
+            served, "" if served == 1 else "es", served + len(left), len(left), ", ".join(str(proxy) for proxy in left))
+            for hypervisor, left, served in missing]
+        raise PoolError("The egress address pools are too small, %d address%s missing: %s. Add addresses to the pool, "
+                        "or give fewer proxies an address from it; nothing was changed."
+                        % (total, "" if total == 1 else "es", "; ".join(shortages)))
+    return allocation
+
+
+def fleet_allocation(hypervisors, fleet=None):
+    """The allocation of the play (allocate) from each hypervisor's variables and listing.
+
+    ``hypervisors``: in the play's order, each a dict with ``name`` (the inventory host), ``outside``
+    (egress_proxy_outside), ``state`` (egress_proxy_state), ``instances`` (egress_proxy_instances) and ``proxies``
+    (kvm_proxy_info's listing of the hypervisor: each domain's ``name`` and its recorded ``egress_address``).
+    ``fleet``: egress_proxy_fleet, whose entries run on the hypervisor they name.
+    """
+    fleet = fleet or []
+    built = []
+    for given in hypervisors:
+        name = given["name"]
+        entries = [(_where("egress_proxy_instances", index), entry)
+                   for index, entry in enumerate(given.get("instances") or [])]
+        entries += [(_where("egress_proxy_fleet", index), entry) for index, entry in enumerate(fleet)
+                    if isinstance(entry, dict) and entry.get("hypervisor") == name]
+        recorded = [(proxy.get("name"), proxy.get("egress_address")) for proxy in given.get("proxies") or []
+                    if isinstance(proxy, dict) and proxy.get("egress_address")]
+        built.append(_hypervisor(name, given.get("outside"), given.get("state"), entries, recorded))
+    return allocate(built)

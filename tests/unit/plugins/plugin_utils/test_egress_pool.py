@@ -1,0 +1,277 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Egress address pools: parsing, the checks of pools and hand-given addresses, and the fleet's allocation.
+
+The allocation is run as the role runs it, once over the play's hypervisors, each with its variables and the
+listing of its domains with their recorded egress addresses; a run's result becomes the next run's listing.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, fleet_allocation, parse_pool
+
+OUTSIDE = {"bridge": "br1", "gateway": "198.18.21.1"}
+
+
+def hypervisor(name, pool, instances, proxies=(), prefix=None, state="present"):
+    outside = dict(OUTSIDE, pool=pool)
+    if prefix is not None:
+        outside["prefix"] = prefix
+    return {"name": name, "outside": outside, "state": state, "instances": instances, "proxies": list(proxies)}
+
+
+def proxies(*names):
+    return [{"name": name} for name in names]
+
+
+def listing(allocation, host):
+    """kvm_proxy_info's listing of ``host`` once the proxies of ``allocation`` run there (their address recorded)."""
+    return [{"name": name, "egress_address": address.partition("/")[0]}
+            for name, address in sorted(allocation[host].items())]
+
+
+def refusal(hypervisors, fleet=None):
+    with pytest.raises(PoolError) as caught:
+        fleet_allocation(hypervisors, fleet)
+    return caught.value.message
+
+
+# --- parsing ---------------------------------------------------------------------------------------------------
+
+
+def test_entries_of_every_kind_are_sorted_by_address():
+    pool = parse_pool(["198.18.21.40", "2001:db8:0:7::/64", "198.18.21.10-198.18.21.20", "198.18.21.64/30"], "hv1")
+    assert [(str(entry.first), str(entry.last), entry.prefix_length) for entry in pool] == [
+        ("198.18.21.10", "198.18.21.20", None), ("198.18.21.40", "198.18.21.40", None),
+        # An IPv4 prefix without its network and broadcast address; an IPv6 one without its subnet-router anycast.
+        ("198.18.21.65", "198.18.21.66", 30), ("2001:db8:0:7::1", "2001:db8:0:7:ffff:ffff:ffff:ffff", 64)]
+
+
+def test_a_31_and_a_32_give_every_address():
+    pool = parse_pool(["198.18.21.0/31", "198.18.21.8/32"], "hv1")
+    assert [entry.size for entry in pool] == [2, 1]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("198.18.21.20-198.18.21.10", "runs backwards; write it lowest first: 198.18.21.10-198.18.21.20"),
+    ("198.18.21.5/24", "host bits set: did you mean 198.18.21.0/24?"),
+    ("198.18.21.1-2001:db8::1", "not a range of two IPv4 or two IPv6 addresses"),
+    ("198.18.21.1-", "not a range"),
+    ("198.18.21.0/33", "is not a prefix"),
+    ("egress.example", "is not an IPv4 or IPv6 address"),
+    (42, "is not text"),
+])
+def test_a_wrong_entry_is_refused_naming_it(text, says):
+    message = refusal([hypervisor("hv1", ["198.18.21.100", text], proxies("a"), prefix="198.18.21.0/24")])
+    assert message.startswith("egress_proxy_outside.pool[1] of hv1: ")
+    assert says in message
+
+
+# Line breaks for a YAML or network-config reader, a comment, quotes, blanks, other scripts' digits, an IPv6 scope
+# (ipaddress takes any text after %), an endless value: each inside an otherwise valid entry.
+HOSTILE = ["\n", "\r", "\x00", "\u2028", "\u0085", "%1", "%eth0\n", "#", '"', "'", " ", "\t", "\u00b2",
+           "\u0668\u0660", "\uff18\uff10", "9" * 5000]
+SHAPES = [lambda text: "198.18.21.10" + text, lambda text: text + "198.18.21.10",
+          lambda text: "198.18.21.10-198.18.21.20" + text, lambda text: "198.18.21.10" + text + "-198.18.21.20",
+          lambda text: "198.18.21.0/24" + text, lambda text: "2001:db8::" + text + "/64",
+          lambda text: "fe80::1" + text + "-fe80::9"]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+def test_hostile_text_in_an_entry_is_refused_naming_it(text, shape):
+    message = refusal([hypervisor("hv1", [SHAPES[shape](text)], proxies("a"))])
+    assert message.startswith("egress_proxy_outside.pool[0] of hv1: ")
+    # The entry quoted, cut and with its control characters escaped: the message itself holds none, and stays short.
+    assert control_character(message) is None
+    assert len(message) < 400
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_text_in_the_prefix_is_refused_naming_it(text):
+    message = refusal([hypervisor("hv1", ["198.18.21.10"], proxies("a"), prefix="198.18.21.0/24" + text)])
+    assert message.startswith("egress_proxy_outside.prefix of hv1: ")
+
+
+def test_overlapping_entries_are_refused_naming_both():
+    message = refusal([hypervisor("hv1", ["198.18.21.0/28", "198.18.21.30", "198.18.21.10-198.18.21.20"],
+                                  proxies("a"))])
+    assert message == ("egress_proxy_outside.pool[0] of hv1 (198.18.21.0/28) and egress_proxy_outside.pool[2] of hv1 "
+                       "(198.18.21.10-198.18.21.20) overlap; give each address of the pool once")
+
+
+def test_an_empty_pool_entry_list_is_no_pool():
+    assert fleet_allocation([hypervisor("hv1", [], [])]) == {"hv1": {}}
+
+
+def test_a_range_needs_the_nic_prefix_for_its_prefix_length():
+    message = refusal([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], proxies("a"))])
+    assert message.startswith("egress_proxy_outside.pool[0] of hv1: 198.18.21.10-198.18.21.20 gives its addresses no "
+                              "prefix length; give egress_proxy_outside.prefix of hv1")
+
+
+def test_a_pool_with_no_address_in_the_nic_prefix_is_refused():
+    message = refusal([hypervisor("hv1", ["198.18.22.10-198.18.22.20"], proxies("a"), prefix="198.18.21.0/24")])
+    assert "has no address inside egress_proxy_outside.prefix 198.18.21.0/24" in message
+
+
+# --- hand-given addresses and other pools ----------------------------------------------------------------------
+
+
+def test_a_pool_address_given_by_hand_is_refused_naming_the_proxy_variable():
+    instances = [{"name": "a"}, {"name": "b"}, {"name": "c", "outside": {"address": "198.18.21.12/24"}}]
+    message = refusal([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")])
+    assert message.startswith('egress_proxy_instances[2].outside.address of "c" on hv1: 198.18.21.12 is in '
+                              "egress_proxy_outside.pool[0] of hv1 (198.18.21.10-198.18.21.20)")
+
+
+def test_another_hypervisors_pool_counts_too_and_fleet_entries_are_named_as_such():
+    fleet = [{"name": "x", "hypervisor": "hv1"}, {"name": "y", "hypervisor": "hv2", "outside": {"address": "198.18.21.11/24"}}]
+    message = refusal([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], [], prefix="198.18.21.0/24"),
+                       {"name": "hv2", "outside": dict(OUTSIDE), "state": "present", "instances": [], "proxies": []}],
+                      fleet)
+    assert message.startswith('egress_proxy_fleet[1].outside.address of "y" on hv2: 198.18.21.11 is in '
+                              "egress_proxy_outside.pool[0] of hv1")
+
+
+def test_a_hand_given_address_outside_the_nic_prefix_is_refused():
+    instances = [{"name": "a"}, {"name": "b", "outside": {"address": "198.18.22.5/24"}}]
+    message = refusal([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")])
+    assert message == ('egress_proxy_instances[1].outside.address of "b" on hv1: 198.18.22.5 is outside '
+                       "egress_proxy_outside.prefix 198.18.21.0/24, the outside NIC's segment")
+
+
+def test_a_removed_proxys_hand_given_address_is_not_checked():
+    instances = [{"name": "a"}, {"name": "b", "state": "absent", "outside": {"address": "198.18.21.10/24"}}]
+    assert fleet_allocation([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
+        "hv1": {"a": "198.18.21.10/24"}}
+
+
+def test_overlapping_pools_that_differ_are_refused_and_the_same_pool_is_shared():
+    one = hypervisor("hv1", ["198.18.21.10-198.18.21.20"], proxies("a"), prefix="198.18.21.0/24")
+    other = hypervisor("hv2", ["198.18.21.15-198.18.21.30"], proxies("b"), prefix="198.18.21.0/24")
+    assert refusal([one, other]) == (
+        "egress_proxy_outside.pool[0] of hv1 (198.18.21.10-198.18.21.20) and egress_proxy_outside.pool[0] of hv2 "
+        "(198.18.21.15-198.18.21.30) overlap, and the two pools differ: give hypervisors that share addresses the "
+        "same pool, or pools with no address in common")
+    shared = hypervisor("hv2", ["198.18.21.10-198.18.21.20"], proxies("b"), prefix="198.18.21.0/24")
+    assert fleet_allocation([one, shared]) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {"b": "198.18.21.11/24"}}
+
+
+# --- allocation ------------------------------------------------------------------------------------------------
+
+
+def fleet(pool=("198.18.21.10-198.18.21.20",), hv1=("a", "b", "c"), hv2=("d", "e"), listed=None):
+    listed = listed or {}
+    return [hypervisor("hv1", list(pool), proxies(*hv1), listed.get("hv1", ()), prefix="198.18.21.0/24"),
+            hypervisor("hv2", list(pool), proxies(*hv2), listed.get("hv2", ()), prefix="198.18.21.0/24")]
+
+
+def test_new_proxies_get_unique_addresses_across_hypervisors_in_the_plays_order():
+    assert fleet_allocation(fleet()) == {
+        "hv1": {"a": "198.18.21.10/24", "b": "198.18.21.11/24", "c": "198.18.21.12/24"},
+        "hv2": {"d": "198.18.21.13/24", "e": "198.18.21.14/24"}}
+
+
+def test_recorded_addresses_are_kept_and_new_proxies_take_free_ones_around_them():
+    first = fleet_allocation(fleet())
+    listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
+    # Every hypervisor's list grows by one proxy whose name sorts first: nobody's address moves.
+    second = fleet_allocation(fleet(hv1=("0-new", "a", "b", "c"), hv2=("0-new", "d", "e"), listed=listed))
+    assert second == {"hv1": dict(first["hv1"], **{"0-new": "198.18.21.15/24"}),
+                      "hv2": dict(first["hv2"], **{"0-new": "198.18.21.16/24"})}
+
+
+def test_a_replaced_proxy_keeps_its_address_while_its_domain_records_it():
+    first = fleet_allocation(fleet())
+    listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
+    # A replacement records the address given to it again: the run after it sees the same listing.
+    assert fleet_allocation(fleet(listed=listed)) == first
+
+
+def test_an_address_frees_once_no_domain_records_it():
+    first = fleet_allocation(fleet())
+    listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
+    # b is removed (state absent, or dropped from the list for the garbage collection): its domain still records
+    # 198.18.21.11 in the run that removes it, so a new proxy in that run does not get it...
+    removing = fleet(hv1=("a", "c"), hv2=("d", "e", "f"), listed=listed)
+    assert fleet_allocation(removing)["hv2"]["f"] == "198.18.21.15/24"
+    # ...and once the listing no longer has b, the next new proxy gets it.
+    listed["hv1"] = [proxy for proxy in listed["hv1"] if proxy["name"] != "b"]
+    listed["hv2"].append({"name": "f", "egress_address": "198.18.21.15"})
+    assert fleet_allocation(fleet(hv1=("a", "c"), hv2=("d", "e", "f", "g"), listed=listed))["hv2"]["g"] == "198.18.21.11/24"
+
+
+def test_a_recorded_address_the_pool_no_longer_holds_is_given_up():
+    listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.99"}]}
+    assert fleet_allocation(fleet(hv1=("a",), hv2=(), listed=listed)) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {}}
+
+
+def test_an_address_recorded_twice_stays_with_the_first_and_the_other_proxy_gets_a_new_one():
+    listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.12"}],
+              "hv2": [{"name": "d", "egress_address": "198.18.21.12"}]}
+    assert fleet_allocation(fleet(hv1=("a",), hv2=("d",), listed=listed)) == {
+        "hv1": {"a": "198.18.21.12/24"}, "hv2": {"d": "198.18.21.10/24"}}
+
+
+def test_a_proxy_with_its_own_address_takes_none_and_stopped_ones_get_one():
+    instances = [{"name": "a", "state": "stopped"}, {"name": "b", "outside": {"address": "198.18.21.5/24"}},
+                 {"name": "c", "state": "absent"}]
+    assert fleet_allocation([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
+        "hv1": {"a": "198.18.21.10/24"}}
+
+
+def test_each_hypervisor_draws_inside_its_own_prefix_from_one_shared_pool():
+    pool = ["198.18.21.100-198.18.21.101", "198.18.22.100-198.18.22.102"]
+    assert fleet_allocation([hypervisor("hv1", pool, proxies("a", "b"), prefix="198.18.21.0/24"),
+                             hypervisor("hv2", pool, proxies("c", "d"), prefix="198.18.22.0/24")]) == {
+        "hv1": {"a": "198.18.21.100/24", "b": "198.18.21.101/24"},
+        "hv2": {"c": "198.18.22.100/24", "d": "198.18.22.101/24"}}
+
+
+def test_a_prefix_entry_gives_its_own_length_without_a_nic_prefix():
+    assert fleet_allocation([hypervisor("hv1", ["198.18.21.64/29"], proxies("a", "b"))]) == {
+        "hv1": {"a": "198.18.21.65/29", "b": "198.18.21.66/29"}}
+
+
+def test_a_pool_too_small_fails_naming_how_many_are_missing():
+    message = refusal(fleet(pool=["198.18.21.10-198.18.21.13"], hv1=("a", "b", "c"), hv2=("d", "e", "f")))
+    assert message == (
+        "The egress address pools are too small, 2 addresses missing: egress_proxy_outside.pool of hv2 inside "
+        "198.18.21.0/24 has 1 free address for 3 new proxies: 2 missing (none for e, f). Add addresses to the pool, or "
+        "give fewer proxies an address from it; nothing was changed.")
+
+
+def test_held_addresses_count_against_the_pool():
+    listed = {"hv1": [{"name": "old", "egress_address": "198.18.21.10"}]}
+    message = refusal(fleet(pool=["198.18.21.10-198.18.21.11"], hv1=("a", "b"), hv2=(), listed=listed))
+    assert "has 1 free address for 2 new proxies: 1 missing (none for b)" in message
+
+
+def test_one_address_per_proxy_from_a_64_without_listing_it():
+    pool = ["2001:db8:0:7::/64"]
+    hosts = [{"name": "hv%d" % number, "outside": {"network": "uplink", "pool": pool}, "state": "present",
+              "instances": proxies(*("p%02d" % index for index in range(20))), "proxies": []} for number in (1, 2)]
+    allocation = fleet_allocation(hosts)
+    addresses = [ipaddress.ip_interface(address) for host in allocation.values() for address in host.values()]
+    assert len(set(addresses)) == 40
+    assert {str(address.network) for address in addresses} == {"2001:db8:0:7::/64"}
+    assert str(min(addresses).ip) == "2001:db8:0:7::1"
+
+
+def test_the_last_address_of_the_ipv6_space_is_given_without_overflow():
+    pool = ["ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
+    listed = [{"name": "old", "egress_address": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"}]
+    allocation = fleet_allocation([hypervisor("hv1", pool, proxies("a"), listed, prefix="ffff:ffff:ffff:ffff::/64")])
+    assert allocation == {"hv1": {"a": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/64"}}
+    message = refusal([hypervisor("hv1", pool, proxies("a", "b"), listed, prefix="ffff:ffff:ffff:ffff::/64")])
+    assert "1 address missing" in message
