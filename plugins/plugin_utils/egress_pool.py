@@ -186,8 +186,8 @@ def _hypervisor(name, outside, default_state, entries, recorded):
         bare = [entry for entry in pool if entry.prefix_length is None]
         if bare:
             raise PoolError("%s: %s gives its addresses no prefix length; give %s of %s (the outside segment, such as "
-                            "203.0.113.0/24), or write the pool as prefixes" % (bare[0].label, bare[0].text,
-                                                                                 PREFIX_VARIABLE, name))
+                            "203.0.113.0/24), or write the pool as prefixes"
+                            % (bare[0].label, bare[0].text, PREFIX_VARIABLE, name))
     if pool and prefix is not None:
         outside_prefix = [entry for entry in pool if entry.version != prefix.version
                           or entry.last < prefix.network_address or entry.first > prefix.broadcast_address]
@@ -341,13 +341,15 @@ def allocate(hypervisors):
     return allocation
 
 
-def fleet_allocation(hypervisors, fleet=None):
+def fleet_allocation(hypervisors, fleet=None, unlisted=()):
     """The allocation of the play (allocate) from each hypervisor's variables and listing.
 
     ``hypervisors``: in the play's order, each a dict with ``name`` (the inventory host), ``outside``
     (egress_proxy_outside), ``state`` (egress_proxy_state), ``instances`` (egress_proxy_instances) and ``proxies``
     (kvm_proxy_info's listing of the hypervisor: each domain's ``name`` and its recorded ``egress_address``).
-    ``fleet``: egress_proxy_fleet, whose entries run on the hypervisor they name.
+    ``fleet``: egress_proxy_fleet, whose entries run on the hypervisor they name. ``unlisted``: (name, pool) of the
+    inventory's other hypervisors with a pool, whose domains were not listed (not in the play, --limit, or their
+    listing failed): the addresses they hold are unknown, so a pool that shares an address with theirs is refused.
     """
     fleet = fleet or []
     built = []
@@ -360,4 +362,35 @@ def fleet_allocation(hypervisors, fleet=None):
         recorded = [(proxy.get("name"), proxy.get("egress_address")) for proxy in given.get("proxies") or []
                     if isinstance(proxy, dict) and proxy.get("egress_address")]
         built.append(_hypervisor(name, given.get("outside"), given.get("state"), entries, recorded))
+    _check_unlisted(built, unlisted)
     return allocate(built)
+
+
+def _check_unlisted(hypervisors, unlisted):
+    for name, pool_text in unlisted:
+        try:
+            pool = parse_pool(pool_text, name)
+        except PoolError:
+            continue  # that hypervisor's own run refuses it
+        for hypervisor in hypervisors:
+            if not any(mine.overlaps(theirs) for mine in hypervisor.pool for theirs in pool):
+                continue
+            raise PoolError("%s of %s shares addresses with %s of %s, whose proxies were not listed in this run (not "
+                            "in the play, or its listing failed), so the addresses they hold are unknown: run the "
+                            "hypervisors that share a pool together. Nothing was changed." % (
+                                POOL_VARIABLE, hypervisor.name, POOL_VARIABLE, name))
+
+
+def pool_view(instances, outside, state):
+    """What the allocation needs of one hypervisor's variables, for the fact every other hypervisor's run reads:
+    its egress_proxy_outside's pool and prefix, egress_proxy_state, and each of its egress_proxy_instances' name,
+    state and own outside.address, in their order (so a message can name the entry). No other key: an instance's
+    users and their passwords stay out of the fact."""
+    outside = outside if isinstance(outside, dict) else {}
+    kept = []
+    for entry in instances or []:
+        entry = entry if isinstance(entry, dict) else {}
+        own = entry.get("outside") if isinstance(entry.get("outside"), dict) else {}
+        kept.append({"name": entry.get("name"), "state": entry.get("state"), "outside": {"address": own.get("address")}})
+    return {"outside": {"pool": outside.get("pool"), "prefix": outside.get("prefix")}, "state": state,
+            "instances": kept}

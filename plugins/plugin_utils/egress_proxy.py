@@ -136,6 +136,10 @@ def fill_in(entry, variables):
     instance["autostart"] = _bool_or_given(instance["autostart"])
     instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
+    # An address from the pool is the instance's outside.address, checked from here on as one given by hand.
+    pooled = variables["egress_proxy__pool_addresses"] or {}
+    if isinstance(instance["name"], str) and instance["name"] in pooled and _blank(instance["outside"].get("address")):
+        instance["outside"]["address"] = pooled[instance["name"]]
     return instance
 
 

@@ -76,6 +76,67 @@ def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_st
     print("first run %.0f s, second %.0f s" % (run.seconds, again.seconds))
 
 
+POOL_TASK = "Allocate the egress addresses of the play's proxies from their pools"
+
+
+def pooled(hv_fleet, placed, **overrides):
+    """A fleet of two-NIC proxies drawing their egress addresses from one pool: placed, (suffix, hypervisor, inside
+    address's last byte[, state]). Both hypervisors take their outside addresses from hv1's outside segment, as
+    hypervisors on one uplink do: the proxies do not boot, so the addresses are only recorded, never used."""
+    outside = {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": hv_fleet.hv1.outside_address,
+               "prefix": hv_fleet.hv1.outside_cidr, "pool": [hv_fleet.hv1.outside_prefix + ".100-" + hv_fleet.hv1.outside_prefix + ".104"]}
+    specs = {HV1: hv_fleet.hv1, HV2: hv_fleet.hv2}
+    entries = [dict({"name": name(suffix), "hypervisor": host, "address": "%s.%d/24" % (specs[host].lan_prefix, byte)},
+                    **({"state": rest[0]} if rest else {})) for suffix, host, byte, *rest in placed]
+    return hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_fleet=entries, egress_proxy_outside=outside, **overrides))
+
+
+def egress_addresses(run):
+    """{proxy: the egress address its domain records} of the converge's results on both hypervisors."""
+    return {proxy: entry["egress_address"] for host in (HV1, HV2)
+            for proxy, entry in run.items(CONVERGE_TASK, host).items() if entry.get("state")}
+
+
+def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_and_keeps_them(hv_fleet):
+    base = hv_fleet.hv1.outside_prefix + "."
+    fleet = [("pa", HV1, 201), ("pb", HV1, 202), ("pc", HV2, 201), ("pd", HV2, 202, "stopped")]
+    run = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet))
+    assert run.rc == 0, run
+    assert run.ran(POOL_TASK) == [HV1]  # once for the play
+    first = egress_addresses(run)
+    # Unique across both hypervisors, converging at once; new ones in the play's order, then by name.
+    assert first == {name("pa"): base + "100", name("pb"): base + "101", name("pc"): base + "102",
+                     name("pd"): base + "103"}, first
+
+    # Every proxy replaced (another memory size), pb removed, pe added: the replaced keep theirs, and pb's domain still
+    # records its address while this run removes it, so pe gets the last free one.
+    fleet = [("pa", HV1, 201), ("pb", HV1, 202, "absent"), ("pc", HV2, 201), ("pd", HV2, 202, "stopped"), ("pe", HV2, 203)]
+    replaced = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet, egress_proxy_memory_mib=160))
+    assert replaced.rc == 0, replaced
+    outcomes = {proxy: entry["outcome"] for host in (HV1, HV2) for proxy, entry in replaced.items(CONVERGE_TASK, host).items()}
+    assert outcomes == {name("pa"): "replaced", name("pb"): "removed", name("pc"): "replaced", name("pd"): "replaced",
+                        name("pe"): "created"}, outcomes
+    del first[name("pb")]
+    assert egress_addresses(replaced) == dict(first, **{name("pe"): base + "104"})
+
+    # Two more than the pool holds: refused before any hypervisor is touched, naming how many are missing.
+    fleet = [entry for entry in fleet if entry[0] != "pb"] + [("pf", HV1, 204), ("pg", HV1, 205)]
+    short = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet, egress_proxy_memory_mib=160))
+    assert short.rc != 0, short
+    messages = " | ".join(message or "" for _host, _task, message in short.failures())
+    assert "1 address missing" in messages and "none for %s" % name("pg") in messages, messages
+    assert all(short.ran(task) == [] for task in TOUCHING_TASKS), short
+
+    # pb's domain is gone: its address is free again, for pf.
+    freed = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet[:-1], egress_proxy_memory_mib=160))
+    assert freed.rc == 0, freed
+    assert egress_addresses(freed) == dict(first, **{name("pe"): base + "104", name("pf"): base + "101"})
+    # What the domains record, as kvm_proxy_info reads it back (the listing the next allocation starts from).
+    (listing,) = freed.results("List the proxies of this hypervisor with their recorded egress addresses", HV2)
+    assert {proxy["name"]: proxy["egress_address"] for proxy in listing["proxies"] if proxy["name"].startswith(PREFIX)} == {
+        name("pc"): base + "102", name("pd"): base + "103", name("pe"): base + "104"}
+
+
 @pytest.mark.parametrize("entries, host_vars, words", [
     ([{"name": name("x"), "hypervisor": HV1}, {"name": name("y"), "hypervisor": "lab-hv9"}], {},
      ["egress_proxy_fleet[1].hypervisor", name("y"), "lab-hv9", "not in the inventory"]),

@@ -37,7 +37,9 @@ def role_variables(hypervisor="hv1", **overrides):
     the role's defaults and ``overrides`` in it, on the hypervisor ``hypervisor``."""
     with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
         names = yaml.safe_load(handle)["egress_proxy__variables"]
-    variables = dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy_host=hypervisor)
+    # No address from a pool unless a test gives some (tasks/pool.yml allocates them).
+    variables = dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy_host=hypervisor,
+                     egress_proxy__pool_addresses={})
     variables.update(overrides)
     return {name: variables[name] for name in names}
 

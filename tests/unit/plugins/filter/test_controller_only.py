@@ -47,6 +47,8 @@ for name in %(names)r:
     ran.update({filter_name: None for filter_name in filters})
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.egress_addresses import egress_addresses
+from ansible_collections.egress_proxies.kvm.plugins.filter.egress_pool_view import egress_pool_view
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_file_sd import metrics_file_sd
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
@@ -70,6 +72,10 @@ ran["kvm_proxy_set_errors"] = [
                           "proxies": [{"name": "egress-a", "mac": "52:54:00:00:00:0a"}]})]
 instances = proxy_instances([{"name": "egress-a"}], variables)
 ran["proxy_instances"] = instances[0]["state"]
+view = egress_pool_view([{"name": "egress-a"}], {"bridge": "br1", "pool": ["198.18.21.0/30"]}, "present")
+ran["egress_pool_view"] = view["instances"]
+ran["egress_addresses"] = egress_addresses(
+    ["hv1"], {"hv1": {"egress_proxy__pool_view": view, "egress_proxy__pool_listing": {"proxies": []}}}, [], ["hv1"])
 arguments = proxy_set_args(instances, variables)
 ran["proxy_set_args"] = [proxy["name"] for proxy in arguments["proxies"]]
 ran["proxy_report"] = proxy_report({"proxies": [{"id": "hosts/hv1/domains/egress-a", "name": "egress-a", "state": None,
@@ -104,6 +110,8 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
             ["proxies[1] (egress-b): memory_mib must be a whole number from 128 to 16777216, got 64"],
             ["gc_grace_period must be a whole number of at least 0, got -1"]],
         "proxy_instances": "present",
+        "egress_pool_view": [{"name": "egress-a", "state": None, "outside": {"address": None}}],
+        "egress_addresses": {"hv1": {"egress-a": "198.18.21.1/30"}},
         "proxy_set_args": ["egress-a"],
         "metrics_targets": ["10.0.0.5:9301"],
         "metrics_file_sd": 1,
