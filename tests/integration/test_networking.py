@@ -426,6 +426,8 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     (rows,) = status.results("Show the same rows as JSON", HV1)
     (row,) = [row for row in rows["status_rows"] if row["name"] == PROXY]
     assert row["metrics"] == "up" and row["requests"] >= before + 5, row
+    # EGRESS: the outside address its metadata records, the one the NIC reports too.
+    assert row["egress"] == row["egress_address"] == row["egress_ip"] == host(outside), row
     print("observability: Prometheus, syslog and status checked in %.0f s" % (time.monotonic() - observed_started))
 
     # verify.yml, told the allowed origin is to be refused, fails naming the proxy, the client, the URL and the answer.

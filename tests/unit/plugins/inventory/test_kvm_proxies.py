@@ -169,10 +169,13 @@ def test_host_vars_carry_every_nic_and_the_egress_address(parse, hypervisors):
     assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in egress["kvm_proxy_interfaces"]] == [
         ("inside", "br0", "198.18.11.70", False), ("outside", "br1", "198.18.21.70", True)]
     assert egress["kvm_proxy_egress_ip"] == "198.18.21.70"
+    # The static egress address the domain's metadata records, whether or not the NIC reports one.
+    assert egress["kvm_proxy_egress_address"] == "198.18.21.70"
     # The controller reaches a proxy on its first (inside) NIC.
     assert egress["ansible_host"] == "198.18.11.70"
     one = inventory.get_host("proxy-one").get_vars()
     assert one["kvm_proxy_egress_ip"] == one["kvm_proxy_ip"] == "198.18.0.150"
+    assert one["kvm_proxy_egress_address"] is None  # on DHCP
 
 
 def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):
