@@ -15,14 +15,15 @@ name: egress_addresses
 short_description: The egress addresses of the whole play's proxies, allocated once from their pools
 version_added: 0.5.0
 description:
-  - Gives every proxy of the play that has no C(outside.address) of its own an address from its hypervisor's
+  - Gives every proxy of the play that has no C(outside.address) (C(outside.address6)) of its own an address from its hypervisor's
     C(egress_proxy_outside.pool), once for the whole play, so no two proxies of the fleet get the same one, even on
     hypervisors that converge at once.
   - Stable. A proxy whose domain records an address of the pool (RV(egress_proxies.kvm.kvm_proxy_info#module:proxies[].egress_address))
     keeps it, across replacements. An address recorded on any listed domain is not given to another proxy; it is free
     again once no domain records it (its proxy removed, by C(state=absent) or garbage collection, in an earlier run).
   - New addresses go to the proxies in the play's order of the hypervisors, then by name, each the lowest free
-    address of its pool, inside C(egress_proxy_outside.prefix) when given.
+    address of its pool, inside C(egress_proxy_outside.prefix) (C(prefix6) for IPv6) when given. A pool of both families
+    gives each proxy an IPv4 C(outside.address) and an IPv6 C(outside.address6), each unless it has its own.
   - Fails before anything is touched, naming the variable, on an entry that is not an address, a range or a prefix (its
     text checked, so a control character, a blank or a scope id is refused), a range that runs backwards, overlapping entries, two
     hypervisors' pools that differ but share addresses, a pool address some proxy has as its own
@@ -65,9 +66,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: For each hypervisor of the play, each proxy's address with its prefix length, by proxy name.
+  description:
+    - For each hypervisor of the play, by proxy name, the addresses with their prefix lengths it takes from its pool,
+      C(address) (IPv4) and C(address6) (IPv6), each where the pool has that family and the proxy none of its own.
   type: dict
-  sample: {"hv1": {"egress-a": "203.0.113.10/24"}, "hv2": {"egress-b": "203.0.113.11/24"}}
+  sample: {"hv1": {"egress-a": {"address": "203.0.113.10/24", "address6": "2001:db8:0:7::1/64"}}}
 """
 
 VIEW = "egress_proxy__pool_view"

@@ -16,8 +16,8 @@ description:
   - The egress_proxy role keeps it as a fact on each hypervisor, where the allocation of the whole play
     (P(egress_proxies.kvm.egress_addresses#filter)) reads it through C(hostvars), which holds no role defaults
     or play variables but does hold facts.
-  - The pool and prefix of C(egress_proxy_outside), C(egress_proxy_state), and each instance's C(name), C(state) and
-    C(outside.address) in their order. Nothing else of an instance, so its users and their passwords stay out of the fact.
+  - The pool, prefix and prefix6 of C(egress_proxy_outside), C(egress_proxy_state), and each instance's C(name),
+    C(state), C(outside.address) and C(outside.address6) in their order. Nothing else of an instance, so its users and their passwords stay out of the fact.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 positional: _input, outside, state
@@ -45,7 +45,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(outside) (C(pool), C(prefix)), C(state) and C(instances) (each C(name), C(state), C(outside.address)).
+  description:
+    - C(outside) (C(pool), C(prefix), C(prefix6)), C(state) and C(instances) (each C(name), C(state), C(outside.address),
+      C(outside.address6)).
   type: dict
 """
 

@@ -20,14 +20,14 @@ description:
     C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ip_sources), C(kvm_proxy_uid), C(kvm_proxy_created_at),
     C(kvm_proxy_spec_digest), C(kvm_proxy_policy_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib),
     C(kvm_proxy_disks), C(kvm_proxy_macs), C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_egress_address),
-    C(kvm_proxy_autostart)).
+    C(kvm_proxy_egress_address6), C(kvm_proxy_autostart)).
   - C(kvm_proxy_policy_digest) is the digest of the policy the VM was last given (O(egress_proxies.kvm.kvm_proxy#module:policy)),
     as recorded in its metadata; V(null) when none is recorded.
   - C(kvm_proxy_interfaces) lists every NIC in device order, as M(egress_proxies.kvm.kvm_proxy_info) returns it
     (C(mac), C(bridge), C(network), C(role), C(ipv4), C(egress)); C(kvm_proxy_egress_ip) is the egress NIC's address,
     the one destinations see (the NIC with role C(outside), else the first). C(ansible_host) stays the first NIC's.
-    C(kvm_proxy_egress_address) is the egress NIC's static address as the VM's metadata records it, known while the VM
-    is stopped too; V(null) for an egress NIC on DHCP.
+    C(kvm_proxy_egress_address) (and C(kvm_proxy_egress_address6)) is the egress NIC's static IPv4 (IPv6) address as
+    the VM's metadata records it, known while the VM is stopped too; V(null) when it has none.
   - "Groups: C(kvm_proxies) (every proxy), C(kvm_hypervisor_<name>) per hypervisor, C(kvm_state_running),
     C(kvm_state_provisioning) and C(kvm_state_stopped) per state, and C(kvm_owner_<uid>) per owner. Characters not
     allowed in group names become underscores. O(compose), O(groups) and O(keyed_groups) add more."
@@ -177,6 +177,7 @@ _HOST_VARS = (
     ("interfaces", "interfaces"),
     ("egress_ip", "egress_ip"),
     ("egress_address", "egress_address"),
+    ("egress_address6", "egress_address6"),
     ("autostart", "autostart"),
 )
 
@@ -280,7 +281,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _add_proxy(self, hostname, proxy, uri, strict):
         self.inventory.add_host(hostname, group=ALL_GROUP)
-        # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest, egress_address).
+        # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest, egress_address, egress_address6).
         hostvars = {VAR_PREFIX + var: proxy.get(key) for key, var in _HOST_VARS}
         hostvars[VAR_PREFIX + "uri"] = uri
         if proxy["ip"]:

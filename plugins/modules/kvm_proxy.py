@@ -290,6 +290,13 @@ egress_address:
   returned: always
   type: str
   sample: 198.18.21.70
+egress_address6:
+  description:
+    - The static IPv6 address of the egress NIC as the VM's metadata records it, without its prefix; V(null) when
+      it has none. Beside RV(egress_address) on a dual-stack NIC.
+  returned: always
+  type: str
+  sample: 2001:db8:21::70
 autostart:
   description: Whether libvirt starts the VM when the hypervisor boots; null when the VM does not exist.
   returned: always

@@ -287,6 +287,12 @@ proxies:
           egress_proxy role reads it to keep each proxy's address from a pool.
       type: str
       sample: 198.18.21.70
+    egress_address6:
+      description:
+        - The static IPv6 address of the egress NIC as the VM's metadata records it, without its prefix; V(null) when
+          it has none. Beside RV(proxies[].egress_address) on a dual-stack NIC.
+      type: str
+      sample: 2001:db8:21::70
     autostart:
       description: Whether libvirt starts the domain when the hypervisor boots.
       type: bool

@@ -35,7 +35,11 @@ from typing import Optional
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, ip_address, ip_network, quoted
 
 POOL_VARIABLE = "egress_proxy_outside.pool"
-PREFIX_VARIABLE = "egress_proxy_outside.prefix"
+# By address family: the outside NIC's address option a pool address becomes, and the option of its segment.
+ADDRESS_FIELDS = {4: "address", 6: "address6"}
+PREFIX_KEYS = {4: "prefix", 6: "prefix6"}
+PREFIX_VARIABLES = {version: "egress_proxy_outside." + key for version, key in PREFIX_KEYS.items()}
+EXAMPLES = {4: "203.0.113.0/24", 6: "2001:db8:0:7::/64"}
 STATE_ABSENT = "absent"
 
 
@@ -133,14 +137,15 @@ def parse_pool(entries, owner):
     return tuple(ordered)
 
 
-def parse_prefix(text, owner):
-    """The outside NIC's prefix (``egress_proxy_outside.prefix``) as an ip network, or None when not given."""
+def parse_prefix(text, owner, version):
+    """The outside NIC's segment of one family (``egress_proxy_outside.prefix``, IPv4, or ``.prefix6``, IPv6) as an
+    ip network, or None when not given."""
     if text is None or text == "":
         return None
     network = ip_network(text)
-    if network is None:
-        raise PoolError("%s of %s: %s is not a network such as 203.0.113.0/24 or 2001:db8:0:7::/64 (no host bits, no "
-                        "blanks, no %%scope)" % (PREFIX_VARIABLE, owner, quoted(text)))
+    if network is None or network.version != version:
+        raise PoolError("%s of %s: %s is not an IPv%d network such as %s (no host bits, no blanks, no %%scope)" % (
+            PREFIX_VARIABLES[version], owner, quoted(text), version, EXAMPLES[version]))
     return network
 
 
@@ -150,24 +155,25 @@ class Hypervisor:
 
     name: str
     pool: tuple  # PoolEntry, sorted; () without a pool
-    prefix: object  # IPv4Network, IPv6Network or None
-    wanted: tuple  # (proxy name, variable naming its entry) of the proxies to give a pool address, in name order
-    given: tuple  # (address text, variable, proxy name) of every hand-given outside.address of a kept proxy
-    recorded: tuple  # (domain name, recorded egress address text) of every domain listed on it
+    prefixes: dict  # {4: IPv4Network or None, 6: IPv6Network or None}, the outside NIC's segments
+    wanted: tuple  # (proxy name, family) of each address to give from the pool, in name order
+    given: tuple  # (address text, variable, proxy name) of every hand-given outside address of a kept proxy
+    recorded: tuple  # (domain name, recorded egress address text) of every address a listed domain records
 
-    def candidates(self):
-        """The pool's entries clipped to the NIC's prefix: (first, last, prefix length) of what it may give."""
+    def candidates(self, version):
+        """The pool's entries of one family clipped to the NIC's segment: (first, last, prefix length) it may give."""
+        prefix = self.prefixes[version]
         clipped = []
         for entry in self.pool:
+            if entry.version != version:
+                continue
             first, last = entry.first, entry.last
-            if self.prefix is not None:
-                if entry.version != self.prefix.version:
-                    continue
-                first = max(first, self.prefix.network_address)
-                last = min(last, self.prefix.broadcast_address)
+            if prefix is not None:
+                first = max(first, prefix.network_address)
+                last = min(last, prefix.broadcast_address)
                 if first > last:
                     continue
-            clipped.append((first, last, self.prefix.prefixlen if self.prefix is not None else entry.prefix_length))
+            clipped.append((first, last, prefix.prefixlen if prefix is not None else entry.prefix_length))
         return clipped
 
 
@@ -181,19 +187,18 @@ def _hypervisor(name, outside, default_state, entries, recorded):
     outside = outside or {}
     pool_text = outside.get("pool")
     pool = parse_pool(pool_text, name) if pool_text not in (None, []) else ()
-    prefix = parse_prefix(outside.get("prefix"), name)
-    if pool and prefix is None:
-        bare = [entry for entry in pool if entry.prefix_length is None]
-        if bare:
-            raise PoolError("%s: %s gives its addresses no prefix length; give %s of %s (the outside segment, such as "
-                            "203.0.113.0/24), or write the pool as prefixes"
-                            % (bare[0].label, bare[0].text, PREFIX_VARIABLE, name))
-    if pool and prefix is not None:
-        outside_prefix = [entry for entry in pool if entry.version != prefix.version
-                          or entry.last < prefix.network_address or entry.first > prefix.broadcast_address]
-        if len(outside_prefix) == len(pool):
-            raise PoolError("%s of %s has no address inside %s %s: the outside NIC could use none of them"
-                            % (POOL_VARIABLE, name, PREFIX_VARIABLE, prefix))
+    prefixes = {version: parse_prefix(outside.get(key), name, version) for version, key in PREFIX_KEYS.items()}
+    bare = [entry for entry in pool if entry.prefix_length is None and prefixes[entry.version] is None]
+    if bare:
+        raise PoolError("%s: %s gives its addresses no prefix length; give %s of %s (the outside segment, such as %s), "
+                        "or write the pool as prefixes" % (bare[0].label, bare[0].text, PREFIX_VARIABLES[bare[0].version],
+                                                           name, EXAMPLES[bare[0].version]))
+    families = {entry.version for entry in pool}
+    for version in sorted(families):
+        hypervisor = Hypervisor(name, pool, prefixes, (), (), ())
+        if not hypervisor.candidates(version):
+            raise PoolError("%s of %s has no IPv%d address inside %s %s: the outside NIC could use none of them"
+                            % (POOL_VARIABLE, name, version, PREFIX_VARIABLES[version], prefixes[version]))
     wanted, given = [], []
     for variable, entry in entries:
         if not isinstance(entry, dict):
@@ -202,12 +207,13 @@ def _hypervisor(name, outside, default_state, entries, recorded):
         own = entry.get("outside") if isinstance(entry.get("outside"), dict) else {}
         if state == STATE_ABSENT:
             continue
-        if own.get("address"):
-            given.append((own["address"], "%s.outside.address" % variable, entry.get("name")))
-        elif pool:
-            wanted.append((entry.get("name"), variable))
-    return Hypervisor(name, pool, prefix, tuple(sorted(wanted, key=lambda item: str(item[0]))), tuple(given),
-                      tuple(recorded))
+        for version, field in ADDRESS_FIELDS.items():
+            if own.get(field):
+                given.append((own[field], "%s.outside.%s" % (variable, field), entry.get("name")))
+            elif version in families:
+                wanted.append((entry.get("name"), version))
+    return Hypervisor(name, pool, prefixes, tuple(sorted(wanted, key=lambda item: (str(item[0]), item[1]))),
+                      tuple(given), tuple(recorded))
 
 
 def _check_pools(hypervisors):
@@ -240,7 +246,7 @@ def _containing(hypervisors, address):
 
 
 def _check_given(hypervisors):
-    """A hand-given outside.address is no pool's, and lies inside its hypervisor's outside prefix when it has one."""
+    """A hand-given outside address is no pool's, and lies inside its hypervisor's outside segment of its family."""
     for hypervisor in hypervisors:
         for text, variable, proxy in hypervisor.given:
             address = _address_of(text)
@@ -249,12 +255,12 @@ def _check_given(hypervisors):
             entry = _containing(hypervisors, address)
             if entry is not None:
                 raise PoolError("%s of %s on %s: %s is in %s (%s); the pool gives its addresses itself, so take it out "
-                                "of the pool or leave the proxy's outside.address out" % (
+                                "of the pool or leave the proxy's own address out" % (
                                     variable, _json(proxy), hypervisor.name, address, entry.label, entry.text))
-            if hypervisor.prefix is not None and (address.version != hypervisor.prefix.version
-                                                  or address not in hypervisor.prefix):
+            prefix = hypervisor.prefixes[address.version]
+            if prefix is not None and address not in prefix:
                 raise PoolError("%s of %s on %s: %s is outside %s %s, the outside NIC's segment" % (
-                    variable, _json(proxy), hypervisor.name, address, PREFIX_VARIABLE, hypervisor.prefix))
+                    variable, _json(proxy), hypervisor.name, address, PREFIX_VARIABLES[address.version], prefix))
 
 
 def _address_of(text):
@@ -270,18 +276,17 @@ def _json(value):
 
 def _usable(hypervisor, address):
     """The prefix length ``address`` gets on ``hypervisor`` when its pool may give it there, else None."""
-    for first, last, length in hypervisor.candidates():
-        if first.version == address.version and first <= address <= last:
+    for first, last, length in hypervisor.candidates(address.version):
+        if first <= address <= last:
             return length
     return None
 
 
-def _lowest_free(hypervisor, taken):
-    """The lowest address of the hypervisor's candidates not in ``taken`` (a set), with its prefix length; or None.
-
-    Walks past taken addresses only: the cost is the number of taken addresses, not the size of the pool.
+def _lowest_free(hypervisor, version, taken):
+    """The lowest address of one family of the hypervisor's candidates not in ``taken`` (a set), with its prefix
+    length; or None. Walks past taken addresses only: the cost is the number of taken addresses, not the pool's size.
     """
-    for first, last, length in hypervisor.candidates():
+    for first, last, length in hypervisor.candidates(version):
         address = first
         while address <= last:
             if address not in taken:
@@ -293,48 +298,55 @@ def _lowest_free(hypervisor, taken):
 
 
 def allocate(hypervisors):
-    """{hypervisor name: {proxy name: address with prefix length}} for every wanted proxy of ``hypervisors``
-    (Hypervisor, in the play's order), after the checks; PoolError when a pool is too small, naming how many
-    addresses are missing, or when a pool or a hand-given address is refused."""
+    """{hypervisor name: {proxy name: {"address": IPv4/length, "address6": IPv6/length}}} for every address a proxy of
+    ``hypervisors`` (Hypervisor, in the play's order) takes from its pool (one of each family the pool has), after the
+    checks; PoolError when a pool is too small, naming how many addresses are missing, or when a pool or a hand-given
+    address is refused."""
     _check_pools(hypervisors)
     _check_given(hypervisors)
     taken = set()  # every address recorded on a domain, given by hand, or handed out in this run
     for hypervisor in hypervisors:
-        for _domain, recorded in hypervisor.recorded:
-            address = _address_of(recorded)
-            if address is not None:
-                taken.add(address)
-        for text, _variable, _proxy in hypervisor.given:
+        for text in [recorded for _domain, recorded in hypervisor.recorded] + [given[0] for given in hypervisor.given]:
             address = _address_of(text)
             if address is not None:
                 taken.add(address)
     allocation = {hypervisor.name: {} for hypervisor in hypervisors}
+
+    def give(hypervisor, proxy, address, length):
+        allocation[hypervisor.name].setdefault(proxy, {})[ADDRESS_FIELDS[address.version]] = "%s/%d" % (address, length)
+
     # Kept first, for every hypervisor: a recorded address is its proxy's before any new proxy is served.
     kept = set()
     for hypervisor in hypervisors:
-        records = dict(hypervisor.recorded)
-        for proxy, _variable in hypervisor.wanted:
-            address = _address_of(records.get(proxy))
-            length = _usable(hypervisor, address) if address is not None else None
-            if length is not None and address not in kept:
-                kept.add(address)
-                allocation[hypervisor.name][proxy] = "%s/%d" % (address, length)
+        for proxy, version in hypervisor.wanted:
+            for domain, recorded in hypervisor.recorded:
+                address = _address_of(recorded) if domain == proxy else None
+                length = _usable(hypervisor, address) if address is not None and address.version == version else None
+                if length is not None and address not in kept:
+                    kept.add(address)
+                    give(hypervisor, proxy, address, length)
+                    break
     missing = []
     for hypervisor in hypervisors:
-        waiting = [proxy for proxy, _variable in hypervisor.wanted if proxy not in allocation[hypervisor.name]]
-        for position, proxy in enumerate(waiting):
-            found = _lowest_free(hypervisor, taken)
-            if found is None:
-                missing.append((hypervisor, waiting[position:], position))
-                break
-            taken.add(found[0])
-            allocation[hypervisor.name][proxy] = "%s/%d" % found
+        for version in sorted({version for _proxy, version in hypervisor.wanted}):
+            field = ADDRESS_FIELDS[version]
+            waiting = [proxy for proxy, family in hypervisor.wanted
+                       if family == version and field not in allocation[hypervisor.name].get(proxy, {})]
+            for position, proxy in enumerate(waiting):
+                found = _lowest_free(hypervisor, version, taken)
+                if found is None:
+                    missing.append((hypervisor, version, waiting[position:], position))
+                    break
+                taken.add(found[0])
+                give(hypervisor, proxy, *found)
     if missing:
-        total = sum(len(left) for _hypervisor_, left, _served in missing)
-        shortages = ["%s of %s%s has %d free address%s for %d new proxies: %d missing (none for %s)" % (
-            POOL_VARIABLE, hypervisor.name, " inside %s" % hypervisor.prefix if hypervisor.prefix is not None else "",
-            served, "" if served == 1 else "es", served + len(left), len(left), ", ".join(str(proxy) for proxy in left))
-            for hypervisor, left, served in missing]
+        total = sum(len(left) for _hypervisor_, _version, left, _served in missing)
+        shortages = ["%s of %s%s has %d free IPv%d address%s for %d new proxies: %d missing (none for %s)" % (
+            POOL_VARIABLE, hypervisor.name,
+            " inside %s" % hypervisor.prefixes[version] if hypervisor.prefixes[version] is not None else "",
+            served, version, "" if served == 1 else "es", served + len(left), len(left),
+            ", ".join(str(proxy) for proxy in left))
+            for hypervisor, version, left, served in missing]
         raise PoolError("The egress address pools are too small, %d address%s missing: %s. Add addresses to the pool, "
                         "or give fewer proxies an address from it; nothing was changed."
                         % (total, "" if total == 1 else "es", "; ".join(shortages)))
@@ -359,8 +371,8 @@ def fleet_allocation(hypervisors, fleet=None, unlisted=()):
                    for index, entry in enumerate(given.get("instances") or [])]
         entries += [(_where("egress_proxy_fleet", index), entry) for index, entry in enumerate(fleet)
                     if isinstance(entry, dict) and entry.get("hypervisor") == name]
-        recorded = [(proxy.get("name"), proxy.get("egress_address")) for proxy in given.get("proxies") or []
-                    if isinstance(proxy, dict) and proxy.get("egress_address")]
+        recorded = [(proxy.get("name"), proxy.get(key)) for proxy in given.get("proxies") or []
+                    for key in ("egress_address", "egress_address6") if isinstance(proxy, dict) and proxy.get(key)]
         built.append(_hypervisor(name, given.get("outside"), given.get("state"), entries, recorded))
     _check_unlisted(built, unlisted)
     return allocate(built)
@@ -383,14 +395,15 @@ def _check_unlisted(hypervisors, unlisted):
 
 def pool_view(instances, outside, state):
     """What the allocation needs of one hypervisor's variables, for the fact every other hypervisor's run reads:
-    its egress_proxy_outside's pool and prefix, egress_proxy_state, and each of its egress_proxy_instances' name,
-    state and own outside.address, in their order (so a message can name the entry). No other key: an instance's
-    users and their passwords stay out of the fact."""
+    its egress_proxy_outside's pool, prefix and prefix6, egress_proxy_state, and each of its egress_proxy_instances'
+    name, state and own outside.address and address6, in their order (so a message can name the entry). No other
+    key: an instance's users and their passwords stay out of the fact."""
     outside = outside if isinstance(outside, dict) else {}
     kept = []
     for entry in instances or []:
         entry = entry if isinstance(entry, dict) else {}
         own = entry.get("outside") if isinstance(entry.get("outside"), dict) else {}
-        kept.append({"name": entry.get("name"), "state": entry.get("state"), "outside": {"address": own.get("address")}})
-    return {"outside": {"pool": outside.get("pool"), "prefix": outside.get("prefix")}, "state": state,
+        kept.append({"name": entry.get("name"), "state": entry.get("state"),
+                     "outside": {field: own.get(field) for field in ADDRESS_FIELDS.values()}})
+    return {"outside": {key: outside.get(key) for key in ("pool",) + tuple(PREFIX_KEYS.values())}, "state": state,
             "instances": kept}

@@ -136,10 +136,13 @@ def fill_in(entry, variables):
     instance["autostart"] = _bool_or_given(instance["autostart"])
     instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
-    # An address from the pool is the instance's outside.address, checked from here on as one given by hand.
+    # The addresses from the pool are the instance's outside.address and address6, checked from here on as ones given
+    # by hand.
     pooled = variables["egress_proxy__pool_addresses"] or {}
-    if isinstance(instance["name"], str) and instance["name"] in pooled and _blank(instance["outside"].get("address")):
-        instance["outside"]["address"] = pooled[instance["name"]]
+    if isinstance(instance["name"], str):
+        for field, address in pooled.get(instance["name"], {}).items():
+            if _blank(instance["outside"].get(field)):
+                instance["outside"][field] = address
     return instance
 
 

@@ -79,12 +79,17 @@ def test_proxies_spread_over_two_hypervisors_converge_in_one_parallel_run_and_st
 POOL_TASK = "Allocate the egress addresses of the play's proxies from their pools"
 
 
+POOL6 = "2001:db8:21::"  # the IPv6 half of the pool: hv1's outside segment's /64 in the lab's documentation prefix
+
+
 def pooled(hv_fleet, placed, **overrides):
-    """A fleet of two-NIC proxies drawing their egress addresses from one pool: placed, (suffix, hypervisor, inside
-    address's last byte[, state]). Both hypervisors take their outside addresses from hv1's outside segment, as
+    """A fleet of two-NIC proxies drawing their egress addresses from one dual-stack pool: placed, (suffix, hypervisor,
+    inside address's last byte[, state]). Both hypervisors take their outside addresses from hv1's outside segment, as
     hypervisors on one uplink do: the proxies do not boot, so the addresses are only recorded, never used."""
     outside = {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": hv_fleet.hv1.outside_address,
-               "prefix": hv_fleet.hv1.outside_cidr, "pool": [hv_fleet.hv1.outside_prefix + ".100-" + hv_fleet.hv1.outside_prefix + ".104"]}
+               "prefix": hv_fleet.hv1.outside_cidr, "prefix6": POOL6 + "/64",
+               "pool": [hv_fleet.hv1.outside_prefix + ".100-" + hv_fleet.hv1.outside_prefix + ".104",
+                        POOL6 + "100-" + POOL6 + "104"]}
     specs = {HV1: hv_fleet.hv1, HV2: hv_fleet.hv2}
     entries = [dict({"name": name(suffix), "hypervisor": host, "address": "%s.%d/24" % (specs[host].lan_prefix, byte)},
                     **({"state": rest[0]} if rest else {})) for suffix, host, byte, *rest in placed]
@@ -92,9 +97,13 @@ def pooled(hv_fleet, placed, **overrides):
 
 
 def egress_addresses(run):
-    """{proxy: the egress address its domain records} of the converge's results on both hypervisors."""
-    return {proxy: entry["egress_address"] for host in (HV1, HV2)
-            for proxy, entry in run.items(CONVERGE_TASK, host).items() if entry.get("state")}
+    """{proxy: the egress IPv4 address its domain records} of the converge's results on both hypervisors, after
+    checking that its IPv6 one is the same place of the pool's IPv6 half."""
+    recorded = {proxy: (entry["egress_address"], entry["egress_address6"]) for host in (HV1, HV2)
+                for proxy, entry in run.items(CONVERGE_TASK, host).items() if entry.get("state")}
+    for proxy, (address, address6) in recorded.items():
+        assert address6 == POOL6 + address.rpartition(".")[2], (proxy, address, address6)
+    return {proxy: address for proxy, (address, _address6) in recorded.items()}
 
 
 def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_and_keeps_them(hv_fleet):
@@ -124,7 +133,8 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     short = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet, egress_proxy_memory_mib=160))
     assert short.rc != 0, short
     messages = " | ".join(message or "" for _host, _task, message in short.failures())
-    assert "1 address missing" in messages and "none for %s" % name("pg") in messages, messages
+    # One of each family: the IPv4 and the IPv6 half of the pool are both short by one.
+    assert "2 addresses missing" in messages and "none for %s" % name("pg") in messages, messages
     assert all(short.ran(task) == [] for task in TOUCHING_TASKS), short
 
     # pb's domain is gone: its address is free again, for pf.
@@ -133,8 +143,9 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     assert egress_addresses(freed) == dict(first, **{name("pe"): base + "104", name("pf"): base + "101"})
     # What the domains record, as kvm_proxy_info reads it back (the listing the next allocation starts from).
     (listing,) = freed.results("List the proxies of this hypervisor with their recorded egress addresses", HV2)
-    assert {proxy["name"]: proxy["egress_address"] for proxy in listing["proxies"] if proxy["name"].startswith(PREFIX)} == {
-        name("pc"): base + "102", name("pd"): base + "103", name("pe"): base + "104"}
+    assert {proxy["name"]: (proxy["egress_address"], proxy["egress_address6"]) for proxy in listing["proxies"]
+            if proxy["name"].startswith(PREFIX)} == {name(suffix): (base + byte, POOL6 + byte)
+                                                     for suffix, byte in (("pc", "102"), ("pd", "103"), ("pe", "104"))}
 
 
 @pytest.mark.parametrize("entries, host_vars, words", [

@@ -312,17 +312,17 @@ def describe_interfaces(nics, roles, lookups):
     return described
 
 
-def recorded_egress_address(spec):
-    """The static address the egress NIC was created with, without its prefix, as a recorded spec (a dict or None)
-    gives it; None for a NIC on DHCP. The metadata is the domain's, which anyone with libvirt access can edit: the
-    address is read as text and parsed, and anything else reads as none."""
+def recorded_egress_address(spec, field="address"):
+    """The static address (``field``: ``address``, IPv4, or ``address6``) the egress NIC was created with, without its
+    prefix, as a recorded spec (a dict or None) gives it; None for a NIC without one. The metadata is the domain's,
+    which anyone with libvirt access can edit: the address is read as text and parsed, and anything else reads as none."""
     recorded = (spec or {}).get("interfaces")
     if not isinstance(recorded, list) or not recorded:
         return None
     nic = recorded[egress_index(entry.get("role") if isinstance(entry, dict) else None for entry in recorded)]
-    address = nic.get("address") if isinstance(nic, dict) else None
+    address = nic.get(field) if isinstance(nic, dict) else None
     parsed = ip_address(address.partition("/")[0]) if isinstance(address, str) else None
-    return None if parsed is None else str(parsed)
+    return None if parsed is None or parsed.version != (6 if field == "address6" else 4) else str(parsed)
 
 
 def egress_address(described):

@@ -149,6 +149,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "interfaces": interfaces,
         "egress_ip": egress_address(interfaces),
         "egress_address": recorded_egress_address(spec),
+        "egress_address6": recorded_egress_address(spec, "address6"),
         "autostart": autostart,
     }
 

@@ -43,7 +43,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict 
 )
 
 _DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "policy_digest",
-              "autostart", "interfaces", "egress_ip", "egress_address")
+              "autostart", "interfaces", "egress_ip", "egress_address", "egress_address6")
 
 # A set's summary of what happened to a proxy, by its verdict.
 _OUTCOMES = {CREATE: "created", REPLACE: "replaced", REMOVE: "removed", LEAVE: "left alone (another owner)"}
@@ -60,8 +60,8 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
     replaced included; its state and autostart are not asked again), or the
     prediction for one that would be created.
     """
-    absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "egress_address", "uid", "created_at",
-                            "spec_digest", "policy_digest", "mac", "autostart"))
+    absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "egress_address", "egress_address6", "uid",
+                            "created_at", "spec_digest", "policy_digest", "mac", "autostart"))
     absent.update(ip_sources={}, interfaces=[])
     if request.state == STATE_ABSENT and outcome.verdict.kind != LEAVE:
         return absent
@@ -71,10 +71,11 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
         # An adopted domain's new owner is in its metadata, not in the XML read before.
         return _entry(hypervisor, host, dom, info, outcome.uid)
     if domain is None:
+        egress = request.interfaces[egress_index(nic.role for nic in request.interfaces)]
         interfaces = describe_interfaces(request.interfaces, [nic.role for nic in request.interfaces], {})
         absent.update(uid=outcome.uid, spec_digest=outcome.digest, policy_digest=outcome.policy_digest,
                       mac=request.interfaces[0].mac, autostart=request.autostart, interfaces=interfaces,
-                      egress_address=request.interfaces[egress_index(nic.role for nic in request.interfaces)].ip)
+                      egress_address=egress.ip, egress_address6=egress.ip6)
         return absent
     return _entry(hypervisor, host, domain.handle, domain.info, domain.metadata.uid if domain.metadata else None,
                   (domain.state, domain.autostart))

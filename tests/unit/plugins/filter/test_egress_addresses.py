@@ -32,7 +32,8 @@ def test_the_play_gets_unique_addresses_and_the_view_keeps_no_password():
                 "hv2": host([{"name": "c"}], [])}
     assert "s3cret" not in repr(hostvars["hv1"]["egress_proxy__pool_view"])
     assert egress_addresses(["hv1", "hv2"], hostvars, [], ["hv1", "hv2"]) == {
-        "hv1": {"a": "198.18.21.10/24", "b": "198.18.21.12/24"}, "hv2": {"c": "198.18.21.11/24"}}
+        "hv1": {"a": {"address": "198.18.21.10/24"}, "b": {"address": "198.18.21.12/24"}},
+        "hv2": {"c": {"address": "198.18.21.11/24"}}}
 
 
 @pytest.mark.parametrize("hosts, play", [
@@ -48,4 +49,4 @@ def test_a_pool_shared_with_a_hypervisor_not_listed_is_refused(hosts, play):
 
 def test_an_inventory_host_without_a_pool_is_no_concern():
     hostvars = {"hv1": host([{"name": "a"}], []), "hv3": {}}
-    assert egress_addresses(["hv1"], hostvars, [], ["hv1", "hv3"]) == {"hv1": {"a": "198.18.21.10/24"}}
+    assert egress_addresses(["hv1"], hostvars, [], ["hv1", "hv3"]) == {"hv1": {"a": {"address": "198.18.21.10/24"}}}

@@ -87,19 +87,20 @@ def test_the_nics_of_a_static_and_of_a_two_nic_proxy():
 
 
 def test_an_address_from_the_pool_is_the_outside_address_and_an_own_one_stays():
-    pooled = {"egress-a": "198.19.0.10/24", "egress-b": "198.19.0.11/24"}
+    pooled = {"egress-a": {"address": "198.19.0.10/24", "address6": "2001:db8:19::10/64"},
+              "egress-b": {"address": "198.19.0.11/24", "address6": "2001:db8:19::11/64"}}
     (first, second) = converge([{"name": "egress-a", "address": "198.18.0.5/24"},
                                 {"name": "egress-b", "address": "198.18.0.6/24", "outside": {"address": "198.19.0.6/24"}}],
                                egress_proxy_outside=dict(OUTSIDE, pool=["198.19.0.10-198.19.0.20"]),
                                egress_proxy__pool_addresses=pooled)["proxies"]
-    assert first["interfaces"][1]["address"] == "198.19.0.10/24"
-    assert second["interfaces"][1]["address"] == "198.19.0.6/24"
+    assert (first["interfaces"][1]["address"], first["interfaces"][1]["address6"]) == ("198.19.0.10/24", "2001:db8:19::10/64")
+    assert (second["interfaces"][1]["address"], second["interfaces"][1]["address6"]) == ("198.19.0.6/24", "2001:db8:19::11/64")
 
 
 def test_an_address_from_the_pool_goes_through_the_checks_of_an_own_one():
     message = refusal([{"name": "egress-a", "address": "198.18.0.5/24"},
                        {"name": "egress-b", "address": "198.18.0.6/24", "outside": {"address": "198.19.0.7/24"}}],
-                      egress_proxy_outside=OUTSIDE, egress_proxy__pool_addresses={"egress-a": "198.18.0.6/24"})
+                      egress_proxy_outside=OUTSIDE, egress_proxy__pool_addresses={"egress-a": {"address": "198.18.0.6/24"}})
     assert "have one static address: egress-a outside.address 198.18.0.6, egress-b address 198.18.0.6." in message
 
 

@@ -175,7 +175,7 @@ def test_host_vars_carry_every_nic_and_the_egress_address(parse, hypervisors):
     assert egress["ansible_host"] == "198.18.11.70"
     one = inventory.get_host("proxy-one").get_vars()
     assert one["kvm_proxy_egress_ip"] == one["kvm_proxy_ip"] == "198.18.0.150"
-    assert one["kvm_proxy_egress_address"] is None  # on DHCP
+    assert one["kvm_proxy_egress_address"] is one["kvm_proxy_egress_address6"] is None  # on DHCP
 
 
 def test_hypervisor_name_defaults_to_libvirts_host_name(parse, opened):

@@ -213,6 +213,8 @@ def test_the_static_egress_address_is_predicted_then_read_back_from_the_metadata
     assert run(hv, static(STATIC_INSIDE, STATIC_OUTSIDE))["egress_address"] == "198.18.21.50"
     assert run(hv, static(STATIC_INSIDE))["egress_address"] == "198.18.11.50"  # one NIC: its own
     assert run(hv, two_nics())["egress_address"] is None  # DHCP
+    dual = run(hv, static(STATIC_INSIDE, dict(STATIC_OUTSIDE, address6="2001:db8:21::50/64")))
+    assert (dual["egress_address"], dual["egress_address6"]) == ("198.18.21.50", "2001:db8:21::50")
 
 
 @pytest.mark.parametrize("recorded", [
@@ -227,8 +229,11 @@ def test_a_recorded_egress_address_that_is_not_one_reads_as_none(recorded):
 
 
 def test_the_recorded_egress_address_is_the_outside_nics():
-    assert recorded_egress_address({"interfaces": [{"role": "inside", "address": "198.18.11.5/24"},
-                                                   {"role": "outside", "address": "198.18.21.5/24"}]}) == "198.18.21.5"
+    spec = {"interfaces": [{"role": "inside", "address": "198.18.11.5/24"},
+                           {"role": "outside", "address": "198.18.21.5/24", "address6": "2001:db8:21::5/64"}]}
+    assert (recorded_egress_address(spec), recorded_egress_address(spec, "address6")) == ("198.18.21.5", "2001:db8:21::5")
+    # Each option holds its own family: an edited metadata's IPv6 in address is none.
+    assert recorded_egress_address({"interfaces": [{"address": "2001:db8:21::5/64"}]}) is None
 
 
 def test_one_nic_is_its_own_egress(run):

@@ -145,6 +145,7 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
                         "egress": True}],
         "egress_ip": want_ip,
         "egress_address": None,
+        "egress_address6": None,
         "autostart": False,
     }
     if state == RUNNING:

@@ -22,10 +22,12 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool imp
 OUTSIDE = {"bridge": "br1", "gateway": "198.18.21.1"}
 
 
-def hypervisor(name, pool, instances, proxies=(), prefix=None, state="present"):
+def hypervisor(name, pool, instances, proxies=(), prefix=None, state="present", prefix6=None):
     outside = dict(OUTSIDE, pool=pool)
     if prefix is not None:
         outside["prefix"] = prefix
+    if prefix6 is not None:
+        outside["prefix6"] = prefix6
     return {"name": name, "outside": outside, "state": state, "instances": instances, "proxies": list(proxies)}
 
 
@@ -37,6 +39,12 @@ def listing(allocation, host):
     """kvm_proxy_info's listing of ``host`` once the proxies of ``allocation`` run there (their address recorded)."""
     return [{"name": name, "egress_address": address.partition("/")[0]}
             for name, address in sorted(allocation[host].items())]
+
+
+def allocated(hypervisors, fleet=None, field="address"):
+    """fleet_allocation's addresses of one family (``field``: address or address6), by hypervisor and proxy."""
+    return {host: {proxy: fields[field] for proxy, fields in proxies.items() if field in fields}
+            for host, proxies in fleet_allocation(hypervisors, fleet).items()}
 
 
 def refusal(hypervisors, fleet=None):
@@ -110,7 +118,7 @@ def test_overlapping_entries_are_refused_naming_both():
 
 
 def test_an_empty_pool_entry_list_is_no_pool():
-    assert fleet_allocation([hypervisor("hv1", [], [])]) == {"hv1": {}}
+    assert allocated([hypervisor("hv1", [], [])]) == {"hv1": {}}
 
 
 def test_a_range_needs_the_nic_prefix_for_its_prefix_length():
@@ -121,7 +129,7 @@ def test_a_range_needs_the_nic_prefix_for_its_prefix_length():
 
 def test_a_pool_with_no_address_in_the_nic_prefix_is_refused():
     message = refusal([hypervisor("hv1", ["198.18.22.10-198.18.22.20"], proxies("a"), prefix="198.18.21.0/24")])
-    assert "has no address inside egress_proxy_outside.prefix 198.18.21.0/24" in message
+    assert "has no IPv4 address inside egress_proxy_outside.prefix 198.18.21.0/24" in message
 
 
 # --- hand-given addresses and other pools ----------------------------------------------------------------------
@@ -152,7 +160,7 @@ def test_a_hand_given_address_outside_the_nic_prefix_is_refused():
 
 def test_a_removed_proxys_hand_given_address_is_not_checked():
     instances = [{"name": "a"}, {"name": "b", "state": "absent", "outside": {"address": "198.18.21.10/24"}}]
-    assert fleet_allocation([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
+    assert allocated([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
         "hv1": {"a": "198.18.21.10/24"}}
 
 
@@ -164,7 +172,7 @@ def test_overlapping_pools_that_differ_are_refused_and_the_same_pool_is_shared()
         "(198.18.21.15-198.18.21.30) overlap, and the two pools differ: give hypervisors that share addresses the "
         "same pool, or pools with no address in common")
     shared = hypervisor("hv2", ["198.18.21.10-198.18.21.20"], proxies("b"), prefix="198.18.21.0/24")
-    assert fleet_allocation([one, shared]) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {"b": "198.18.21.11/24"}}
+    assert allocated([one, shared]) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {"b": "198.18.21.11/24"}}
 
 
 # --- allocation ------------------------------------------------------------------------------------------------
@@ -177,69 +185,69 @@ def fleet(pool=("198.18.21.10-198.18.21.20",), hv1=("a", "b", "c"), hv2=("d", "e
 
 
 def test_new_proxies_get_unique_addresses_across_hypervisors_in_the_plays_order():
-    assert fleet_allocation(fleet()) == {
+    assert allocated(fleet()) == {
         "hv1": {"a": "198.18.21.10/24", "b": "198.18.21.11/24", "c": "198.18.21.12/24"},
         "hv2": {"d": "198.18.21.13/24", "e": "198.18.21.14/24"}}
 
 
 def test_recorded_addresses_are_kept_and_new_proxies_take_free_ones_around_them():
-    first = fleet_allocation(fleet())
+    first = allocated(fleet())
     listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
     # Every hypervisor's list grows by one proxy whose name sorts first: nobody's address moves.
-    second = fleet_allocation(fleet(hv1=("0-new", "a", "b", "c"), hv2=("0-new", "d", "e"), listed=listed))
+    second = allocated(fleet(hv1=("0-new", "a", "b", "c"), hv2=("0-new", "d", "e"), listed=listed))
     assert second == {"hv1": dict(first["hv1"], **{"0-new": "198.18.21.15/24"}),
                       "hv2": dict(first["hv2"], **{"0-new": "198.18.21.16/24"})}
 
 
 def test_a_replaced_proxy_keeps_its_address_while_its_domain_records_it():
-    first = fleet_allocation(fleet())
+    first = allocated(fleet())
     listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
     # A replacement records the address given to it again: the run after it sees the same listing.
-    assert fleet_allocation(fleet(listed=listed)) == first
+    assert allocated(fleet(listed=listed)) == first
 
 
 def test_an_address_frees_once_no_domain_records_it():
-    first = fleet_allocation(fleet())
+    first = allocated(fleet())
     listed = {"hv1": listing(first, "hv1"), "hv2": listing(first, "hv2")}
     # b is removed (state absent, or dropped from the list for the garbage collection): its domain still records
     # 198.18.21.11 in the run that removes it, so a new proxy in that run does not get it...
     removing = fleet(hv1=("a", "c"), hv2=("d", "e", "f"), listed=listed)
-    assert fleet_allocation(removing)["hv2"]["f"] == "198.18.21.15/24"
+    assert allocated(removing)["hv2"]["f"] == "198.18.21.15/24"
     # ...and once the listing no longer has b, the next new proxy gets it.
     listed["hv1"] = [proxy for proxy in listed["hv1"] if proxy["name"] != "b"]
     listed["hv2"].append({"name": "f", "egress_address": "198.18.21.15"})
-    assert fleet_allocation(fleet(hv1=("a", "c"), hv2=("d", "e", "f", "g"), listed=listed))["hv2"]["g"] == "198.18.21.11/24"
+    assert allocated(fleet(hv1=("a", "c"), hv2=("d", "e", "f", "g"), listed=listed))["hv2"]["g"] == "198.18.21.11/24"
 
 
 def test_a_recorded_address_the_pool_no_longer_holds_is_given_up():
     listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.99"}]}
-    assert fleet_allocation(fleet(hv1=("a",), hv2=(), listed=listed)) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {}}
+    assert allocated(fleet(hv1=("a",), hv2=(), listed=listed)) == {"hv1": {"a": "198.18.21.10/24"}, "hv2": {}}
 
 
 def test_an_address_recorded_twice_stays_with_the_first_and_the_other_proxy_gets_a_new_one():
     listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.12"}],
               "hv2": [{"name": "d", "egress_address": "198.18.21.12"}]}
-    assert fleet_allocation(fleet(hv1=("a",), hv2=("d",), listed=listed)) == {
+    assert allocated(fleet(hv1=("a",), hv2=("d",), listed=listed)) == {
         "hv1": {"a": "198.18.21.12/24"}, "hv2": {"d": "198.18.21.10/24"}}
 
 
 def test_a_proxy_with_its_own_address_takes_none_and_stopped_ones_get_one():
     instances = [{"name": "a", "state": "stopped"}, {"name": "b", "outside": {"address": "198.18.21.5/24"}},
                  {"name": "c", "state": "absent"}]
-    assert fleet_allocation([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
+    assert allocated([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) == {
         "hv1": {"a": "198.18.21.10/24"}}
 
 
 def test_each_hypervisor_draws_inside_its_own_prefix_from_one_shared_pool():
     pool = ["198.18.21.100-198.18.21.101", "198.18.22.100-198.18.22.102"]
-    assert fleet_allocation([hypervisor("hv1", pool, proxies("a", "b"), prefix="198.18.21.0/24"),
+    assert allocated([hypervisor("hv1", pool, proxies("a", "b"), prefix="198.18.21.0/24"),
                              hypervisor("hv2", pool, proxies("c", "d"), prefix="198.18.22.0/24")]) == {
         "hv1": {"a": "198.18.21.100/24", "b": "198.18.21.101/24"},
         "hv2": {"c": "198.18.22.100/24", "d": "198.18.22.101/24"}}
 
 
 def test_a_prefix_entry_gives_its_own_length_without_a_nic_prefix():
-    assert fleet_allocation([hypervisor("hv1", ["198.18.21.64/29"], proxies("a", "b"))]) == {
+    assert allocated([hypervisor("hv1", ["198.18.21.64/29"], proxies("a", "b"))]) == {
         "hv1": {"a": "198.18.21.65/29", "b": "198.18.21.66/29"}}
 
 
@@ -247,31 +255,73 @@ def test_a_pool_too_small_fails_naming_how_many_are_missing():
     message = refusal(fleet(pool=["198.18.21.10-198.18.21.13"], hv1=("a", "b", "c"), hv2=("d", "e", "f")))
     assert message == (
         "The egress address pools are too small, 2 addresses missing: egress_proxy_outside.pool of hv2 inside "
-        "198.18.21.0/24 has 1 free address for 3 new proxies: 2 missing (none for e, f). Add addresses to the pool, or "
+        "198.18.21.0/24 has 1 free IPv4 address for 3 new proxies: 2 missing (none for e, f). Add addresses to the pool, or "
         "give fewer proxies an address from it; nothing was changed.")
 
 
 def test_held_addresses_count_against_the_pool():
     listed = {"hv1": [{"name": "old", "egress_address": "198.18.21.10"}]}
     message = refusal(fleet(pool=["198.18.21.10-198.18.21.11"], hv1=("a", "b"), hv2=(), listed=listed))
-    assert "has 1 free address for 2 new proxies: 1 missing (none for b)" in message
+    assert "has 1 free IPv4 address for 2 new proxies: 1 missing (none for b)" in message
 
 
 def test_one_address_per_proxy_from_a_64_without_listing_it():
     pool = ["2001:db8:0:7::/64"]
     hosts = [{"name": "hv%d" % number, "outside": {"network": "uplink", "pool": pool}, "state": "present",
               "instances": proxies(*("p%02d" % index for index in range(20))), "proxies": []} for number in (1, 2)]
-    allocation = fleet_allocation(hosts)
+    allocation = allocated(hosts, field="address6")
     addresses = [ipaddress.ip_interface(address) for host in allocation.values() for address in host.values()]
     assert len(set(addresses)) == 40
     assert {str(address.network) for address in addresses} == {"2001:db8:0:7::/64"}
     assert str(min(addresses).ip) == "2001:db8:0:7::1"
 
 
+DUAL = ["198.18.21.10-198.18.21.11", "2001:db8:21::100-2001:db8:21::1ff"]
+
+
+def test_a_dual_stack_pool_gives_each_proxy_one_address_of_each_family_it_lacks():
+    instances = [{"name": "a"}, {"name": "b", "outside": {"address": "198.18.21.5/24"}},
+                 {"name": "c", "outside": {"address6": "2001:db8:21::5/64"}}]
+    hosts = [hypervisor("hv1", DUAL, instances, prefix="198.18.21.0/24", prefix6="2001:db8:21::/64")]
+    assert fleet_allocation(hosts) == {"hv1": {"a": {"address": "198.18.21.10/24", "address6": "2001:db8:21::100/64"},
+                                               "b": {"address6": "2001:db8:21::101/64"},
+                                               "c": {"address": "198.18.21.11/24"}}}
+    # The listing gives both recorded addresses back: each kept, family by family.
+    listed = [{"name": "a", "egress_address": "198.18.21.11", "egress_address6": "2001:db8:21::107"}]
+    hosts = [hypervisor("hv1", DUAL, proxies("a", "d"), listed, prefix="198.18.21.0/24", prefix6="2001:db8:21::/64")]
+    assert fleet_allocation(hosts) == {"hv1": {"a": {"address": "198.18.21.11/24", "address6": "2001:db8:21::107/64"},
+                                               "d": {"address": "198.18.21.10/24", "address6": "2001:db8:21::100/64"}}}
+
+
+def test_an_own_ipv6_address_in_the_pool_or_outside_prefix6_is_refused_naming_address6():
+    in_pool = [{"name": "a"}, {"name": "b", "outside": {"address6": "2001:db8:21::109/64"}}]
+    assert refusal([hypervisor("hv1", DUAL, in_pool, prefix="198.18.21.0/24", prefix6="2001:db8:21::/64")]).startswith(
+        'egress_proxy_instances[1].outside.address6 of "b" on hv1: 2001:db8:21::109 is in egress_proxy_outside.pool[1]')
+    outside = [{"name": "a"}, {"name": "b", "outside": {"address6": "2001:db8:99::9/64"}}]
+    assert "is outside egress_proxy_outside.prefix6 2001:db8:21::/64" in refusal(
+        [hypervisor("hv1", ["198.18.21.10"], outside, prefix="198.18.21.0/24", prefix6="2001:db8:21::/64")])
+
+
+@pytest.mark.parametrize("key, text, says", [
+    ("prefix", "2001:db8:21::/64", "egress_proxy_outside.prefix of hv1: '2001:db8:21::/64' is not an IPv4 network"),
+    ("prefix6", "198.18.21.0/24", "egress_proxy_outside.prefix6 of hv1: '198.18.21.0/24' is not an IPv6 network"),
+])
+def test_each_segment_has_its_family(key, text, says):
+    host = hypervisor("hv1", DUAL, proxies("a"))
+    host["outside"][key] = text
+    assert refusal([host]).startswith(says)
+
+
+def test_an_ipv6_range_needs_prefix6():
+    message = refusal([hypervisor("hv1", ["2001:db8:21::10-2001:db8:21::20"], proxies("a"), prefix="198.18.21.0/24")])
+    assert "no prefix length; give egress_proxy_outside.prefix6 of hv1" in message
+
+
 def test_the_last_address_of_the_ipv6_space_is_given_without_overflow():
     pool = ["ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
     listed = [{"name": "old", "egress_address": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"}]
-    allocation = fleet_allocation([hypervisor("hv1", pool, proxies("a"), listed, prefix="ffff:ffff:ffff:ffff::/64")])
+    allocation = allocated([hypervisor("hv1", pool, proxies("a"), listed, prefix6="ffff:ffff:ffff:ffff::/64")],
+                           field="address6")
     assert allocation == {"hv1": {"a": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/64"}}
-    message = refusal([hypervisor("hv1", pool, proxies("a", "b"), listed, prefix="ffff:ffff:ffff:ffff::/64")])
+    message = refusal([hypervisor("hv1", pool, proxies("a", "b"), listed, prefix6="ffff:ffff:ffff:ffff::/64")])
     assert "1 address missing" in message
