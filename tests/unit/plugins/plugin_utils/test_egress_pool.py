@@ -241,7 +241,7 @@ def test_a_proxy_with_its_own_address_takes_none_and_stopped_ones_get_one():
 def test_each_hypervisor_draws_inside_its_own_prefix_from_one_shared_pool():
     pool = ["198.18.21.100-198.18.21.101", "198.18.22.100-198.18.22.102"]
     assert allocated([hypervisor("hv1", pool, proxies("a", "b"), prefix="198.18.21.0/24"),
-                             hypervisor("hv2", pool, proxies("c", "d"), prefix="198.18.22.0/24")]) == {
+                      hypervisor("hv2", pool, proxies("c", "d"), prefix="198.18.22.0/24")]) == {
         "hv1": {"a": "198.18.21.100/24", "b": "198.18.21.101/24"},
         "hv2": {"c": "198.18.22.100/24", "d": "198.18.22.101/24"}}
 
