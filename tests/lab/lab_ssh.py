@@ -80,7 +80,7 @@ def ensure_client_files(specs):
         "  ControlMaster auto\n"
         "  ControlPath %s\n"
         "  ControlPersist 60\n" % (config.SSH_USER, config.SSH_PORT, config.SSH_KEY, config.SSH_KNOWN_HOSTS,
-                                    config.SSH_CONTROL_PATH))
+                                   config.SSH_CONTROL_PATH))
     if write_if_changed(config.SSH_CONFIG, ssh_config):
         actions.append("wrote %s" % config.SSH_CONFIG)
     return actions
