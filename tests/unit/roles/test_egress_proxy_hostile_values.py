@@ -20,9 +20,12 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.egress_addresses import egress_addresses
+from ansible_collections.egress_proxies.kvm.plugins.filter.egress_pool_view import egress_pool_view
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     build_instance_element,
     instance_metadata_from_domain_element,
@@ -396,3 +399,28 @@ def test_hostile_ssh_host_key_types_and_via_are_written_inert():
     for rendered in render_each(renders):
         assert directives(rendered["text"]) == DIRECTIVES
         assert [line for line in rendered["text"].splitlines() if line.startswith("via")] in (["via on"], ["via off"])
+
+
+# egress_proxy_outside's pool and segments, as tasks/pool.yml hands them to the allocation: a hostile text in any entry
+# is refused naming the variable and the hypervisor, before an address from it could reach a proxy's network-config.
+POOL_VALUES = [
+    ("egress_proxy_outside.pool[1] of hv1", lambda text: {"pool": ["198.19.0.10", "198.19.0.20" + text]}),
+    ("egress_proxy_outside.pool[0] of hv1", lambda text: {"pool": ["198.19.0.10-" + text + "198.19.0.20"]}),
+    ("egress_proxy_outside.pool[0] of hv1", lambda text: {"pool": ["2001:db8:19::" + text + "/64"]}),
+    ("egress_proxy_outside.prefix of hv1", lambda text: {"pool": ["198.19.0.10"], "prefix": "198.19.0.0/24" + text}),
+    ("egress_proxy_outside.prefix6 of hv1", lambda text: {"pool": ["2001:db8:19::/64"], "prefix6": text + "2001:db8:19::/64"}),
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+@pytest.mark.parametrize("case", range(len(POOL_VALUES)), ids=[variable for variable, _make in POOL_VALUES])
+def test_a_hostile_pool_value_is_refused_naming_it(case, text):
+    variable, make = POOL_VALUES[case]
+    outside = dict(OUTSIDE, **make(text))
+    hostvars = {"hv1": {"egress_proxy__pool_view": egress_pool_view([{"name": "egress-1"}], outside, "present"),
+                        "egress_proxy__pool_listing": {"proxies": []}, "egress_proxy_outside": outside}}
+    with pytest.raises(AnsibleFilterError) as raised:
+        egress_addresses(["hv1"], hostvars, [], ["hv1"])
+    message = raised.value.message
+    assert message.startswith(variable + ": "), message
+    assert len(message) < 400 and control_character(message) is None, message
