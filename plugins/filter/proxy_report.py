@@ -13,7 +13,8 @@ name: proxy_report
 short_description: What the egress_proxy role shows of a kvm_proxy_set result
 version_added: 0.4.0
 description:
-  - One line per proxy of the result's C(proxies) (its id, state and address; in check mode what the run would do
+  - One line per proxy of the result's C(proxies) (its id, state and address, and its static egress addresses where
+    they are others, as with an outside NIC; in check mode what the run would do
     to it, in a real run what was done to one that is gone), and the garbage collection's summary (the proxies it
     removed, those it kept with the module's reason, those of other owners).
 author:

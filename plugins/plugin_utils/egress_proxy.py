@@ -467,14 +467,18 @@ def _checked(arguments, sentence, variables):
 def report(converged, check_mode=False):
     """What the role shows of kvm_proxy_set's result: one line per listed proxy, and the garbage collection's summary.
 
-    A proxy's line is its id, state and address; in check mode what the run would do to it (a proxy to be created
-    does not exist yet, and is not missing), in a real run what was done to one that is gone.
+    A proxy's line is its id, state and address, and its static egress addresses where they are others (an outside NIC:
+    the addresses a pool gave it too); in check mode what the run would do to it (a proxy to be created does not exist
+    yet, and is not missing), in a real run what was done to one that is gone.
     """
     lines = []
     for proxy in converged["proxies"]:
         line = proxy["id"]
         if proxy.get("state"):
             line += " %s %s" % (proxy["state"], proxy.get("ip") or "no address")
+            egress = [proxy[key] for key in ("egress_address", "egress_address6") if proxy.get(key)]
+            if egress and egress != [proxy.get("ip")]:
+                line += " egress %s" % " ".join(egress)
         if check_mode and proxy["outcome"] != "unchanged":
             line += " (would be %s)" % proxy["outcome"]
         elif not proxy.get("state"):

@@ -40,6 +40,14 @@ def test_a_real_run_lists_each_proxy_with_its_state_and_a_removed_one_as_removed
     assert '"%segress-a Running 10.0.0.5"' % HOST in out and '"%segress-b removed"' % HOST in out, out
 
 
+def test_a_proxy_with_an_outside_nic_shows_its_egress_addresses(tmp_path):
+    out = report(tmp_path, result([dict(entry("egress-a", "created", "Provisioning"), egress_address="203.0.113.10",
+                                        egress_address6="2001:db8:7::10"),
+                                   dict(entry("egress-b", "unchanged", "Running", "10.0.0.6"), egress_address="10.0.0.6")]))
+    assert '"%segress-a Provisioning no address egress 203.0.113.10 2001:db8:7::10"' % HOST in out, out
+    assert '"%segress-b Running 10.0.0.6"' % HOST in out, out  # one NIC: its address is the egress one
+
+
 def test_with_no_proxy_listed_the_report_says_so(tmp_path):
     out = report(tmp_path, result())
     assert "no proxies are listed for localhost" in out, out
