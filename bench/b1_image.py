@@ -6,11 +6,11 @@ server (its own process, sending Content-Length). Timed, on the same file:
 - the kvm_base_image task through `ansible localhost` (the module on /usr/bin/python3,
   as on a hypervisor), and an `ansible.builtin.ping` task: module work = task - ping;
 - the floor: `virsh vol-create-as` + `virsh vol-upload` of the file into the same pool;
-- `curl` of the URL to /dev/null: what the HTTP side alone costs;
+- `curl` of the URL to /dev/null: what the HTTP side alone costs; hashlib's SHA-256 of the file: the hash alone;
 - the peak RSS (VmHWM) of a fresh /usr/bin/python3 process running the module's main(),
   the module's code path without Ansible's transport, with its RSS after the imports.
 
-Every volume made is deleted after each run. The 4 GiB size runs once, and only when
+The module's runs and the floor's alternate, each after a sync. Every volume made is deleted after each run. The 4 GiB size runs once, and only when
 the pool's file system has room for the image, its cached copy and the floor's copy.
 """
 
@@ -34,6 +34,14 @@ handler.func.log_message = lambda *args: None
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 print(server.server_port, flush=True)
 server.serve_forever()
+"""
+
+HASH = r"""
+import hashlib, sys
+digest = hashlib.sha256()
+with open(sys.argv[1], "rb") as handle:
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(chunk)
 """
 
 # Runs in the measured process: the module's main() on the hypervisor's Python, without Ansible's transport.
@@ -77,16 +85,22 @@ def measure_size(collections, url, path, digest, runs):
         delete_volumes(IMAGE_NAME)
 
     clean()
-    task = repeat(runs, module, env=env, after=clean)
-    floor_create = []
-    floor = []
+    # Alternated, each after a sync: the image was just written, and whichever ran first would otherwise share
+    # the disk with the page cache's write-back of it (the module did, when all its runs came first).
+    task, floor = [], []
     for _run in range(runs):
-        floor_create.append(timed(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-create-as", config.POOL_NAME,
-                                   FLOOR_VOLUME, str(size), "--format", "raw"])[0])
+        os.sync()
+        task.append(timed(module, env=env)[0])
+        clean()
+        os.sync()
+        floor_create = timed(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-create-as", config.POOL_NAME,
+                              FLOOR_VOLUME, str(size), "--format", "raw"])[0]
         floor.append(timed(["virsh", "-q", "-c", config.LIBVIRT_URI, "vol-upload", "--pool", config.POOL_NAME,
-                            FLOOR_VOLUME, path])[0] + floor_create[-1])
+                            FLOOR_VOLUME, path])[0] + floor_create)
         virsh("vol-delete", FLOOR_VOLUME, "--pool", config.POOL_NAME)
     curl = repeat(runs, ["curl", "-sf", "-o", "/dev/null", url])
+    # The hash the module computes over every byte, alone: hashlib on the module's Python, in its chunk size.
+    sha256 = repeat(runs, [HYPERVISOR_PYTHON, "-c", HASH, path])
     rss = []
     for _run in range(runs):
         completed = subprocess.run([HYPERVISOR_PYTHON, "-c", PEAK_RSS, collections,
@@ -94,7 +108,7 @@ def measure_size(collections, url, path, digest, runs):
                                    capture_output=True, text=True, check=True)
         rss.append(json.loads(completed.stdout))
         clean()
-    return {"bytes": size, "runs": runs, "task": task, "floor": figure(floor), "curl": curl,
+    return {"bytes": size, "runs": runs, "task": figure(task), "floor": figure(floor), "curl": curl, "sha256": sha256,
             "peak_rss_mib": max(row["peak_mib"] for row in rss),
             "rss_after_imports_mib": max(row["rss_before_mib"] for row in rss),
             "ensure_image_seconds": figure([row["seconds"] for row in rss])}
