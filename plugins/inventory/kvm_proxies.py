@@ -13,20 +13,25 @@ version_added: 0.1.0
 description:
   - Reads one or more libvirt hypervisors and yields one host per VM that carries this collection's metadata
     (the VMs M(egress_proxies.kvm.kvm_proxy) creates), so playbooks can configure the proxies themselves.
-  - C(ansible_host) is the VM's IPv4 address, from the hypervisor's ARP table or the guest agent. A VM without a known
-    address yet (still booting, or stopped) is still listed, without C(ansible_host); C(kvm_proxy_state) tells why.
+  - C(ansible_host) is the VM's IPv4 address (its IPv6 when its first NIC is IPv6-only), from the hypervisor's ARP table
+    or the guest agent. A VM without a known address yet (still booting, or stopped) is still listed, without
+    C(ansible_host); C(kvm_proxy_state) tells why.
   - Host variables, all prefixed C(kvm_proxy_), carry what M(egress_proxies.kvm.kvm_proxy_info) returns for the VM
     (C(kvm_proxy_id), C(kvm_proxy_name), C(kvm_proxy_hypervisor), C(kvm_proxy_uri), C(kvm_proxy_state),
-    C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ip_sources), C(kvm_proxy_uid), C(kvm_proxy_created_at),
+    C(kvm_proxy_libvirt_state), C(kvm_proxy_ip), C(kvm_proxy_ipv6), C(kvm_proxy_ip_sources), C(kvm_proxy_uid),
+    C(kvm_proxy_created_at),
     C(kvm_proxy_spec_digest), C(kvm_proxy_policy_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib),
-    C(kvm_proxy_disks), C(kvm_proxy_macs), C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_egress_address),
-    C(kvm_proxy_egress_address6), C(kvm_proxy_autostart)).
+    C(kvm_proxy_disks), C(kvm_proxy_macs), C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_egress_ipv6),
+    C(kvm_proxy_egress_address), C(kvm_proxy_egress_address6), C(kvm_proxy_autostart)).
   - C(kvm_proxy_policy_digest) is the digest of the policy the VM was last given (O(egress_proxies.kvm.kvm_proxy#module:policy)),
     as recorded in its metadata; V(null) when none is recorded.
   - C(kvm_proxy_interfaces) lists every NIC in device order, as M(egress_proxies.kvm.kvm_proxy_info) returns it
-    (C(mac), C(bridge), C(network), C(role), C(ipv4), C(egress)); C(kvm_proxy_egress_ip) is the egress NIC's address,
-    the one destinations see (the NIC with role C(outside), else the first). C(ansible_host) stays the first NIC's.
-    C(kvm_proxy_egress_address) (and C(kvm_proxy_egress_address6)) is the egress NIC's static IPv4 (IPv6) address as
+    (C(mac), C(bridge), C(network), C(role), C(ipv4), C(ipv6), C(egress)); C(kvm_proxy_egress_ip) is the egress NIC's
+    address, the one destinations see (the NIC with role C(outside), else the first), and C(kvm_proxy_egress_ipv6) its
+    IPv6, the one IPv6 destinations see. C(ansible_host) stays the first NIC's.
+  - A NIC's IPv6 (C(kvm_proxy_ipv6), C(ipv6)) is looked up, from the guest agent, only for a NIC the VM was created with
+    a static IPv6 for (O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address6)); else it is V(null).
+  - C(kvm_proxy_egress_address) (and C(kvm_proxy_egress_address6)) is the egress NIC's static IPv4 (IPv6) address as
     the VM's metadata records it, known while the VM is stopped too; V(null) when it has none.
   - "Groups: C(kvm_proxies) (every proxy), C(kvm_hypervisor_<name>) per hypervisor, C(kvm_state_running),
     C(kvm_state_provisioning) and C(kvm_state_stopped) per state, and C(kvm_owner_<uid>) per owner. Characters not
@@ -165,6 +170,7 @@ _HOST_VARS = (
     ("state", "state"),
     ("libvirt_state", "libvirt_state"),
     ("ip", "ip"),
+    ("ipv6", "ipv6"),
     ("ip_sources", "ip_sources"),
     ("uid", "uid"),
     ("created_at", "created_at"),
@@ -176,6 +182,7 @@ _HOST_VARS = (
     ("macs", "macs"),
     ("interfaces", "interfaces"),
     ("egress_ip", "egress_ip"),
+    ("egress_ipv6", "egress_ipv6"),
     ("egress_address", "egress_address"),
     ("egress_address6", "egress_address6"),
     ("autostart", "autostart"),
@@ -281,7 +288,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
 
     def _add_proxy(self, hostname, proxy, uri, strict):
         self.inventory.add_host(hostname, group=ALL_GROUP)
-        # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest, egress_address, egress_address6).
+        # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest, egress_address,
+        # egress_address6, ipv6, egress_ipv6).
         hostvars = {VAR_PREFIX + var: proxy.get(key) for key, var in _HOST_VARS}
         hostvars[VAR_PREFIX + "uri"] = uri
         if proxy["ip"]:

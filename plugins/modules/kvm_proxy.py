@@ -198,10 +198,19 @@ libvirt_state:
   type: str
   sample: running
 ip:
-  description: The VM's first routable IPv4 address, null when it has none (yet).
+  description:
+    - The VM's first routable IPv4 address (of its first NIC), null when it has none (yet).
+    - When that NIC is IPv6-only (O(interfaces[].address6) without O(interfaces[].address)), its IPv6 address.
   returned: always
   type: str
   sample: 198.18.0.150
+ipv6:
+  description:
+    - The static IPv6 address of the VM's first NIC as the guest agent reports it; null when that NIC has no
+      O(interfaces[].address6), or the address is not known (yet).
+  returned: always
+  type: str
+  sample: 2001:db8:11::70
 ip_sources:
   description: What each address source said, in the order asked (V(arp), then V(agent)); empty when none was asked.
   returned: always
@@ -268,25 +277,40 @@ interfaces:
       description: The NIC's first routable IPv4; V(null) when none is known.
       type: str
       sample: 198.18.11.70
+    ipv6:
+      description:
+        - The NIC's routable IPv6, from the guest agent; looked up only for a NIC with O(interfaces[].address6), else
+          V(null) (as while none is known).
+      type: str
+      sample: 2001:db8:11::70
     egress:
       description: Whether this is the egress NIC, whose address destinations see (role V(outside), else the first NIC).
       type: bool
       sample: false
   sample:
-    - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70", "egress": false}
-    - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70", "egress": true}
+    - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70",
+       "ipv6": null, "egress": false}
+    - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70",
+       "ipv6": "2001:db8:21::70", "egress": true}
 egress_ip:
   description:
-    - The IPv4 of the egress NIC (RV(interfaces[].egress)), the address destinations see; with one NIC the same as
-      RV(ip). V(null) when none is known.
+    - The IPv4 of the egress NIC (RV(interfaces[].egress)), the address IPv4 destinations see (its IPv6 when it is
+      IPv6-only); with one NIC the same as RV(ip). V(null) when none is known.
   returned: always
   type: str
   sample: 198.18.21.70
+egress_ipv6:
+  description:
+    - The IPv6 of the egress NIC, the address IPv6 destinations see; V(null) when it has no static IPv6 or it is not
+      known (yet).
+  returned: always
+  type: str
+  sample: 2001:db8:21::70
 egress_address:
   description:
     - The static address of the egress NIC (RV(interfaces[].egress)) as the VM's spec records it in its metadata,
-      without its prefix, known whether or not the VM runs; V(null) for an egress NIC on DHCP. An address the
-      egress_proxy role gave from a pool is kept this way across replacements.
+      without its prefix (its IPv6 when it is IPv6-only), known whether or not the VM runs; V(null) for an egress NIC
+      on DHCP. An address the egress_proxy role gave from a pool is kept this way across replacements.
   returned: always
   type: str
   sample: 198.18.21.70

@@ -159,9 +159,18 @@ proxies:
       type: str
       sample: running
     ip:
-      description: The first routable IPv4 of the domain's NIC, from ARP or the guest agent; V(null) when none is known.
+      description:
+        - The first routable IPv4 of the domain's (first) NIC, from ARP or the guest agent; V(null) when none is known.
+        - Its IPv6 when that NIC was created IPv6-only
+          (O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address6) alone).
       type: str
       sample: 198.18.0.123
+    ipv6:
+      description:
+        - The routable IPv6 of the domain's first NIC, from the guest agent; looked up only for a NIC created with
+          O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address6), else V(null) (as while none is known).
+      type: str
+      sample: 2001:db8:11::70
     ip_sources:
       description:
         - What each address source answered, in the order asked (C(arp), then C(agent)); empty for a domain that is not running.
@@ -267,22 +276,37 @@ proxies:
           description: The NIC's first routable IPv4; V(null) when none is known.
           type: str
           sample: 198.18.11.70
+        ipv6:
+          description:
+            - The NIC's routable IPv6, from the guest agent; looked up only for a NIC created with
+              O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address6), else V(null) (as while none is known).
+          type: str
+          sample: 2001:db8:11::70
         egress:
           description: Whether this is the egress NIC, whose address destinations see (role V(outside), else the first NIC).
           type: bool
           sample: false
       sample:
-        - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70", "egress": false}
-        - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70", "egress": true}
+        - {"mac": "52:54:00:12:34:56", "bridge": "br0", "network": null, "role": "inside", "ipv4": "198.18.11.70",
+           "ipv6": null, "egress": false}
+        - {"mac": "52:54:00:12:34:57", "bridge": "br1", "network": null, "role": "outside", "ipv4": "198.18.21.70",
+           "ipv6": "2001:db8:21::70", "egress": true}
     egress_ip:
       description:
-        - The IPv4 of the egress NIC (RV(proxies[].interfaces[].egress)), the address destinations see; with one NIC the
-          same as RV(proxies[].ip). V(null) when none is known.
+        - The IPv4 of the egress NIC (RV(proxies[].interfaces[].egress)), the address IPv4 destinations see (its IPv6
+          when it is IPv6-only); with one NIC the same as RV(proxies[].ip). V(null) when none is known.
       type: str
       sample: 198.18.21.70
+    egress_ipv6:
+      description:
+        - The IPv6 of the egress NIC, the address IPv6 destinations see; V(null) when it has no static IPv6 or it is not
+          known (yet).
+      type: str
+      sample: 2001:db8:21::70
     egress_address:
       description:
-        - The static address of the egress NIC as the domain's recorded spec gives it, without its prefix, whether or
+        - The static address of the egress NIC as the domain's recorded spec gives it, without its prefix (its IPv6 when
+          it is IPv6-only), whether or
           not the domain runs; V(null) for an egress NIC on DHCP and for a domain this collection did not create. The
           egress_proxy role reads it to keep each proxy's address from a pool.
       type: str

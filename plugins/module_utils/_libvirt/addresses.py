@@ -2,7 +2,11 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The guest's IPv4 address, from the host's ARP table first and the guest agent second, and the one wait for it.
+"""The guest's addresses, from the host's ARP table first and the guest agent second, and the one wait for them.
+
+A NIC's IPv4 is looked for, and its IPv6 where it has a static one (an
+IPv6-only NIC: its IPv6 alone, which is then its address). The ARP table
+knows IPv4 only; the agent knows both.
 
 Both sources fail routinely while a guest boots: the ARP table has no entry
 until the guest has sent traffic, and the agent is not connected until
@@ -42,6 +46,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import (
     VIR_DOMAIN_NOSTATE,
     first_routable_ipv4,
+    first_routable_ipv6,
     is_active,
     libvirt_state_name,
 )
@@ -50,17 +55,44 @@ SOURCE_ARP = "arp"
 SOURCE_AGENT = "agent"
 
 NO_ADDRESS_YET = "no address yet"
-NO_ROUTABLE_ADDRESS_YET = "no routable IPv4 yet"
+NO_ROUTABLE_ADDRESS_YET = "no routable %s yet"
 DOMAIN_NOT_RUNNING = "domain not running"
 
-AddressLookup = namedtuple("AddressLookup", ["ip", "sources"])
-AddressLookup.__doc__ = """The outcome of domain_ipv4.
+AddressLookup = namedtuple("AddressLookup", ["ip", "sources", "ipv6"], defaults=(None,))
+AddressLookup.__doc__ = """The outcome of domain_ipv4 (nic_addresses: one per NIC).
 
-``ip`` is the first routable IPv4 found, or None. ``sources`` maps each
-source asked, in the order asked (``arp``, then ``agent``), to what it
-said: the address itself, or why it gave none. A source that was not asked
-(ARP already answered, or the domain is not running) is absent.
+``ip`` is the first routable IPv4 found, or None; ``ipv6`` the first
+routable IPv6, looked for only where it was wanted (None otherwise).
+``sources`` maps each source asked, in the order asked (``arp``, then
+``agent``), to what it said: the addresses themselves, or why it gave none.
+A source that was not asked (ARP already answered, or the domain is not
+running) is absent.
 """
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Which addresses of a NIC a lookup looks for: its IPv4 (every NIC but an IPv6-only one), its IPv6 (a NIC with a
+    static one)."""
+
+    ipv4: bool = True
+    ipv6: bool = False
+
+    @property
+    def ipv6_only(self):
+        return self.ipv6 and not self.ipv4
+
+    def address(self, lookup):
+        """The NIC's address in ``lookup`` (an AddressLookup): its IPv4, or its IPv6 when it is IPv6-only; or None."""
+        return lookup.ipv6 if self.ipv6_only else lookup.ip
+
+    @property
+    def family(self):
+        """The family of ``address`` as messages name it."""
+        return "IPv6" if self.ipv6_only else "IPv4"
+
+
+IPV4 = Wanted()
 
 # Codes that mean "this source has no address for us (yet)", with the words
 # the user sees. Only the unsupported codes carry libvirt's message too:
@@ -112,28 +144,44 @@ def domain_ipv4(hypervisor, dom, mac=None):
     Returns an AddressLookup; raises the typed error of any libvirt failure
     that is not one of the "no address from this source" answers.
     """
-    return nic_ipv4s(hypervisor, dom, (mac,))[mac]
+    return nic_addresses(hypervisor, dom, (mac,))[mac]
 
 
-def nic_ipv4s(hypervisor, dom, macs):
-    """domain_ipv4 for several NICs at once: {mac: AddressLookup}, each source asked once for all of them.
+def nic_addresses(hypervisor, dom, macs, wanted=None):
+    """domain_ipv4 for several NICs at once, and their IPv6 where wanted: {mac: AddressLookup}, each source asked once
+    for all of them.
 
-    A source is asked only while some NIC still has no address (``None`` in
-    ``macs`` stands for any NIC), so one NIC costs what domain_ipv4 always did.
+    ``wanted`` maps a MAC to its Wanted (absent: IPv4 alone). A source is asked
+    only while some NIC still lacks an address it wants (``None`` in ``macs``
+    stands for any NIC), so one IPv4 NIC costs what domain_ipv4 always did.
     """
+    wanted = wanted or {}
     lookups = OrderedDict((mac, AddressLookup(ip=None, sources=OrderedDict())) for mac in macs)
+
+    def missing(mac):
+        want, lookup = wanted.get(mac, IPV4), lookups[mac]
+        return [family for family, asked, found in (("IPv4", want.ipv4, lookup.ip), ("IPv6", want.ipv6, lookup.ipv6))
+                if asked and found is None]
+
     for name, source, no_address_codes in ((SOURCE_ARP, ADDRESS_SOURCE_ARP, _NO_ARP_ADDRESS_CODES),
                                            (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_ADDRESS_CODES)):
-        pending = [mac for mac, lookup in lookups.items() if lookup.ip is None]
+        # libvirt's ARP source reads the IPv4 neighbours only: it is asked for the NICs still without their IPv4.
+        families_asked = ("IPv4",) if source == ADDRESS_SOURCE_ARP else ("IPv4", "IPv6")
+        pending = {mac: [family for family in missing(mac) if family in families_asked] for mac in lookups}
+        pending = {mac: families for mac, families in pending.items() if families}
         if not pending:
-            break
+            continue
         interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
-        for mac in pending:
-            ip = None if why is not None else first_routable_ipv4(interfaces, hwaddr=mac)
-            said = why or ip or (NO_ROUTABLE_ADDRESS_YET if interfaces else NO_ADDRESS_YET)
-            lookups[mac].sources[name] = said
-            if ip is not None:
-                lookups[mac] = AddressLookup(ip=ip, sources=lookups[mac].sources)
+        for mac, families in pending.items():
+            lookup = lookups[mac]
+            found = {} if why is not None else {
+                family: first(interfaces, hwaddr=mac)
+                for family, first in (("IPv4", first_routable_ipv4), ("IPv6", first_routable_ipv6)) if family in families}
+            said = why or ", ".join(address for address in found.values() if address) or (
+                NO_ROUTABLE_ADDRESS_YET % " or ".join(families) if interfaces else NO_ADDRESS_YET)
+            lookup.sources[name] = said
+            lookups[mac] = AddressLookup(ip=found.get("IPv4") or lookup.ip, sources=lookup.sources,
+                                         ipv6=found.get("IPv6") or lookup.ipv6)
         if why == DOMAIN_NOT_RUNNING:
             # Neither source answers for a domain that is not running
             # (the agent needs it running, ARP needs it active).
@@ -148,16 +196,19 @@ POLL_INTERVAL = 1
 
 @dataclass(frozen=True)
 class Awaited:
-    """A started proxy whose address is awaited: its name, its domain, its first NIC's MAC and where that NIC is."""
+    """A started proxy whose address is awaited: its name, its domain, its first NIC's MAC and where that NIC is,
+    and the address awaited there (its IPv4; its IPv6 when the NIC is IPv6-only)."""
 
     name: str
     dom: Any
     mac: Optional[str]
     attached: str  # the first NIC's bridge or network as a message says it ("bridge br0")
+    wanted: Wanted = IPV4
 
 
 def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
-    """Poll every Awaited under one deadline until each runs with a routable IPv4 (answering on ``port`` if given).
+    """Poll every Awaited under one deadline until each runs with a routable address (its IPv4, or its IPv6 when its
+    first NIC is IPv6-only), answering on ``port`` if given.
 
     The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
     guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
@@ -181,13 +232,17 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
                 stopped.append(name)
                 continue
             # nostate: libvirt could not tell; neither source answers for it, the next poll decides.
-            lookup = domain_ipv4(hypervisor, one.dom, mac=one.mac) if is_active(state) else previous
+            # Only the address awaited is asked for: a dual-stack NIC's IPv4 from ARP ends its wait without the agent.
+            primary = Wanted(ipv4=not one.wanted.ipv6_only, ipv6=one.wanted.ipv6_only)
+            lookup = (nic_addresses(hypervisor, one.dom, (one.mac,), {one.mac: primary})[one.mac] if is_active(state)
+                      else previous)
+            address = primary.address(lookup) if lookup is not None else None
             silent = None
-            if lookup is not None and lookup.ip is not None:
-                if port is None or _answers(lookup.ip, port):
+            if address is not None:
+                if port is None or _answers(address, port):
                     del pending[name]
                     continue
-                silent = lookup.ip
+                silent = address
             said[name] = (state, lookup, silent)
         if stopped:
             raise PermanentError(
@@ -198,10 +253,12 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
         if not pending:
             return
         if timing.monotonic() >= deadline:
+            families = {one.wanted.family for one in pending.values()}
             raise TransientError(
-                "%s got no routable IPv4%s within wait_timeout (%d s): %s. A guest may still be booting (raise "
+                "%s got no routable %s%s within wait_timeout (%d s): %s. A guest may still be booting (raise "
                 "wait_timeout), or its first NIC gets no address where it is attached" % (
-                    ", ".join(pending), " answering on port %d" % port if port else "", timeout,
+                    ", ".join(pending), families.pop() if len(families) == 1 else "address",
+                    " answering on port %d" % port if port else "", timeout,
                     "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
         timing.sleep(POLL_INTERVAL)
 

@@ -20,8 +20,9 @@ VIR_DOMAIN_SHUTOFF = 5
 VIR_DOMAIN_CRASHED = 6
 VIR_DOMAIN_PMSUSPENDED = 7
 
-# virIPAddrType, the ``type`` of each address virDomain.interfaceAddresses() reports; only IPv4 is read.
+# virIPAddrType, the ``type`` of each address virDomain.interfaceAddresses() reports.
 VIR_IP_ADDR_TYPE_IPV4 = 0
+VIR_IP_ADDR_TYPE_IPV6 = 1
 
 # A VM's state as results report it (the reference's words, capitalised); a task asks for
 # _common.states.STATE_PRESENT/STATE_ABSENT or _proxy.request.STATE_STOPPED.
@@ -52,7 +53,8 @@ def is_active(state):
 
 
 def map_state(state, ipv4):
-    """Collapse a libvirt state plus the guest's routable IPv4 (or None) into Running, Provisioning or Stopped.
+    """Collapse a libvirt state plus the guest's routable address (its IPv4, or its IPv6 when its NIC is IPv6-only; or
+    None) into Running, Provisioning or Stopped.
 
     An active guest without an address is Provisioning: a VM must never be
     reported Running before it can be reached. nostate is Provisioning too:
@@ -67,14 +69,17 @@ def map_state(state, ipv4):
     return STATUS_RUNNING if ipv4 else STATUS_PROVISIONING
 
 
-def _routable_ipv4(text):
+def _routable(text, version):
+    """Whether ``text`` is an address of IP ``version`` that can reach the guest from outside it: not loopback,
+    link-local or unspecified (nor, an IPv6 one, multicast)."""
     if not isinstance(text, str):
         return False
     try:
-        address = ipaddress.IPv4Address(text)
+        address = ipaddress.IPv4Address(text) if version == 4 else ipaddress.IPv6Address(text)
     except ipaddress.AddressValueError:
         return False
-    return not (address.is_loopback or address.is_link_local or address.is_unspecified)
+    return not (address.is_loopback or address.is_link_local or address.is_unspecified
+                or (version == 6 and address.is_multicast))
 
 
 def first_routable_ipv4(interfaces, hwaddr=None):
@@ -87,6 +92,15 @@ def first_routable_ipv4(interfaces, hwaddr=None):
     too. With ``hwaddr`` only the interface with that MAC counts, so a
     container bridge inside the guest cannot win.
     """
+    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV4, 4)
+
+
+def first_routable_ipv6(interfaces, hwaddr=None):
+    """first_routable_ipv4 for IPv6: the first global or unique local IPv6 (never the link-local one every NIC has)."""
+    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV6, 6)
+
+
+def _first_routable(interfaces, hwaddr, address_type, version):
     wanted = hwaddr.lower() if hwaddr else None
     for ifname, interface in (interfaces or {}).items():
         if ifname == "lo" or not interface:
@@ -94,6 +108,7 @@ def first_routable_ipv4(interfaces, hwaddr=None):
         if wanted is not None and (interface.get("hwaddr") or "").lower() != wanted:
             continue
         for address in interface.get("addrs") or ():
-            if address.get("type") == VIR_IP_ADDR_TYPE_IPV4 and _routable_ipv4(address.get("addr")):
-                return address["addr"]
+            if address.get("type") == address_type and _routable(address.get("addr"), version):
+                # Normalised: the agent reports what the guest wrote, which a result compares with the spec's.
+                return str(ipaddress.ip_address(address["addr"]))
     return None

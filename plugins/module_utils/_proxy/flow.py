@@ -223,7 +223,8 @@ class ProxyFlow:
         return None
 
     def _await(self, members):
-        """Wait, under one deadline, until every proxy of ``members`` has an IPv4 (and answers on the port).
+        """Wait, under one deadline, until every proxy of ``members`` has its address (and answers on the port): its
+        first NIC's IPv4, or IPv6 when that NIC is IPv6-only.
 
         Without wait_for_ip nothing is awaited, so replacements do not roll: nothing tells when one is up.
         """
@@ -233,8 +234,8 @@ class ProxyFlow:
         for member in members:
             dom, info = member.settle(self.hv)
             macs = info.macs()
-            awaited.append(Awaited(member.request.name, dom, macs[0] if macs else None,
-                                   member.request.interfaces[0].source))
+            first = member.request.interfaces[0]
+            awaited.append(Awaited(member.request.name, dom, macs[0] if macs else None, first.source, first.wanted))
         await_ipv4(self.hv, awaited, self.request.wait_timeout, self.timing, self.request.wait_for_port)
 
     def _result(self, member):

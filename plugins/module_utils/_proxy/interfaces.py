@@ -32,6 +32,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, Wanted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import normalize_mac
 
 ROLE_INSIDE = "inside"
@@ -77,6 +78,11 @@ class Interface:
     def ip6(self):
         """The static IPv6 without its prefix, or None."""
         return None if self.address6 is None else self.address6.partition("/")[0]
+
+    @property
+    def wanted(self):
+        """The addresses the guest's NIC is looked up for (_addresses.Wanted): IPv4 unless IPv6-only, IPv6 if static."""
+        return _wanted(self.address, self.address6)
 
     @property
     def source(self):
@@ -296,10 +302,25 @@ def recorded_roles(spec, count):
     return (roles + [None] * count)[:count]
 
 
-def describe_interfaces(nics, roles, lookups):
-    """The result's ``interfaces``: each NIC (_domain_xml.NicInfo) with its role, its IPv4 and whether it is the egress one.
+def _wanted(address, address6):
+    return Wanted(ipv4=bool(address) or not address6, ipv6=bool(address6))
 
-    ``lookups`` maps a MAC to its _addresses.AddressLookup (absent: not asked, the domain is not running).
+
+def recorded_wanted(spec, count):
+    """The addresses each NIC is looked up for (_addresses.Wanted), as a recorded spec (a dict or None) gives its static
+    addresses, for ``count`` NICs in device order: IPv4 alone for a NIC the spec gives no IPv6."""
+    recorded = (spec or {}).get("interfaces")
+    wanted = [_wanted(entry.get("address"), entry.get("address6")) if isinstance(entry, dict) else IPV4
+              for entry in (recorded if isinstance(recorded, list) else [])]
+    return (wanted + [IPV4] * count)[:count]
+
+
+def describe_interfaces(nics, roles, lookups):
+    """The result's ``interfaces``: each NIC (_domain_xml.NicInfo) with its role, its IPv4 and IPv6 and whether it is
+    the egress one.
+
+    ``lookups`` maps a MAC to its _addresses.AddressLookup (absent: not asked, the domain is not running). A NIC's
+    IPv6 is None unless it has a static one (the only IPv6 looked up).
     """
     egress = egress_index(roles)
     described = []
@@ -307,7 +328,8 @@ def describe_interfaces(nics, roles, lookups):
         lookup = lookups.get(nic.mac)
         described.append({
             "mac": nic.mac, "bridge": nic.bridge, "network": nic.network, "role": role,
-            "ipv4": lookup.ip if lookup is not None else None, "egress": index == egress,
+            "ipv4": lookup.ip if lookup is not None else None, "ipv6": lookup.ipv6 if lookup is not None else None,
+            "egress": index == egress,
         })
     return described
 
@@ -325,6 +347,10 @@ def recorded_egress_address(spec, field="address"):
     return None if parsed is None or parsed.version != (6 if field == "address6" else 4) else str(parsed)
 
 
-def egress_address(described):
-    """The egress NIC's IPv4 among ``described`` (describe_interfaces' list), or None when it has none (yet)."""
-    return next((nic["ipv4"] for nic in described if nic["egress"]), None)
+def egress_address(described, family="ipv4"):
+    """The egress NIC's address of ``family`` (``ipv4`` or ``ipv6``) among ``described`` (describe_interfaces' list);
+    for ``ipv4``, its IPv6 when it has no IPv4 (an IPv6-only NIC); None when it has none (yet)."""
+    nic = next((nic for nic in described if nic["egress"]), None)
+    if nic is None:
+        return None
+    return nic[family] or (nic["ipv6"] if family == "ipv4" else None)

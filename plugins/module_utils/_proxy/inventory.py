@@ -34,7 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import format_domain_id, validate_host_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_ipv4s
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, nic_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339, recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active, libvirt_state_name, map_state
@@ -43,6 +43,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfac
     egress_address,
     recorded_egress_address,
     recorded_roles,
+    recorded_wanted,
 )
 
 # Hypervisors the inventory plugin reads at once. A read waits mostly on the
@@ -114,17 +115,20 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
     state, autostart = status if status is not None else (hypervisor.domain_state(dom), hypervisor.domain_autostart(dom))
     macs = domain_info.macs()
     lookups = {}
-    ip = None
+    ip = ipv6 = None
     ip_sources = {}
-    if is_active(state):
-        # Every NIC's address from the same one or two lookups; `ip` stays the first NIC's (None: any NIC
-        # of a domain defined without a MAC).
-        first = macs[0] if macs else None
-        lookups = nic_ipv4s(hypervisor, dom, macs or [first])
-        ip = lookups[first].ip
-        ip_sources = dict(lookups[first].sources)
-    # The roles are the ones the VM was created with (its recorded spec); a hand-made domain's are None.
+    # The roles and static addresses are the ones the VM was created with (its recorded spec); a hand-made domain
+    # has no roles, and its NICs are looked up for their IPv4.
     spec = recorded_spec(metadata)
+    if is_active(state):
+        # Every NIC's addresses from the same one or two lookups; `ip` stays the first NIC's (None: any NIC
+        # of a domain defined without a MAC): its IPv4, or its IPv6 when it is IPv6-only.
+        first = macs[0] if macs else None
+        wanted = dict(zip(macs, recorded_wanted(spec, len(macs))))
+        lookups = nic_addresses(hypervisor, dom, macs or [first], wanted)
+        ip = wanted.get(first, IPV4).address(lookups[first])
+        ipv6 = lookups[first].ipv6
+        ip_sources = dict(lookups[first].sources)
     interfaces = describe_interfaces(domain_info.nics, recorded_roles(spec, len(domain_info.nics)), lookups)
     return {
         "id": _domain_id(host, domain_info.name),
@@ -133,6 +137,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "state": map_state(state, ip),
         "libvirt_state": libvirt_state_name(state),
         "ip": ip,
+        "ipv6": ipv6,
         "ip_sources": ip_sources,
         "managed": bool(metadata is not None and metadata.managed),
         "uid": metadata.uid if metadata is not None else None,
@@ -148,6 +153,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "macs": macs,
         "interfaces": interfaces,
         "egress_ip": egress_address(interfaces),
+        "egress_ipv6": egress_address(interfaces, "ipv6"),
         "egress_address": recorded_egress_address(spec),
         "egress_address6": recorded_egress_address(spec, "address6"),
         "autostart": autostart,

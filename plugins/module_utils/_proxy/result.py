@@ -42,8 +42,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict 
     UNMANAGED,
 )
 
-_DESCRIBED = ("state", "libvirt_state", "ip", "ip_sources", "uid", "created_at", "spec_digest", "policy_digest",
-              "autostart", "interfaces", "egress_ip", "egress_address", "egress_address6")
+_DESCRIBED = ("state", "libvirt_state", "ip", "ipv6", "ip_sources", "uid", "created_at", "spec_digest",
+              "policy_digest", "autostart", "interfaces", "egress_ip", "egress_ipv6", "egress_address", "egress_address6")
 
 # A set's summary of what happened to a proxy, by its verdict.
 _OUTCOMES = {CREATE: "created", REPLACE: "replaced", REMOVE: "removed", LEAVE: "left alone (another owner)"}
@@ -60,8 +60,8 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
     replaced included; its state and autostart are not asked again), or the
     prediction for one that would be created.
     """
-    absent = dict.fromkeys(("state", "libvirt_state", "ip", "egress_ip", "egress_address", "egress_address6", "uid",
-                            "created_at", "spec_digest", "policy_digest", "mac", "autostart"))
+    absent = dict.fromkeys(("state", "libvirt_state", "ip", "ipv6", "egress_ip", "egress_ipv6", "egress_address",
+                            "egress_address6", "uid", "created_at", "spec_digest", "policy_digest", "mac", "autostart"))
     absent.update(ip_sources={}, interfaces=[])
     if request.state == STATE_ABSENT and outcome.verdict.kind != LEAVE:
         return absent

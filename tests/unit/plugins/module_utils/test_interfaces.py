@@ -14,7 +14,7 @@ import pytest
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_ipv4s
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
@@ -181,7 +181,7 @@ def test_each_source_is_asked_once_for_all_nics():
     dom.addresses[ADDRESS_SOURCE_ARP] = {"vnet0": {"hwaddr": INSIDE_MAC, "addrs": [{"type": 0, "addr": "198.18.11.5"}]}}
     agent_reports(dom, (INSIDE_MAC, "198.18.11.5"), (OUTSIDE_MAC, "198.19.0.5"))
     before = len(hv.calls)
-    lookups = nic_ipv4s(hv, dom, [INSIDE_MAC, OUTSIDE_MAC])
+    lookups = nic_addresses(hv, dom, [INSIDE_MAC, OUTSIDE_MAC])
     assert hv.calls[before:].count("domain_addresses") == 2
     assert lookups[INSIDE_MAC].ip == "198.18.11.5" and dict(lookups[INSIDE_MAC].sources) == {"arp": "198.18.11.5"}
     assert lookups[OUTSIDE_MAC].ip == "198.19.0.5"
@@ -200,8 +200,8 @@ def test_results_list_every_nic_and_the_egress_one(run):
     assert result["ip"] == "198.18.11.5" and result["mac"] == INSIDE_MAC  # the first NIC, as before
     assert result["egress_ip"] == "198.19.0.5"
     assert result["interfaces"] == [
-        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.5", "egress": False},
-        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.19.0.5", "egress": True},
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.5", "ipv6": None, "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.19.0.5", "ipv6": None, "egress": True},
     ]
 
 
@@ -373,3 +373,74 @@ def test_two_nics_cannot_share_an_ipv6_address():
     with pytest.raises(errors.ValidationError,
                        match=r"interfaces\[0\] and interfaces\[1\] have the same address6 '2001:db8:21::50'"):
         static(dict(bridge="br0", address6="2001:db8:21::50/64"), dict(bridge="br1", address6="2001:db8:21::50/48"))
+
+
+# --- IPv6 addresses in the wait and the results ------------------------------------------------------------
+
+
+def report_addresses(dom, source, *nics):
+    """What ``source`` (ARP or the agent) reports: each NIC as (mac, address...), eth0, eth1...; the link-local IPv6
+    every NIC has comes first, as the agent lists it."""
+    dom.addresses[source] = {
+        "eth%d" % index: {"hwaddr": mac, "addrs": [{"type": 1, "addr": "fe80::5054:ff:fe00:%d" % index, "prefix": 64}] + [
+            {"type": 1 if ":" in address else 0, "addr": address, "prefix": 64 if ":" in address else 24}
+            for address in addresses]}
+        for index, (mac, *addresses) in enumerate(nics)}
+
+
+IPV6_ONLY_INSIDE = dict(bridge="br0", mac=INSIDE_MAC, role="inside", address6="2001:db8:11::5/64")
+DUAL_STACK_EGRESS = dict(bridge="br1", mac=OUTSIDE_MAC, role="outside", address="198.19.0.5/24",
+                         address6="2001:db8:21::5/64")
+
+
+def test_the_wait_takes_an_ipv6_only_proxys_ipv6_from_the_agent_and_never_asks_arp(tmp_path):
+    hv = ready_host()
+    req = static(IPV6_ONLY_INSIDE, DUAL_STACK_EGRESS, wait_for_ip=True, wait_timeout=10)
+
+    def boot(poll):
+        if poll == 2:
+            report_addresses(hv.domains[NAME], ADDRESS_SOURCE_AGENT, (INSIDE_MAC, "2001:DB8:11::5"),
+                             (OUTSIDE_MAC, "198.19.0.5", "2001:db8:21::5"))
+
+    before = len(hv.calls)
+    result = run_proxy(hv, req, False, timing=_timing(boot), lock_dir=str(tmp_path)).module_result(diff_mode=True)
+    assert (result["state"], result["ip"], result["ipv6"]) == ("Running", "2001:db8:11::5", "2001:db8:11::5")
+    assert (result["egress_ip"], result["egress_ipv6"]) == ("198.19.0.5", "2001:db8:21::5")
+    assert [(nic["ipv4"], nic["ipv6"]) for nic in result["interfaces"]] == [
+        (None, "2001:db8:11::5"), ("198.19.0.5", "2001:db8:21::5")]
+    # The wait asks the agent alone (the ARP table holds IPv4 neighbours only): one call per poll.
+    waited = hv.calls[before:]
+    assert waited.count("domain_addresses") >= 3 and result["ip_sources"] == {"agent": "2001:db8:11::5"}
+
+
+def test_an_ipv6_only_proxy_without_its_ipv6_fails_the_wait_naming_the_family(tmp_path):
+    hv = ready_host()
+    req = static(IPV6_ONLY_INSIDE, wait_for_ip=True, wait_timeout=5)
+
+    def boot(poll):
+        report_addresses(hv.domains[NAME], ADDRESS_SOURCE_AGENT, (INSIDE_MAC,))
+
+    with pytest.raises(errors.TransientError) as raised:
+        run_proxy(hv, req, False, timing=_timing(boot), lock_dir=str(tmp_path))
+    assert raised.value.message.startswith(
+        "%s got no routable IPv6 within wait_timeout (5 s): %s (state running, bridge br0; agent: no routable IPv6 yet)"
+        % (NAME, NAME)), raised.value.message
+
+
+def test_a_dual_stack_nics_ipv4_from_arp_ends_the_wait_and_its_ipv6_comes_from_the_agent():
+    hv = ready_host()
+    hv.add_domain("guest", state=RUNNING)
+    dom = hv.domains["guest"]
+    report_addresses(dom, ADDRESS_SOURCE_ARP, (OUTSIDE_MAC, "198.19.0.5"))
+    report_addresses(dom, ADDRESS_SOURCE_AGENT, (INSIDE_MAC, "198.18.11.5"), (OUTSIDE_MAC, "198.19.0.5", "2001:db8:21::5"))
+    lookups = nic_addresses(hv, dom, [INSIDE_MAC, OUTSIDE_MAC], {OUTSIDE_MAC: Interface(**DUAL_STACK_EGRESS).wanted})
+    assert (lookups[OUTSIDE_MAC].ip, lookups[OUTSIDE_MAC].ipv6) == ("198.19.0.5", "2001:db8:21::5")
+    assert dict(lookups[OUTSIDE_MAC].sources) == {"arp": "198.19.0.5", "agent": "2001:db8:21::5"}
+    # A NIC without a static IPv6 is not looked up for one.
+    assert (lookups[INSIDE_MAC].ip, lookups[INSIDE_MAC].ipv6) == ("198.18.11.5", None)
+
+
+def _timing(on_sleep):
+    time = FakeTime()
+    time.on_sleep = on_sleep
+    return Timing(clock=lambda: NOW, sleep=time.sleep, monotonic=time.monotonic)

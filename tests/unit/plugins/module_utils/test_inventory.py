@@ -128,6 +128,7 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         "state": want_state,
         "libvirt_state": "running" if state == RUNNING else "shutoff",
         "ip": want_ip,
+        "ipv6": None,
         "ip_sources": entry["ip_sources"],
         "managed": True,
         "uid": "uid-1",
@@ -142,8 +143,9 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         ],
         "macs": [mac_of("proxy-one")],
         "interfaces": [{"mac": mac_of("proxy-one"), "bridge": "br0", "network": None, "role": None, "ipv4": want_ip,
-                        "egress": True}],
+                        "ipv6": None, "egress": True}],
         "egress_ip": want_ip,
+        "egress_ipv6": None,
         "egress_address": None,
         "egress_address6": None,
         "autostart": False,
@@ -260,8 +262,8 @@ def test_every_nic_is_reported_with_its_role_address_and_the_egress_one(hv1):
                    agent={INSIDE_MAC: "198.18.11.70", OUTSIDE_MAC: "198.18.21.70"})
     entry = get_proxy(hv1, "nas1", "proxy-two-nic")
     assert entry["interfaces"] == [
-        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "egress": False},
-        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "egress": True},
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "ipv6": None, "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "ipv6": None, "egress": True},
     ]
     assert (entry["ip"], entry["egress_ip"], entry["state"]) == ("198.18.11.70", "198.18.21.70", "Running")
     assert entry["ip_sources"] == {"arp": "198.18.11.70"}
@@ -295,7 +297,7 @@ def test_a_hand_made_domain_has_nics_without_roles(hv1):
     dom.addresses[ADDRESS_SOURCE_ARP] = {"vnet0": {"hwaddr": "52:54:00:bb:00:01", "addrs": [ipv4("192.168.122.5")]}}
     entry = get_proxy(hv1, "nas1", "hand-made")
     assert entry["interfaces"] == [{"mac": "52:54:00:bb:00:01", "bridge": None, "network": "default", "role": None,
-                                    "ipv4": "192.168.122.5", "egress": True}]
+                                    "ipv4": "192.168.122.5", "ipv6": None, "egress": True}]
     assert entry["egress_ip"] == entry["ip"] == "192.168.122.5"
 
 

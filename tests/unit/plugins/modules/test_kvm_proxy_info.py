@@ -104,8 +104,8 @@ def test_a_two_nic_proxy_is_reported_with_its_interfaces_and_egress_address(run,
     two_nic_domain(hypervisor, "proxy-egress", agent={INSIDE_MAC: "198.18.11.70", OUTSIDE_MAC: "198.18.21.70"})
     (proxy,) = run({"name": "proxy-egress"})["proxies"]
     assert proxy["interfaces"] == [
-        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "egress": False},
-        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "egress": True},
+        {"mac": INSIDE_MAC, "bridge": "br0", "network": None, "role": "inside", "ipv4": "198.18.11.70", "ipv6": None, "egress": False},
+        {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "ipv6": None, "egress": True},
     ]
     assert (proxy["ip"], proxy["egress_ip"]) == ("198.18.11.70", "198.18.21.70")
 
