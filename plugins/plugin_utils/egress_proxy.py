@@ -234,8 +234,11 @@ def _two_nic_problems(kept, variables):
             continue
         found = [] if instance["address"] or instance["address6"] else [
             "address: the inside NIC needs a static address or address6 (squid listens only there)"]
-        if _blank(outside.get("address")) and _blank(outside.get("address6")):
-            found.append("outside.address: the outside NIC needs a static address or address6 (the egress address)")
+        # With a pool, the deploy's allocation (tasks/pool.yml) gave the proxy its address or failed before this check;
+        # the entry points that allocate nothing (targets, destroy) need none.
+        if _blank(outside.get("address")) and _blank(outside.get("address6")) and _blank(outside.get("pool")):
+            found.append("outside.address: the outside NIC needs a static address or address6 (the egress address), "
+                         "or egress_proxy_outside.pool to give it one")
         for gateway in ("gateway", "gateway6"):
             if instance[gateway]:
                 found.append("%s %s: the default route leaves through the outside NIC; give outside.%s instead"

@@ -97,6 +97,13 @@ def test_an_address_from_the_pool_is_the_outside_address_and_an_own_one_stays():
     assert (second["interfaces"][1]["address"], second["interfaces"][1]["address6"]) == ("198.19.0.6/24", "2001:db8:19::11/64")
 
 
+def test_with_a_pool_the_entry_points_that_allocate_nothing_check_the_rest():
+    # targets and destroy run no allocation: a pooled proxy is checked without its outside address.
+    (instance,) = proxy_instances([{"name": "egress-a", "address": "198.18.0.5/24"}],
+                                  variables(egress_proxy_outside=dict(OUTSIDE, pool=["198.19.0.10-198.19.0.20"])))
+    assert "address" not in instance["outside"]
+
+
 def test_an_address_from_the_pool_goes_through_the_checks_of_an_own_one():
     message = refusal([{"name": "egress-a", "address": "198.18.0.5/24"},
                        {"name": "egress-b", "address": "198.18.0.6/24", "outside": {"address": "198.19.0.7/24"}}],
