@@ -138,7 +138,8 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     assert all(short.ran(task) == [] for task in TOUCHING_TASKS), short
 
     # pb's domain is gone: its address is free again, for pf.
-    freed = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet[:-1], egress_proxy_memory_mib=160))
+    inventory = pooled(hv_fleet, fleet[:-1], egress_proxy_memory_mib=160)
+    freed = hv_fleet.playbook("deploy.yml", inventory)
     assert freed.rc == 0, freed
     assert egress_addresses(freed) == dict(first, **{name("pe"): base + "104", name("pf"): base + "101"})
     # What the domains record, as kvm_proxy_info reads it back (the listing the next allocation starts from).
@@ -146,6 +147,12 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     assert {proxy["name"]: (proxy["egress_address"], proxy["egress_address6"]) for proxy in listing["proxies"]
             if proxy["name"].startswith(PREFIX)} == {name(suffix): (base + byte, POOL6 + byte)
                                                      for suffix, byte in (("pc", "102"), ("pd", "103"), ("pe", "104"))}
+    # status.yml's EGRESS and EGRESS6: each proxy's addresses from the pool, the stopped one's too.
+    status = hv_fleet.playbook("status.yml", inventory)
+    assert status.rc == 0, status
+    (rows,) = status.results("Show the same rows as JSON", HV1)
+    shown = {row["name"]: (row["egress"], row["egress6"]) for row in rows["status_rows"] if (row["name"] or "").startswith(PREFIX)}
+    assert shown == {proxy: (address, POOL6 + address.rpartition(".")[2]) for proxy, address in egress_addresses(freed).items()}
 
 
 @pytest.mark.parametrize("entries, host_vars, words", [
