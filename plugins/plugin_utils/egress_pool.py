@@ -39,7 +39,7 @@ POOL_VARIABLE = "egress_proxy_outside.pool"
 ADDRESS_FIELDS = {4: "address", 6: "address6"}
 PREFIX_KEYS = {4: "prefix", 6: "prefix6"}
 PREFIX_VARIABLES = {version: "egress_proxy_outside." + key for version, key in PREFIX_KEYS.items()}
-EXAMPLES = {4: "203.0.113.0/24", 6: "2001:db8:0:7::/64"}
+PREFIX_EXAMPLES = {4: "203.0.113.0/24", 6: "2001:db8:0:7::/64"}
 STATE_ABSENT = "absent"
 
 
@@ -145,7 +145,7 @@ def parse_prefix(text, owner, version):
     network = ip_network(text)
     if network is None or network.version != version:
         raise PoolError("%s of %s: %s is not an IPv%d network such as %s (no host bits, no blanks, no %%scope)" % (
-            PREFIX_VARIABLES[version], owner, quoted(text), version, EXAMPLES[version]))
+            PREFIX_VARIABLES[version], owner, quoted(text), version, PREFIX_EXAMPLES[version]))
     return network
 
 
@@ -192,7 +192,7 @@ def _hypervisor(name, outside, default_state, entries, recorded):
     if bare:
         raise PoolError("%s: %s gives its addresses no prefix length; give %s of %s (the outside segment, such as %s), "
                         "or write the pool as prefixes" % (bare[0].label, bare[0].text, PREFIX_VARIABLES[bare[0].version],
-                                                           name, EXAMPLES[bare[0].version]))
+                                                           name, PREFIX_EXAMPLES[bare[0].version]))
     families = {entry.version for entry in pool}
     for version in sorted(families):
         hypervisor = Hypervisor(name, pool, prefixes, (), (), ())

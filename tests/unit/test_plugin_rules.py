@@ -100,6 +100,10 @@ def violations(path):
                 found.append((node.lineno, "calls %s()" % called))
             if called in PARSER_CALLS and _on_etree(node.func) and path != XML_HOME:
                 found.append((node.lineno, "parses with lxml's %s() instead of _xml.parse_xml" % called))
+        if (isinstance(node, ast.Assign) and any(getattr(target, "id", None) in DOC_NAMES for target in node.targets)
+                and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+            # ansible-test's yamllint reads every such name as documentation, and crashes on anything but a string.
+            found.append((node.lineno, "assigns a documentation name something other than a string"))
         text = node.value if isinstance(node, ast.Constant) and id(node) not in skipped else None
         if isinstance(text, str) and TAG.search(text):
             found.append((node.lineno, "spells XML as text: %r" % node.value[:60]))
@@ -124,6 +128,7 @@ SAMPLES = {
     "disk = '<source file=\"%s\"/>' % path\n": "spells XML as text",
     "head = '<?xml version=\"1.0\"?>'\n": "spells XML as text",
     "element = etree.fromstring(text)\n": "parses with lxml's fromstring()",
+    "EXAMPLES = {4: '203.0.113.0/24'}\n": "assigns a documentation name something other than a string",
 }
 
 
