@@ -282,19 +282,28 @@ def _usable(hypervisor, address):
     return None
 
 
-def _lowest_free(hypervisor, version, taken):
-    """The lowest address of one family of the hypervisor's candidates not in ``taken`` (a set), with its prefix
-    length; or None. Walks past taken addresses only: the cost is the number of taken addresses, not the pool's size.
-    """
+def _free_addresses(hypervisor, version, taken):
+    """The addresses of one family of the hypervisor's candidates not in ``taken`` (a set, read as each is asked for),
+    lowest first, each with its prefix length. Walked once, never listed: a run's cost is its proxies and the
+    addresses already taken, not the size of the pool (a /64 costs what a /24 does)."""
     for first, last, length in hypervisor.candidates(version):
         address = first
-        while address <= last:
+        while True:
             if address not in taken:
-                return address, length
+                yield address, length
             if address == last:
                 break
             address += 1
-    return None
+
+
+# How many proxies a message names before it only counts the rest.
+NAMED = 10
+
+
+def _some(names):
+    """``names`` for a message: the first NAMED, then how many more."""
+    shown = ", ".join(str(name) for name in names[:NAMED])
+    return shown if len(names) <= NAMED else "%s and %d more" % (shown, len(names) - NAMED)
 
 
 def allocate(hypervisors):
@@ -318,9 +327,12 @@ def allocate(hypervisors):
     # Kept first, for every hypervisor: a recorded address is its proxy's before any new proxy is served.
     kept = set()
     for hypervisor in hypervisors:
+        records = {}
+        for domain, recorded in hypervisor.recorded:
+            records.setdefault(domain, []).append(recorded)
         for proxy, version in hypervisor.wanted:
-            for domain, recorded in hypervisor.recorded:
-                address = _address_of(recorded) if domain == proxy else None
+            for recorded in records.get(proxy, []):
+                address = _address_of(recorded)
                 length = _usable(hypervisor, address) if address is not None and address.version == version else None
                 if length is not None and address not in kept:
                     kept.add(address)
@@ -332,8 +344,9 @@ def allocate(hypervisors):
             field = ADDRESS_FIELDS[version]
             waiting = [proxy for proxy, family in hypervisor.wanted
                        if family == version and field not in allocation[hypervisor.name].get(proxy, {})]
+            free = _free_addresses(hypervisor, version, taken)
             for position, proxy in enumerate(waiting):
-                found = _lowest_free(hypervisor, version, taken)
+                found = next(free, None)
                 if found is None:
                     missing.append((hypervisor, version, waiting[position:], position))
                     break
@@ -344,8 +357,7 @@ def allocate(hypervisors):
         shortages = ["%s of %s%s has %d free IPv%d address%s for %d new proxies: %d missing (none for %s)" % (
             POOL_VARIABLE, hypervisor.name,
             " inside %s" % hypervisor.prefixes[version] if hypervisor.prefixes[version] is not None else "",
-            served, version, "" if served == 1 else "es", served + len(left), len(left),
-            ", ".join(str(proxy) for proxy in left))
+            served, version, "" if served == 1 else "es", served + len(left), len(left), _some(left))
             for hypervisor, version, left, served in missing]
         raise PoolError("The egress address pools are too small, %d address%s missing: %s. Add addresses to the pool, "
                         "or give fewer proxies an address from it; nothing was changed."

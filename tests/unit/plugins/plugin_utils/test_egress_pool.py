@@ -259,6 +259,13 @@ def test_a_pool_too_small_fails_naming_how_many_are_missing():
         "give fewer proxies an address from it; nothing was changed.")
 
 
+def test_a_large_shortage_names_the_first_proxies_and_counts_the_rest():
+    message = refusal([hypervisor("hv1", ["198.18.21.10"], proxies(*("p%03d" % index for index in range(200))),
+                                  prefix="198.18.21.0/24")])
+    assert "199 missing (none for p001, p002, p003, p004, p005, p006, p007, p008, p009, p010 and 189 more)" in message
+    assert len(message) < 500
+
+
 def test_held_addresses_count_against_the_pool():
     listed = {"hv1": [{"name": "old", "egress_address": "198.18.21.10"}]}
     message = refusal(fleet(pool=["198.18.21.10-198.18.21.11"], hv1=("a", "b"), hv2=(), listed=listed))
