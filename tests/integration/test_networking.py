@@ -16,6 +16,11 @@ default), one user. From the LAN, with the user's credentials, an allowed name a
 forwarded from the egress address; a name not allowed, the denied address, the hypervisor's management address,
 the metadata address, the LAN's origin, and rebind.lab (allowed by name, resolving to the LAN) get squid's 403 and
 reach no origin; CONNECT to a port that is not TLS's is refused; no credentials and a wrong password get 407.
+
+The same proxy is dual-stack (issue 29): the LAN and the outside segment get an IPv6 prefix of the documentation
+range (2001:db8::/32, inside the lab's namespaces), the proxy an IPv6 address on each NIC. A client comes over IPv6
+on the inside; the origin sees the proxy's outside IPv6 address for an IPv6 destination and its outside IPv4 address
+for an IPv4 one.
 verify.yml proves the refusal of egress_proxy_verify_denied_url and the 407, and fails when that URL is in fact
 forwarded. The password is in neither the seed, the domain's XML, nor the output of deploy.yml and verify.yml at
 -vvv (with --diff).
@@ -72,6 +77,9 @@ METRICS_PORT = 9301
 # The shipped alert rules, loaded by the lab's Prometheus as an operator's would (its test is promtool's, in unit).
 ALERT_RULES = os.path.join(hypervisors.REPO_ROOT, "roles", "egress_proxy", "files", "prometheus", "egress-proxy-alerts.yml")
 SQUID_AUTH = "ERR_CACHE_ACCESS_DENIED 0"
+# The IPv6 prefixes of lab-hv1's LAN and outside segment for the test: (network, the namespace's own address).
+LAN6 = ("2001:db8:18:11::/64", "2001:db8:18:11::1")
+OUTSIDE6 = ("2001:db8:18:21::/64", "2001:db8:18:21::1")
 
 
 def remove_test_domains(spec):
@@ -112,6 +120,31 @@ def lan_outsider(net_fleet):
         subprocess.run(device + ["del", address + "/24", "dev", config.LAN_IFACE], check=False)
 
 
+@pytest.fixture
+def ipv6_segments(net_fleet, tmp_path):
+    """LAN6 and OUTSIDE6 on lab-hv1's LAN and outside namespaces (without duplicate address detection, which would
+    hold each address back a second), and an origin server on the outside one."""
+    spec = net_fleet.hv1
+    added = [(spec.lan_netns, LAN6, config.LAN_IFACE), (spec.outside_netns, OUTSIDE6, config.OUTSIDE_IFACE)]
+    for netns, (_network, address), iface in added:
+        subprocess.run(["ip", "-n", netns, "addr", "add", address + "/64", "dev", iface, "nodad"], check=True)
+    pidfile, log = str(tmp_path / "origin6.pid"), str(tmp_path / "origin6.log")
+    try:
+        origin.ensure_origin(spec.outside_netns, OUTSIDE6[1], config.ORIGIN_PORT, pidfile, log, hypervisors.REPO_ROOT)
+        yield
+    finally:
+        pid = origin.origin_pid(pidfile)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+        for netns, (_network, address), iface in added:
+            subprocess.run(["ip", "-n", netns, "addr", "del", address + "/64", "dev", iface], check=False)
+
+
+def ipv6_host(network, last):
+    """The address ``last`` (a number) of an IPv6 /64 network's text, with its prefix length."""
+    return "%s%x/64" % (network.split("/")[0], last)
+
+
 Answer = namedtuple("Answer", "code status proxy squid_error seen")
 
 
@@ -132,13 +165,14 @@ def through_proxy(netns, proxy, url, source=None, credentials=(USER, PASSWORD), 
     return Answer(completed.returncode, int((connect if tunnel else status) or 0), header, squid_error, body)
 
 
-def two_nic_vars(net_fleet, inside, outside, denied, file_sd):
+def two_nic_vars(net_fleet, inside, outside, denied, file_sd, dual_stack=False):
     """The proxy's variables: its addresses, and a policy that allows the lab's names and the outside segment, denies
     the address denied on it, and asks for USER's credentials; verify.yml asks for the denied address's origin. Its
-    metrics for the LAN's address alone, its scrape target written to file_sd, its access lines to the LAN's syslog."""
+    metrics for the LAN's address alone, its scrape target written to file_sd, its access lines to the LAN's syslog.
+    dual_stack: an IPv6 address on each NIC too, LAN6's namespace address a client, OUTSIDE6 a destination."""
     spec = net_fleet.hv1
     image = "http://127.0.0.1:8642/"
-    return net_fleet.role_vars(
+    variables = net_fleet.role_vars(
         egress_proxy_metrics_clients=[spec.lan_address + "/32"], egress_proxy_metrics_file_sd=file_sd,
         egress_proxy_syslog="%s:%d" % (spec.lan_address, SYSLOG_PORT),
         egress_proxy_image={"name": "debian-12-egress", "url": image + config.GUEST_IMAGE,
@@ -152,6 +186,13 @@ def two_nic_vars(net_fleet, inside, outside, denied, file_sd):
         egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
         egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
                                  "outside": {"address": outside}}])
+    if dual_stack:
+        (instance,) = variables["egress_proxy_instances"]
+        instance.update(address6=ipv6_host(LAN6[0], PROXY_HOST), outside={
+            "address": outside, "address6": ipv6_host(OUTSIDE6[0], PROXY_HOST), "gateway6": OUTSIDE6[1]})
+        variables["egress_proxy_allowed_clients"] = variables["egress_proxy_allowed_clients"] + [LAN6[1] + "/128"]
+        variables["egress_proxy_allowed_destinations"] = variables["egress_proxy_allowed_destinations"] + [OUTSIDE6[0]]
+    return variables
 
 
 def deploy(net_fleet, inventory, options=()):
@@ -310,13 +351,14 @@ def logged(*paths):
 
 @pytest.mark.boot
 def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider, denied_origin,
-                                                                                 lan_monitoring):
+                                                                                 lan_monitoring, ipv6_segments):
     spec = net_fleet.hv1
     inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
     elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
     origin = spec.origin_url(spec.outside_address)
     denied, denied_log = denied_origin
-    variables = two_nic_vars(net_fleet, inside, outside, denied, lan_monitoring.file_sd)
+    variables = two_nic_vars(net_fleet, inside, outside, denied, lan_monitoring.file_sd, dual_stack=True)
+    inside6, outside6 = ipv6_host(LAN6[0], PROXY_HOST), ipv6_host(OUTSIDE6[0], PROXY_HOST)
     inventory = with_lan_client(net_fleet, variables, elsewhere)
 
     # At -vvv with --diff: the output that must not hold the password.
@@ -327,6 +369,9 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     assert [(nic["role"], nic["bridge"], nic["ipv4"], nic["egress"]) for nic in proxy["interfaces"]] == [
         ("inside", config.HV_BRIDGE, host(inside), False), ("outside", config.HV_OUTSIDE_BRIDGE, host(outside), True)]
     assert proxy["ip"] == host(inside) and proxy["egress_ip"] == host(outside), proxy
+    # And the static IPv6 addresses, from the guest agent.
+    assert [nic["ipv6"] for nic in proxy["interfaces"]] == [host(inside6), host(outside6)], proxy["interfaces"]
+    assert proxy["ipv6"] == host(inside6) and proxy["egress_ipv6"] == host(outside6), proxy
 
     # verify.yml on both hosts in one run; each waits for squid (cloud-init configures it after the addresses
     # are up). lab-hv1, with curl in its LAN namespace, proves the egress address by the peer the origin saw.
@@ -361,6 +406,12 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     # A client on the LAN outside allowed_clients is refused, credentials or not.
     answer = through_proxy(spec.lan_netns, squid, origin, lan_outsider)
     assert answer[:2] == (0, 403), "%s through the proxy: %s" % (lan_outsider, answer)
+    # A client over IPv6 on the inside: an IPv6 destination sees the outside IPv6 address, an IPv4 one the IPv4 address.
+    squid6 = "http://[%s]:3128" % host(inside6)
+    answer = through_proxy(spec.lan_netns, squid6, "http://[%s]:%d/" % (OUTSIDE6[1], config.ORIGIN_PORT))
+    assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(outside6), answer
+    answer = through_proxy(spec.lan_netns, squid6, origin)
+    assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(outside), answer
     # A request arriving on the outside NIC finds no listener.
     answer = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
     assert answer.code == CURL_CONNECT_FAILED, "squid answered on the outside address %s: %s" % (host(outside), answer)
@@ -428,6 +479,8 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     assert row["metrics"] == "up" and row["requests"] >= before + 5, row
     # EGRESS: the outside address its metadata records, the one the NIC reports too.
     assert row["egress"] == row["egress_address"] == row["egress_ip"] == host(outside), row
+    assert row["egress6"] == row["egress_address6"] == row["egress_ipv6"] == host(outside6), row
+    assert row["ipv6"] == host(inside6), row
     print("observability: Prometheus, syslog and status checked in %.0f s" % (time.monotonic() - observed_started))
 
     # verify.yml, told the allowed origin is to be refused, fails naming the proxy, the client, the URL and the answer.

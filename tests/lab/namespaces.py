@@ -10,6 +10,7 @@ namespaces added later under /run/netns still appear inside it, while its own bi
 private directories) never leak out.
 """
 
+import ipaddress
 import os
 import signal
 import subprocess
@@ -148,10 +149,18 @@ def ensure_bind_mounts(pid, pairs):
 
 
 def listening(pid, address, port):
-    """Whether a TCP socket listens on address:port in pid's network namespace (from /proc/PID/net/tcp)."""
-    wanted = "%s:%04X" % ("".join("%02X" % int(part) for part in reversed(address.split("."))), port)
+    """Whether a TCP socket listens on address:port in pid's network namespace (from /proc/PID/net/tcp, or tcp6 for
+    an IPv6 address: each of its 32-bit words written as the kernel holds it, little-endian here)."""
+    if ":" in address:
+        packed = ipaddress.IPv6Address(address).packed
+        written = "".join("%02X%02X%02X%02X" % tuple(reversed(packed[at:at + 4])) for at in range(0, 16, 4))
+        table = "tcp6"
+    else:
+        written = "".join("%02X" % int(part) for part in reversed(address.split(".")))
+        table = "tcp"
+    wanted = "%s:%04X" % (written, port)
     try:
-        with open("/proc/%d/net/tcp" % pid) as handle:
+        with open("/proc/%d/net/%s" % (pid, table)) as handle:
             next(handle)
             return any(fields[1] == wanted and fields[3] == "0A" for fields in (line.split() for line in handle))
     except OSError:

@@ -9,6 +9,7 @@ segment (`python -m tests.lab.origin HOST PORT`, pid file and log in the hypervi
 
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -39,9 +40,15 @@ class OriginRequestHandler(http.server.BaseHTTPRequestHandler):
         sys.stderr.flush()
 
 
+class _IPv6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 def serve(host, port):
-    http.server.ThreadingHTTPServer.allow_reuse_address = True
-    with http.server.ThreadingHTTPServer((host, port), OriginRequestHandler) as server:
+    """Serve on host:port, an IPv4 or (with a colon) an IPv6 address."""
+    server_class = _IPv6Server if ":" in host else http.server.ThreadingHTTPServer
+    server_class.allow_reuse_address = True
+    with server_class((host, port), OriginRequestHandler) as server:
         server.serve_forever()
 
 
