@@ -23,6 +23,16 @@ options:
         20 seconds instead of hanging it.
     type: str
     default: qemu:///system
+  connect_timeout:
+    description:
+      - Seconds opening the connection to O(uri) may take before the task fails, naming the hypervisor (O(uri), and
+        the module's C(host) option where it has one) and saying that nothing was changed.
+      - A libvirtd that accepts connections but never replies (frozen, deadlocked), or an SSH transport that hangs,
+        fails the task within this bound instead of hanging it; once open, the keepalive above bounds every call.
+      - V(0) waits for ever.
+    type: int
+    default: 30
+    version_added: 0.5.0
 requirements:
   - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt)) on the host that runs the module.
   - lxml (Debian/Ubuntu/RHEL package C(python3-lxml)) on the host that runs the module.

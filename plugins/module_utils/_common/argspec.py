@@ -9,8 +9,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import DEFAULT_URI, OPEN_TIMEOUT
 
 
 def common_argument_spec():
-    return dict(uri=dict(type="str", default=DEFAULT_URI))
+    return dict(uri=dict(type="str", default=DEFAULT_URI), connect_timeout=dict(type="int", default=OPEN_TIMEOUT))
+
+
+def open_timeout(params):
+    """The seconds opening the connection may take, from the option connect_timeout (0: None, no bound)."""
+    seconds = params["connect_timeout"]
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+        raise ValidationError("connect_timeout must be a whole number of seconds, 0 (no bound) or more, got %r" % (seconds,))
+    return seconds or None

@@ -24,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import open_timeout
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.module import KvmModule
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import Result
@@ -53,8 +54,10 @@ class Task:
                         required_if=cls.required_if)
         task = cls(kvm)
         try:
+            timeout = open_timeout(kvm.params)
             task.validate()
-            with Hypervisor.open(kvm.params["uri"]) as hypervisor:
+            # A failed open names the hypervisor as the task's ids do (host), when the module has that option.
+            with Hypervisor.open(kvm.params["uri"], timeout, kvm.params.get("host")) as hypervisor:
                 result = task.returned(task.run(hypervisor))
         except KvmError as error:
             kvm.fail(error)

@@ -54,7 +54,8 @@ KEEPALIVE_COUNT = 3
 # Keepalive only starts once the connection is open, so the open itself has
 # its own bound: a daemon that accepts the socket and never replies (frozen,
 # or deadlocked) would otherwise hang virConnectOpen for ever. Generous
-# enough for an SSH handshake through a jump host.
+# enough for an SSH handshake through a jump host. A module's connect_timeout
+# sets it per task (_common.argspec).
 OPEN_TIMEOUT = 30
 
 STREAM_CHUNK = 256 * 1024
@@ -81,11 +82,12 @@ def _start_event_loop():
         _event_loop_started.append(thread)
 
 
-def _open_within(uri, seconds):
-    """libvirt.open(uri), or TransientError when the hypervisor has not answered within ``seconds``.
+def _open_within(uri, seconds, hypervisor):
+    """libvirt.open(uri), or TransientError when the hypervisor has not answered within ``seconds`` (None: no bound).
 
-    The open runs in a daemon thread: a connection that completes after the
-    caller gave up is closed there, never leaked into a later call.
+    ``hypervisor`` is how the messages name it. The open runs in a daemon
+    thread: a connection that completes after the caller gave up is closed
+    there, never leaked into a later call.
     """
     outcome = {}
     decided = threading.Lock()
@@ -110,12 +112,13 @@ def _open_within(uri, seconds):
         if "conn" not in outcome:
             outcome["abandoned"] = True
             raise TransientError(
-                "connecting to hypervisor %s: no answer within %d s. Its libvirtd accepts connections but does not"
-                " reply (stopped, frozen or overloaded), or the transport (SSH) hangs: check libvirtd on that host"
-                " and retry." % (uri, seconds))
+                "connecting to hypervisor %s: no answer within %s seconds (connect_timeout). Its libvirtd accepts"
+                " connections but does not reply (stopped, frozen or overloaded), or the transport (SSH) hangs."
+                " Nothing was changed; check libvirtd on that host and retry, or raise connect_timeout."
+                % (hypervisor, seconds))
     if outcome["conn"] is None:
         exc = outcome["error"]
-        raise _typed(exc, "connecting to hypervisor %s" % uri) from exc
+        raise _typed(exc, "connecting to hypervisor %s" % hypervisor) from exc
     return outcome["conn"]
 
 
@@ -144,10 +147,12 @@ class Hypervisor:
         self.uri = uri
 
     @classmethod
-    def open(cls, uri=DEFAULT_URI, timeout=OPEN_TIMEOUT):
+    def open(cls, uri=DEFAULT_URI, timeout=OPEN_TIMEOUT, name=None):
+        """The connection to ``uri``, opened within ``timeout`` seconds (None: no bound); ``name`` is how a
+        failure names the hypervisor besides its URI (a module's ``host``)."""
         _silence_default_error_handler()
         _start_event_loop()
-        conn = _open_within(uri, timeout)
+        conn = _open_within(uri, timeout, uri if name is None else "%s (%s)" % (name, uri))
         try:
             conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
         except libvirt.libvirtError as exc:

@@ -8,6 +8,7 @@ __metaclass__ = type
 
 import datetime
 import threading
+import time
 
 import pytest
 
@@ -109,3 +110,31 @@ def test_an_open_that_gets_no_answer_fails_typed_and_the_late_connection_is_clos
     assert "no answer within" in caught.value.message
     answer.set()
     assert late.closed.wait(10), "the connection that arrived after the caller gave up was leaked"
+
+
+def test_an_open_that_gets_no_answer_names_the_hypervisor_and_says_nothing_changed(monkeypatch):
+    libvirt = pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
+    answer = threading.Event()
+    monkeypatch.setattr(libvirt, "open", lambda uri: answer.wait() and _LateConnection())
+    try:
+        with pytest.raises(TransientError) as caught:
+            _libvirt.Hypervisor.open("qemu:///system", timeout=0.2, name="lab-hv2")
+    finally:
+        answer.set()
+    assert caught.value.message.startswith("connecting to hypervisor lab-hv2 (qemu:///system): no answer within 0.2 seconds")
+    assert "Nothing was changed" in caught.value.message and "connect_timeout" in caught.value.message
+
+
+def test_an_open_without_a_bound_waits_for_the_answer(monkeypatch):
+    libvirt = pytest.importorskip("libvirt", reason="libvirt-python is not installed in this Python (the 3.9 run has no libvirt bindings)")
+    late = _LateConnection()
+
+    def slow_open(uri):
+        time.sleep(0.3)
+        return late
+
+    monkeypatch.setattr(libvirt, "open", slow_open)
+    # A connection without keepalive support, as libvirt's test driver is.
+    monkeypatch.setattr(late, "setKeepAlive", lambda *_args: None, raising=False)
+    hypervisor = _libvirt.Hypervisor.open("qemu:///system", timeout=None)
+    assert hypervisor._conn is late

@@ -21,7 +21,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
 def run_main(monkeypatch, capsys):
     """run_main(main, hypervisor, args, check_mode=False, diff=False, open_error=None) -> (result, stdout, URIs opened).
 
-    ``Hypervisor.open`` hands out ``hypervisor`` (or raises ``open_error``).
+    ``Hypervisor.open`` hands out ``hypervisor`` (or raises ``open_error``); ``hypervisor.opened_as`` records the
+    (timeout, name) of the last open.
     """
     # The fake stands in for libvirt, so the bindings need not be installed where unit tests run.
     monkeypatch.setattr(_module, "BASE_REQUIREMENTS", tuple(
@@ -31,8 +32,9 @@ def run_main(monkeypatch, capsys):
     def run(main, hypervisor, args, check_mode=False, diff=False, open_error=None):
         opened = []
 
-        def fake_open(uri):
+        def fake_open(uri, timeout, name):
             opened.append(uri)
+            hypervisor.opened_as = (timeout, name)
             if open_error is not None:
                 raise open_error
             hypervisor.uri = uri

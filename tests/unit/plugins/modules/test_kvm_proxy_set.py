@@ -65,3 +65,17 @@ def test_a_member_that_stops_while_awaited_fails_in_seconds_naming_it(run_main):
     assert result["failed"] is True and result["changed"] is True
     assert result["msg"].startswith("proxy-b stopped while its address was awaited: proxy-b (state shutoff, bridge br0; "
                                     "arp: domain not running)"), result["msg"]
+
+
+def test_connect_timeout_bounds_the_open_which_names_the_host(run_main):
+    hypervisor = ready_host("nas1")
+    run_main(kvm_proxy_set.main, hypervisor, ARGS, check_mode=True)
+    assert hypervisor.opened_as == (30, None)
+    run_main(kvm_proxy_set.main, hypervisor, dict(ARGS, connect_timeout=5, host="nas1"), check_mode=True)
+    assert hypervisor.opened_as == (5, "nas1")
+    # 0: no bound, as Ansible's own timeout keyword.
+    run_main(kvm_proxy_set.main, hypervisor, dict(ARGS, connect_timeout=0), check_mode=True)
+    assert hypervisor.opened_as == (None, None)
+    result, _out, opened = run_main(kvm_proxy_set.main, ready_host("nas1"), dict(ARGS, connect_timeout=-1))
+    assert result["failed"] is True and opened == []
+    assert result["msg"].startswith("connect_timeout must be a whole number of seconds, 0 (no bound) or more, got -1")
