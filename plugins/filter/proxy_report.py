@@ -19,7 +19,7 @@ description:
     removed, those it kept with the module's reason, those of other owners).
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
-positional: _input, check_mode
+positional: _input, check_mode, hypervisor
 options:
   _input:
     description: The registered result of a M(egress_proxies.kvm.kvm_proxy_set) task.
@@ -30,6 +30,11 @@ options:
       - Whether the task ran in check mode (C(ansible_check_mode)); the lines then say what the run would do.
     type: bool
     default: false
+  hypervisor:
+    description:
+      - The inventory host the result is of; given, the value has C(results) too.
+    type: str
+    version_added: 0.5.0
 """
 
 EXAMPLES = r"""
@@ -43,19 +48,28 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ (converged | egress_proxies.kvm.proxy_report(ansible_check_mode)).gc }}"
   when: converged.removed or converged.spared
+
+- name: Publish what was done to each proxy in the job's stats, one list across the hypervisors
+  ansible.builtin.set_stats:
+    data:
+      egress_proxy_results: "{{ (converged | egress_proxies.kvm.proxy_report(ansible_check_mode, inventory_hostname)).results }}"
+    per_host: false
+    aggregate: true
 """
 
 RETURN = r"""
 _value:
   description:
     - C(proxies), the lines (list of strings), and C(gc), the garbage collection's summary (a string).
+    - With O(hypervisor), C(results) too, one entry per proxy of the result's C(proxies) and C(removed):
+      C(hypervisor), C(name), C(action) (its C(outcome)), C(state) and C(ip).
   type: dict
 """
 
 
-def proxy_report(converged, check_mode=False):
-    """The lines the role shows for kvm_proxy_set's result ``converged``."""
-    return report(converged, check_mode)
+def proxy_report(converged, check_mode=False, hypervisor=None):
+    """The lines the role shows for kvm_proxy_set's result ``converged`` (and, for ``hypervisor``, what it publishes)."""
+    return report(converged, check_mode, hypervisor)
 
 
 class FilterModule:

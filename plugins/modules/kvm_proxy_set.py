@@ -16,6 +16,11 @@ description:
     connection and in one task, so Ansible's per-item cost is paid once per hypervisor instead of once per proxy.
   - The options of M(egress_proxies.kvm.kvm_proxy) apply to every proxy; an entry of O(proxies) sets its own where it
     differs. All proxies are looked at and planned before anything changes, so check mode predicts the whole set.
+  - First of all, each image (O(image), or an entry's own) that a proxy to run or to keep stopped builds from is made
+    ready in O(pool) once, as M(egress_proxies.kvm.kvm_base_image) caches it (in check mode, predicted). An image that
+    cannot be (a wrong URL or O(image.checksum), a server that fails) fails the task, naming it, before any proxy is
+    looked at, so nothing else was changed. RV(images) says what was done to each; with O(image_prune) its older cached
+    copies that no volume uses are removed.
   - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
     awaited together under one O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s; a proxy whose VM
     stops while awaited fails the task at once, naming it and its state.
@@ -245,6 +250,15 @@ options:
         address succeeds from the host the module runs on, squid's 3128 for example.
       - Implies O(wait_for_ip); the port is asked on the address that wait finds.
     type: int
+  image_prune:
+    description:
+      - Once each image is ready, remove its other cached copies in the pool (same O(image.name), another checksum or
+        format) that no volume uses as its backing store, such as the previous release after a checksum file moved on,
+        as O(egress_proxies.kvm.kvm_base_image#module:prune) does. Copies that VM disks still use are kept
+        (RV(images[].kept)); those of proxies this run replaces go on a later run.
+    type: bool
+    default: false
+    version_added: 0.5.0
 attributes:
   check_mode:
     support: full
@@ -311,6 +325,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+images:
+  description:
+    - One entry per image the set made ready before its proxies, with the keys
+      M(egress_proxies.kvm.kvm_base_image) returns (C(volume), C(volume_path), C(sha256), C(downloaded), C(actions),
+      ..., and with O(image_prune) C(removed) and C(kept)); empty when no proxy to run or keep stopped names an image.
+    - Its C(actions) count in the task's C(changed).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"volume": "base-debian-13-8f0c9c4ba1e27a44.qcow2", "downloaded": false, "actions": [], "changed": false}]
+  version_added: 0.5.0
 host:
   description: Name of the hypervisor in the ids, O(host) or the host name libvirt reports.
   returned: always

@@ -21,7 +21,7 @@ import re
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec, open_timeout
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
@@ -70,8 +70,9 @@ ROLE_WIDE_SQUID = (
     ("syslog", "egress_proxy_syslog"),
     ("syslog_protocol", "egress_proxy_syslog_protocol"),
 )
-# What every call of kvm_proxy_set gets from the role: the hypervisor, the owner, the pool.
-TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
+# What every call of kvm_proxy_set gets from the role: the hypervisor and the bound on reaching it, the owner, the pool.
+TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("connect_timeout", "egress_proxy_connect_timeout"),
+                  ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
                   ("adopt_uids", "egress_proxy_adopt_uids"), ("pool", "egress_proxy_pool"))
 
 
@@ -96,6 +97,7 @@ def kvm_proxy_set_errors(arguments):
     try:
         # The download options too; ca_path names a file on the module's host, so it is not looked for here.
         SetRequest.from_params(params)
+        open_timeout(params)
     except KvmError as error:
         return [error.message]
     return []
@@ -431,6 +433,7 @@ def set_arguments(instances, variables, user_data=None, removing=False):
         vendor_data = ""
     arguments.update(
         image={key: value for key, value in image.items() if value} if image else None,
+        image_prune=_bool(variables["egress_proxy_image_prune"]) if image else None,
         virt_type=variables["egress_proxy_virt_type"],
         cpu_mode=variables["egress_proxy_cpu_mode"] or None,
         machine=variables["egress_proxy_machine"] or None,
@@ -467,8 +470,9 @@ def _checked(arguments, sentence, variables):
     return arguments
 
 
-def report(converged, check_mode=False):
-    """What the role shows of kvm_proxy_set's result: one line per listed proxy, and the garbage collection's summary.
+def report(converged, check_mode=False, hypervisor=None):
+    """What the role shows of kvm_proxy_set's result: one line per listed proxy, and the garbage collection's summary;
+    with ``hypervisor`` (the inventory host) also ``results``, what was done to each proxy as the job's stats publish it.
 
     A proxy's line is its id, state and address, and its static egress addresses where they are others (an outside NIC:
     the addresses a pool gave it too); in check mode what the run would do to it (a proxy to be created does not exist
@@ -491,4 +495,9 @@ def report(converged, check_mode=False):
     gc = "%s: %s; kept: %s; not this owner's: %s" % (
         "would remove" if check_mode else "removed", ", ".join(proxy["name"] for proxy in converged["removed"]) or "none",
         ", ".join(spared) or "none", ", ".join(proxy["name"] for proxy in converged["foreign"]) or "none")
-    return {"proxies": lines, "gc": gc}
+    shown = {"proxies": lines, "gc": gc}
+    if hypervisor is not None:
+        shown["results"] = [{"hypervisor": hypervisor, "name": proxy["name"], "action": proxy["outcome"],
+                             "state": proxy["state"], "ip": proxy["ip"]}
+                            for proxy in converged["proxies"] + converged["removed"]]
+    return shown

@@ -68,4 +68,13 @@ def test_the_removal_passes_the_checked_arguments_each_one_visible():
     for name in ("Predict which proxies the removal takes", REMOVE_PROXIES):
         task = removal_block()[name][1]["egress_proxies.kvm.kvm_proxy_set"]
         assert task == {option: "{{ egress_proxy__destroy_args.%s }}" % option for option in task}, name
-        assert set(task) == {"uri", "host", "uid", "adopt_uids", "pool", "state", "gc", "shutdown_timeout", "proxies"}
+        assert set(task) == {"uri", "connect_timeout", "host", "uid", "adopt_uids", "pool", "state", "gc", "shutdown_timeout",
+                             "proxies"}
+
+
+def test_every_module_call_of_the_removal_reaches_libvirt_within_the_connect_timeout():
+    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
+    assert block["module_defaults"]["group/egress_proxies.kvm.kvm"]["connect_timeout"] == "{{ egress_proxy_connect_timeout }}"
+    # The bound is the modules' own: the removal's first module call is its first round trip to the hypervisor.
+    assert [task["name"] for task in block["block"]][0] == "Predict which proxies the removal takes"

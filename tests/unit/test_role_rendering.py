@@ -13,6 +13,7 @@ import os
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES
 
@@ -84,11 +85,14 @@ def test_the_converge_shows_every_argument_it_passes():
     converge = named(block["block"], "Converge the proxies of this hypervisor")
     arguments = converge["egress_proxies.kvm.kvm_proxy_set"]
     assert "module_defaults" not in converge
-    spec = kvm_proxy_set_argument_spec()
+    spec = dict(common_argument_spec(), **kvm_proxy_set_argument_spec())
     for option, value in arguments.items():
-        assert option == "uri" or option in spec, option
+        assert option in spec, option
         assert value.startswith("{{ egress_proxy__set_args.%s" % option), option
-    assert {"uid", "image", "wait_timeout", "proxies", "gc", "on_unreachable_agent"} <= set(arguments)
+    assert {"uid", "image", "image_prune", "connect_timeout", "wait_timeout", "proxies", "gc", "on_unreachable_agent"} <= set(arguments)
+    # The hypervisor's only module call: libvirt's answer, the image and the proxies in one round trip.
+    modules = [key for task in block["block"] for key in task if key.startswith("egress_proxies.kvm.")]
+    assert modules == ["egress_proxies.kvm.kvm_proxy_set"]
     # The policy of each proxy (squid.conf and its users) travels inside proxies.
     assert arguments["proxies"] == "{{ egress_proxy__set_args.proxies }}"
 

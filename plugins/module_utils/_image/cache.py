@@ -145,6 +145,10 @@ class ImageResult(Result):
     after: dict = field(default_factory=dict)
     pruned: Any = None
 
+    def ready(self):
+        """The image as check mode finds it once this result's steps are done: nothing left to do."""
+        return replace(self, actions=[], bytes=0, seconds=0.0, before=dict(self.after), pruned=None)
+
     @property
     def downloaded(self):
         """Whether the image was (in check mode, would be) downloaded."""

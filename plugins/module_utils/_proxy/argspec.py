@@ -107,5 +107,6 @@ def kvm_proxy_set_argument_spec():
         gc_grace_period=dict(type="int", default=DEFAULT_GC_GRACE_PERIOD),
         max_unavailable=dict(type="int", default=DEFAULT_MAX_UNAVAILABLE),
         wait_for_port=dict(type="int"),
+        image_prune=dict(type="bool", default=False),
     )
     return shared

@@ -9,6 +9,13 @@ Public API::
     result = run_proxy(hypervisor, ProxyRequest.from_params(params), check_mode)   # a _proxy.result.ProxyResult
     result = run_set(hypervisor, SetRequest.from_params(params), check_mode)       # a _proxy.result.SetResult
 
+A set first makes ready, once, each image its proxies to run (or to keep
+stopped) build from (_image.cache.ensure_image; in check mode, predicted),
+and with ``image_prune`` removes that image's older cached copies no volume
+uses: a wrong URL or checksum fails the set before any proxy is looked at,
+and the proxies then find their image ready. kvm_proxy's one proxy fetches
+its image as a step of its own plan.
+
 Every proxy is observed (_proxy.observe, read-only) and planned (_proxy.plan,
 a pure function giving an immutable Plan) before anything changes, so check
 mode predicts the whole set from the same code. Then, unless in check mode:
@@ -38,11 +45,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_PRESENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
@@ -137,6 +146,7 @@ class ProxyFlow:
     def run(self):
         request = self.request
         self.host = resolve_host(self.hv, next((proxy.host for proxy in request.proxies if proxy.host), None))
+        images = () if request.single else self._ready_images()
         # One listing for the whole set: each proxy's domain is found in it, and GC sweeps it; each domain's XML is
         # read once. A hypervisor that cannot be listed fails here, before anything changes. kvm_proxy looks its one
         # domain up by name.
@@ -160,7 +170,39 @@ class ProxyFlow:
         except KvmError as error:
             # Describing the domains failed after the steps: they still happened.
             raise error.after(error.message, done) from error
-        return SetResult(self.host, proxies, removed, found.foreign, found.spared, found.warnings)
+        return SetResult(self.host, proxies, removed, found.foreign, found.spared, found.warnings, images)
+
+    def _ready_images(self):
+        """Each image the set's proxies to run or keep stopped build from, made ready (in check mode, predicted)
+        once, before any proxy is observed; with image_prune its other cached copies that no volume uses removed.
+
+        The proxy with the largest disk bounds the image's virtual size. An image that cannot be made ready fails
+        the set, naming the option that gives it; no proxy was looked at yet.
+        """
+        users = {}
+        for index, proxy in enumerate(self.request.proxies):
+            if proxy.state != STATE_ABSENT and proxy.image is not None:
+                users.setdefault((proxy.pool, proxy.image, proxy.download), []).append((index, proxy))
+        results = []
+        for image, using in users.items():
+            source = ImageSource(self.hv, max(using, key=lambda entry: entry[1].disk_bytes)[1], **self.image_options)
+            try:
+                result = source.ensure(self.check_mode)
+            except KvmError as error:
+                raise error.after("%s: %s. No proxy was touched" % (_image_option(using, len(self.request.proxies)),
+                                                                     error.message), error.completed_actions or []) from error
+            self.image_options["shared"].made_ready(image, result)
+            results.append(result)
+        if self.request.image_prune:
+            made_ready = list(zip(users, results))
+            results = [replace(result, pruned=prune_images(
+                self.hv, pool, spec.name, check_mode=self.check_mode, lock_timeout=download.lock_timeout,
+                lock_dir=self.image_options["lock_dir"],
+                # Every copy of the name this set made ready stays (a proxy of its own may name another release).
+                keep=tuple(ready.volume for (other_pool, other, _options), ready in made_ready
+                           if other_pool == pool and other.name == spec.name)))
+                for (pool, spec, download), result in made_ready]
+        return tuple(results)
 
     def _member(self, proxy, listed, label):
         """The proxy observed and planned; an error says which entry (``label``) it is about."""
@@ -243,6 +285,14 @@ class ProxyFlow:
         settle = None if self.check_mode or not member.plan.steps else lambda: member.settle(self.hv)
         described = describe_proxy(self.hv, self.host, member.request, member.observation, member.outcome, settle)
         return ProxyResult(member.request, self.host, member.observation, member.plan, member.outcome, described)
+
+
+def _image_option(using, count):
+    """The option that gives the image ``using`` ((index, ProxyRequest) of its proxies) build from, for its failure."""
+    name = quoted(using[0][1].image.name)
+    if len(using) == count:
+        return "image %s (option image)" % name
+    return "image %s (of %s)" % (name, ", ".join("proxies[%d] (%s)" % (index, proxy.name) for index, proxy in using))
 
 
 def _untouched(rolling, members):

@@ -221,11 +221,14 @@ class SharedImages:
 
     Asked per proxy, the check cost a SHA256SUMS request and a read of the
     base's marker each time. The lock also makes concurrent creates wait for
-    the one fetch instead of starting their own.
+    the one fetch instead of starting their own. An image a set made ready
+    up front (``made_ready``) is ready for each proxy's check: in check mode
+    too, so that the proxies' plans are the real run's.
     """
 
     def __init__(self):
         self._answers = {}
+        self._ready = {}
         self._lock = threading.Lock()
 
     def answer(self, key, ask):
@@ -233,6 +236,16 @@ class SharedImages:
             if key not in self._answers:
                 self._answers[key] = ask()
             return self._answers[key]
+
+    def made_ready(self, image, result):
+        """Record that ``image`` ((pool, ImageSpec, DownloadOptions)) was made ready, as ``result`` (an ImageResult) says."""
+        with self._lock:
+            self._ready[image] = result.ready()
+
+    def ready(self, image):
+        """The ImageResult of ``image`` once made ready, or None when the set did not make it ready."""
+        with self._lock:
+            return self._ready.get(image)
 
 
 @dataclass(frozen=True)
@@ -248,8 +261,16 @@ class ImageSource:
     lock_dir: Optional[str] = None
     shared: SharedImages = field(default_factory=SharedImages)
 
+    @property
+    def image(self):
+        """The image this proxy builds from, as SharedImages keys it: (pool, ImageSpec, DownloadOptions)."""
+        return (self.request.pool, self.request.image, self.request.download)
+
     def ensure(self, check_mode):
         request = self.request
+        ready = self.shared.ready(self.image) if check_mode else None
+        if ready is not None:
+            return ready
         # Planning checks the disk size itself, naming disk_size_gb; the fetch
         # refuses an image that changed since to a larger one before writing it.
         max_virtual_size = None if check_mode else request.disk_bytes

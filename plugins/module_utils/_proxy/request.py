@@ -102,7 +102,7 @@ _RESERVED_NAME_PREFIX = "base-"
 POLICY_PART = "egress-proxies-kvm-policy"
 
 # Options of the set that are not also a proxy's.
-SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port")
+SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port", "image_prune")
 # A proxy's options that only the set gives: one owner and one hypervisor for all of them, one wait.
 SET_WIDE_PROXY_OPTIONS = ("uid", "adopt_uids", "host", "force", "wait_for_ip", "wait_timeout")
 
@@ -349,6 +349,7 @@ class SetRequest:
     wait_for_ip: bool = False  # implied by wait_for_port: a port is asked on the address
     wait_timeout: int = DEFAULT_WAIT_TIMEOUT
     shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT  # the set's own, for the proxies garbage collection stops
+    image_prune: bool = False  # the older cached copies of each image the set made ready, removed when unused
     single: bool = False
 
     @classmethod
@@ -388,7 +389,8 @@ class SetRequest:
                    gc_grace_period=params["gc_grace_period"], max_unavailable=params["max_unavailable"],
                    wait_for_port=params["wait_for_port"],
                    wait_for_ip=bool(params["wait_for_ip"]) or params["wait_for_port"] is not None,
-                   wait_timeout=params["wait_timeout"], shutdown_timeout=params["shutdown_timeout"])
+                   wait_timeout=params["wait_timeout"], shutdown_timeout=params["shutdown_timeout"],
+                   image_prune=params["image_prune"])
 
 
 def _check_entry(label, given, shared, names):

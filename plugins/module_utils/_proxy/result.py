@@ -223,15 +223,18 @@ class SetResult(Result):
     foreign: list
     spared: list
     warnings: list
+    images: tuple = ()  # _image.cache.ImageResult of each image the set made ready first (and pruned)
 
     @property
     def actions(self):
-        return [action for result in self.proxies + self.removed for action in result.actions]
+        return ([action for image in self.images for action in image.as_dict()["actions"]]
+                + [action for result in self.proxies + self.removed for action in result.actions])
 
     def as_dict(self):
         result = {
             "changed": self.changed,
             "host": self.host,
+            "images": [image.as_dict() for image in self.images],
             "proxies": [proxy.set_entry() for proxy in self.proxies],
             "removed": [proxy.set_entry() for proxy in self.removed],
             "foreign": self.foreign,

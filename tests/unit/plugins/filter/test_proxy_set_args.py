@@ -59,8 +59,9 @@ def test_each_instance_gets_the_role_wide_settings_it_does_not_give():
 def test_the_arguments_are_the_modules_with_the_roles_values_and_unset_ones_left_out():
     arguments = converge([{"name": "egress-a"}, {"name": "egress-b", "state": "absent"}], egress_proxy_wait_for_port=True)
     assert arguments == {
-        "uri": "qemu:///system", "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [],
-        "pool": "default", "image": {"name": "debian-12", "url": IMAGE["url"], "format": "qcow2"}, "virt_type": "kvm",
+        "uri": "qemu:///system", "connect_timeout": 20, "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy",
+        "adopt_uids": [], "pool": "default", "image": {"name": "debian-12", "url": IMAGE["url"], "format": "qcow2"},
+        "image_prune": False, "virt_type": "kvm",
         "on_drift": "replace", "on_unreachable_agent": "fail", "shutdown_timeout": 120, "wait_for_ip": True,
         "wait_timeout": 300, "wait_for_port": 3128, "gc": True, "gc_grace_period": 3600, "max_unavailable": 1,
         "proxies": [{"name": "egress-a", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10,
@@ -121,7 +122,7 @@ def test_the_removal_removes_every_listed_proxy_and_nothing_else():
     settings = variables(egress_proxy_image=None, egress_proxy_bridge="")
     instances = proxy_instances([{"name": "egress-a", "state": "stopped"}], settings, removing=True)
     assert proxy_set_args(instances, settings, removing=True) == {
-        "uri": "qemu:///system", "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [],
+        "uri": "qemu:///system", "connect_timeout": 20, "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [],
         "pool": "default", "state": "absent", "gc": False, "shutdown_timeout": 120,
         "proxies": [{"name": "egress-a", "state": "absent"}]}
 
@@ -146,6 +147,8 @@ def test_the_removal_removes_every_listed_proxy_and_nothing_else():
     ([{"name": "egress-a", "memory_mib": 64}], {}, "The proxies of hv1 are not usable: proxies[0] (egress-a): memory_mib"),
     ([{"name": "egress-a", "mac": "52:54:zz:00:00:01"}], {}, "proxies[0] (egress-a): MAC address"),
     ([{"name": "egress-a"}], {"egress_proxy_max_unavailable": 0}, "max_unavailable"),
+    ([{"name": "egress-a"}], {"egress_proxy_connect_timeout": -1},
+     "The proxies of hv1 are not usable: connect_timeout must be a whole number of seconds, 0 (no bound) or more, got -1"),
     ([{"name": "egress-a", "address": "198.18.0.5/24", "gateway": "198.18.1.1"}], {},
      "proxies[0] (egress-a): interfaces[0]: gateway 198.18.1.1 is outside the prefix"),
 ])

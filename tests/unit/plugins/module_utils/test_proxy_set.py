@@ -19,11 +19,20 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import p
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF
+from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_image_cache import (
+    PROBE_RANGE,
+    ImageServer,
+    qcow2_image,
+)
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
+    BASE,
     CREATE,
     IMAGE_SHA,
     MARKER,
     MUTATING,
+    NEW_BASE,
+    NEW_IMAGE,
+    NEW_IMAGE_SHA,
     NOW,
     REMOVE_RUNNING,
     UID,
@@ -68,6 +77,8 @@ def test_a_set_is_created_then_left_alone(converge):
     assert hv.calls.count("open") == 0 and hv.calls.count("list_domains") == 2
     again = converge(hv, set_request(["proxy-a", "proxy-b", {"name": "proxy-c", "vcpus": 4}]))
     assert again["changed"] is False and {p["outcome"] for p in again["proxies"]} == {"unchanged"}
+    # The set's image, checked once for the three: current, so nothing was done to it.
+    assert [(image["volume"], image["changed"], image["actions"]) for image in again["images"]] == [(BASE, False, [])]
 
 
 def test_a_set_that_changes_nothing_asks_each_domain_its_state_and_autostart_once(run):
@@ -89,12 +100,71 @@ def test_a_kept_sets_base_whose_marker_was_overwritten_is_hashed_once_and_marked
     hv.volume("default", MARKER).content = bytearray(b"0" * 64)
     before = len(hv.calls)
     result = converge(hv, set_request(names))
-    assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.VERIFY_IMAGE])] * 2
+    # Once, up front, for the set: the proxies then find their base verified.
+    (image,) = result["images"]
+    assert result["changed"] is True and image["changed"] is True and image["actions"][0].startswith("verify base volume")
+    assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("unchanged", [])] * 2
     assert bytes(hv.volume("default", MARKER).content) == IMAGE_SHA.encode("ascii")
     # One marker written for the set, no VM touched.
     assert hv.calls[before:].count("upload_volume") == 1
     assert not {"define_domain", "destroy_domain", "undefine_domain"}.intersection(hv.calls[before:])
     assert converge(hv, set_request(names))["changed"] is False
+
+
+def new_image(url, checksum=NEW_IMAGE_SHA, **changes):
+    return dict(image=dict(name="debian-13", url=url, checksum="sha256:" + checksum), retries=0, **changes)
+
+
+def test_a_sets_image_that_cannot_be_made_ready_fails_before_any_proxy_is_looked_at(run):
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13-new.qcow2", qcow2_image(b"not the release the checksum names"))
+        hv = ready_host()
+        run(hv, set_request(["proxy-a", "proxy-b"]))
+        volumes, before = sorted(hv.pools["default"].volumes), len(hv.calls)
+        with pytest.raises(errors.PermanentError) as raised:
+            run(hv, set_request(["proxy-a", "proxy-b", "proxy-c"], **new_image(url)))
+        assert raised.value.message.startswith("image 'debian-13' (option image): %s has sha256 " % url), raised.value.message
+        assert raised.value.message.endswith("No proxy was touched") and raised.value.completed_actions == []
+        # The download was discarded; no domain was listed, let alone changed.
+        assert sorted(hv.pools["default"].volumes) == volumes and sorted(hv.domains) == ["proxy-a", "proxy-b"]
+        assert not {"list_domains", "define_domain", "destroy_domain", "undefine_domain"}.intersection(hv.calls[before:])
+    finally:
+        server.close()
+
+
+def test_a_new_image_is_predicted_then_fetched_once_up_front_and_the_old_one_pruned(converge):
+    server = ImageServer()
+    try:
+        url = server.add("/debian-13-new.qcow2", NEW_IMAGE)
+        hv = ready_host()
+        # The image of two new proxies (the larger disk bounds its size), with its older copy no volume uses pruned.
+        result = converge(hv, set_request(["proxy-a", {"name": "proxy-b", "disk_size_gb": 20}], image_prune=True,
+                                          **new_image(url)))
+        # Check mode read the header; the real run downloaded once, for both proxies.
+        assert server.ranges_asked("/debian-13-new.qcow2") == [PROBE_RANGE, None]
+        (image,) = result["images"]
+        assert image["volume"] == NEW_BASE and image["downloaded"] is True and image["removed"] == [BASE]
+        assert image["actions"][0] == "download %s into volume %s" % (url, NEW_BASE)
+        assert "delete base volume %s" % BASE in image["actions"]
+        # The proxies found it ready: no fetch of their own, in check mode as in the real run (converge compares them).
+        assert [p["actions"] for p in result["proxies"]] == [CREATE, CREATE]
+        assert sorted(hv.pools["default"].volumes) == sorted([NEW_BASE, NEW_BASE + ".sha256", "proxy-a.qcow2",
+                                                              "proxy-a-seed.iso", "proxy-b.qcow2", "proxy-b-seed.iso"])
+        again = converge(hv, set_request(["proxy-a", {"name": "proxy-b", "disk_size_gb": 20}], image_prune=True,
+                                         **new_image(url)))
+        assert again["changed"] is False and again["images"][0]["removed"] == []
+    finally:
+        server.close()
+
+
+def test_a_set_that_only_removes_asks_for_no_image(run):
+    hv = ready_host()
+    run(hv, set_request(["proxy-a"]))
+    # An image no server serves: asked for, it would fail the set.
+    result = run(hv, set_request([{"name": "proxy-a", "state": "absent"}], retries=0, image=dict(
+        name="debian-13", url="https://images.example/gone.qcow2", checksum="sha256:" + "1" * 64)))
+    assert result["images"] == [] and [p["outcome"] for p in result["proxies"]] == ["removed"]
 
 
 @pytest.mark.parametrize("changes, message", [
