@@ -255,7 +255,7 @@ options:
       - Once each image is ready, remove its other cached copies in the pool (same O(image.name), another checksum or
         format) that no volume uses as its backing store, such as the previous release after a checksum file moved on,
         as O(egress_proxies.kvm.kvm_base_image#module:prune) does. Copies that VM disks still use are kept
-        (RV(images[].kept)); those of proxies this run replaces go on a later run.
+        (C(kept) in RV(images)); those of proxies this run replaces go on a later run.
     type: bool
     default: false
     version_added: 0.5.0

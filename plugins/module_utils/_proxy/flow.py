@@ -189,20 +189,24 @@ class ProxyFlow:
             try:
                 result = source.ensure(self.check_mode)
             except KvmError as error:
-                raise error.after("%s: %s. No proxy was touched" % (_image_option(using, len(self.request.proxies)),
-                                                                     error.message), error.completed_actions or []) from error
+                option = _image_option(using, len(self.request.proxies))
+                raise error.after("%s: %s. No proxy was touched" % (option, error.message),
+                                  error.completed_actions or []) from error
             self.image_options["shared"].made_ready(image, result)
             results.append(result)
         if self.request.image_prune:
             made_ready = list(zip(users, results))
-            results = [replace(result, pruned=prune_images(
-                self.hv, pool, spec.name, check_mode=self.check_mode, lock_timeout=download.lock_timeout,
-                lock_dir=self.image_options["lock_dir"],
-                # Every copy of the name this set made ready stays (a proxy of its own may name another release).
-                keep=tuple(ready.volume for (other_pool, other, _options), ready in made_ready
-                           if other_pool == pool and other.name == spec.name)))
-                for (pool, spec, download), result in made_ready]
+            results = [replace(result, pruned=self._prune(image, made_ready)) for image, result in made_ready]
         return tuple(results)
+
+    def _prune(self, image, made_ready):
+        """The prune of the other cached copies of ``image``'s name in its pool, keeping every copy of the name the set
+        made ready (``made_ready``: (image, ImageResult) pairs): a proxy of its own may name another release."""
+        pool, spec, download = image
+        keep = tuple(ready.volume for (other_pool, other, _options), ready in made_ready
+                     if other_pool == pool and other.name == spec.name)
+        return prune_images(self.hv, pool, spec.name, keep=keep, check_mode=self.check_mode,
+                            lock_timeout=download.lock_timeout, lock_dir=self.image_options["lock_dir"])
 
     def _member(self, proxy, listed, label):
         """The proxy observed and planned; an error says which entry (``label``) it is about."""
