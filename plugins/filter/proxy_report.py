@@ -61,8 +61,8 @@ RETURN = r"""
 _value:
   description:
     - C(proxies), the lines (list of strings), and C(gc), the garbage collection's summary (a string).
-    - With O(hypervisor), C(results) too, one entry per proxy of the result's C(proxies) and C(removed):
-      C(hypervisor), C(name), C(action) (its C(outcome)), C(state) and C(ip).
+    - With O(hypervisor), C(results) too, one entry per proxy of the result's C(proxies) and C(removed)
+      with its C(hypervisor), C(name), C(action) (its C(outcome)), C(state) and C(ip).
   type: dict
 """
 
