@@ -7,8 +7,9 @@ the destroy of 40, each through the role (one kvm_proxy_set task), through a loo
 tasks (as the role did before), and through the same desired state written with community.libvirt's
 modules (PEER_PLAYBOOK, run by the pinned `ansible` package's ansible-playbook in its own virtualenv).
 Task times come from the fleet_timeline callback (start to end of the task on the host; the peer's
-from its first task's start to its last one's end); the playbook's wall time is kept too. Every
-figure is the median of the runs.
+from its first task's start to its last one's end); the playbook's wall time is kept too, and (B2w)
+beside the no-ops of each size a playbook of the one ping task is timed as often (its wall time, as
+a user waits for it). Every figure is the median of the runs.
 Last, the libvirt calls of a no-op set of 40 are counted: kvm_proxy_set's main() runs in a process on
 /usr/bin/python3 over qemu+ssh (as AnsiballZ runs it, without Ansible's transport) with every
 libvirt-python method wrapped, on a set of its own made and removed there.
@@ -40,6 +41,14 @@ ROLE_TASKS = {"deploy": "Converge the proxies of this hypervisor", "destroy": "R
 LOOP_TASK = "Converge each proxy"
 PEER_BASE = config.TEST_DOMAIN_PREFIX + "bench-peer-base.qcow2"
 WAYS = ("set", "loop", "peer")
+
+PING_PLAYBOOK = """
+- hosts: %(host)s
+  gather_facts: false
+  tasks:
+    - name: %(ping)s
+      ansible.builtin.ping:
+"""
 
 ROLE_PLAYBOOK = """
 - hosts: %(host)s
@@ -203,8 +212,8 @@ class Bench:
         self.peer = peer
         self.inventory = fleet.inventory(fleet.role_vars())
         self.playbooks = {}
-        for way, text in (("set", ROLE_PLAYBOOK), ("loop", LOOP_PLAYBOOK), ("peer-deploy", PEER_DEPLOY),
-                          ("peer-destroy", PEER_DESTROY)):
+        for way, text in (("ping", PING_PLAYBOOK), ("set", ROLE_PLAYBOOK), ("loop", LOOP_PLAYBOOK),
+                          ("peer-deploy", PEER_DEPLOY), ("peer-destroy", PEER_DESTROY)):
             path = os.path.join(workdir, "%s.yml" % way)
             with open(path, "w") as handle:
                 handle.write(text % {"host": HOST, "ping": PING_TASK, "loop": LOOP_TASK, "base": PEER_BASE})
@@ -240,11 +249,18 @@ class Bench:
         result = {"ping": ping[1] - ping[0], "task": task[1] - task[0], "playbook": run.seconds}
         return result, run
 
+    def ping_playbook(self):
+        """Wall seconds of a playbook of the one ping task, as the role's playbook is run (B2w's yardstick)."""
+        run = self.fleet.playbook(self.playbooks["ping"], self.inventory, {}, timeout=600)
+        if run.rc != 0:
+            raise RuntimeError(repr(run))
+        return run.seconds
+
     def measure(self, runs, ways=WAYS):
         """Per way and size, ``runs`` times: a create, a no-op and a destroy (timed at BIG; untimed below it, where
         one create before the no-ops and one destroy after them do)."""
-        figures = {"noop": {}, "noop_changed": {}, "create_%d" % BIG: {}, "destroy_%d" % BIG: {}}
-        pings = []
+        figures = {"noop": {}, "noop_changed": {}, "create_%d" % BIG: {}, "destroy_%d" % BIG: {}, "ping_playbook": {}}
+        pings, ping_playbooks = [], {}
         for way in ways:
             for count in SIZES:
                 creates, noops, destroys, changed = [], [], [], []
@@ -256,6 +272,8 @@ class Bench:
                     # The peer's seed task reports a change at every run (create_cidata_cdrom does): kept, not refused.
                     assert way == "peer" or changed[-1] == 0, "the no-op converge changed something: %r" % run
                     noops.append(timing)
+                    if way == "set":
+                        ping_playbooks.setdefault(str(count), []).append(self.ping_playbook())
                     if count == BIG or run_index == runs - 1:
                         destroys.append(self.run(way, "destroy", count)[0])
                 figures["noop"].setdefault(way, {})[str(count)] = summary(noops)
@@ -265,6 +283,7 @@ class Bench:
                     figures["create_%d" % BIG][way] = summary(creates)
                     figures["destroy_%d" % BIG][way] = summary(destroys)
         figures["ping"] = figure(pings)
+        figures["ping_playbook"] = {count: figure(seconds) for count, seconds in ping_playbooks.items()}
         return figures
 
     def clean(self, ways=WAYS):
@@ -329,7 +348,11 @@ def ratios(figures):
         return entry["task"]["median"]
 
     result = {"noop_task_over_ping": {count: round(task("set", "noop", count) / figures["noop"]["set"][count]["ping"]["median"], 2)
-                                      for count in figures["noop"]["set"]}}
+                                      for count in figures["noop"]["set"]},
+              # B2w: the whole no-op playbook over the ping playbook of the same run.
+              "noop_playbook_over_ping_playbook": {
+                  count: round(figures["noop"]["set"][count]["playbook"]["median"] / seconds["median"], 2)
+                  for count, seconds in figures["ping_playbook"].items()}}
     for way in ("loop", "peer"):
         if way in figures["noop"]:
             result["%s_over_set" % way] = dict(
