@@ -219,12 +219,12 @@ def test_a_hypervisor_whose_sshd_is_stopped_fails_alone_and_converges_once_it_re
     assert status.rc == 0, status
     (table,) = status.results("Show every proxy of every hypervisor", HV1)
     lines = table["msg"]
-    assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +EGRESS +OWNER +AGE +POLICY +METRICS +REQUESTS +DESIRED$", lines[0]), lines
+    assert re.match(r"HYPERVISOR +NAME +STATE +IPV4 +IPV6 +EGRESS +EGRESS6 +OWNER +AGE +POLICY +METRICS +REQUESTS +DESIRED$", lines[0]), lines
     assert any(re.match(r"lab-hv2 +- +UNREACHABLE +.*%s" % re.escape(hv_fleet.hv2.address), line) for line in lines), lines
     for proxy in (name("a"), name("b"), name("e")):
-        assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +eptest-fleet +\d+[smhd] +[0-9a-f]{12} +- +- +yes$" % proxy, line) for line in lines), lines
+        assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +- +- +eptest-fleet +\d+[smhd] +[0-9a-f]{12} +- +- +yes$" % proxy, line) for line in lines), lines
     # The other deployment's proxy is listed as the inventory does not want it, and left alone.
-    assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +%s +\d+[smhd] +[0-9a-f]{12} +- +- +no$" % (bystander, BYSTANDER_OWNER), line)
+    assert any(re.match(r"lab-hv1 +%s +Provisioning +- +- +- +- +%s +\d+[smhd] +[0-9a-f]{12} +- +- +no$" % (bystander, BYSTANDER_OWNER), line)
                for line in lines), lines
     # Aligned: every proxy's name and DESIRED under their headers.
     for proxy in (name("a"), name("b"), name("e")):
