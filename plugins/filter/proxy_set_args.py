@@ -34,11 +34,11 @@ options:
     type: list
     elements: dict
     required: true
-  user_data:
+  texts:
     description:
-      - The registered result of the loop that rendered the role's user-data and squid.conf per instance, each item
-        an instance and the texts its C(ansible.builtin.set_fact) left in C(egress_proxy__user_data) and
-        C(egress_proxy__squid_conf). The squid.conf and the users' file become the proxy's
+      - The role's user-data and squid.conf of each instance to run, by the instance's name, as the role's template
+        C(proxy_texts.json.j2) renders them for the whole set at once, C({name: {user_data: ..., squid_conf: ...}}).
+        The squid.conf and the users' file become the proxy's
         O(egress_proxies.kvm.kvm_proxy_set#module:proxies[].policy). Unused with C(egress_proxy_user_data), which every
         proxy gets instead, without a policy.
     type: dict
@@ -47,7 +47,7 @@ options:
 EXAMPLES = r"""
 - name: Converge the proxies of this hypervisor
   vars:
-    set_args: "{{ instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, user_data=rendered) }}"
+    set_args: "{{ instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, texts=texts) }}"
   egress_proxies.kvm.kvm_proxy_set:
     uid: "{{ set_args.uid }}"
     proxies: "{{ set_args.proxies }}"
@@ -60,10 +60,10 @@ _value:
 """
 
 
-def proxy_set_args(instances, variables, user_data=None, removing=False):
+def proxy_set_args(instances, variables, texts=None, removing=False):
     """kvm_proxy_set's arguments for one hypervisor, checked by the module's validation; fails on what it refuses."""
     try:
-        return set_arguments(instances, variables, user_data, removing)
+        return set_arguments(instances, variables, texts, removing)
     except RoleInputError as error:
         raise AnsibleFilterError(str(error)) from None
 

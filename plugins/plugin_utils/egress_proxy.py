@@ -367,7 +367,7 @@ def _nics(instance, variables):
     return {key: inside[key] for key in ("bridge", "network", "mac") if inside[key] is not None}
 
 
-def _proxy(instance, variables, rendered):
+def _proxy(instance, variables, texts):
     if instance["state"] == STATE_ABSENT:
         return {"name": instance["name"], "state": STATE_ABSENT}
     proxy = {"name": instance["name"], "state": instance["state"], "vcpus": instance["vcpus"],
@@ -375,10 +375,9 @@ def _proxy(instance, variables, rendered):
              "autostart": instance["autostart"]}
     if variables["egress_proxy_user_data"]:
         proxy["user_data"] = variables["egress_proxy_user_data"]  # the user's own squid set-up: no policy of ours
-    elif instance["name"] in rendered:
-        facts = rendered[instance["name"]]
-        proxy.update(user_data=facts["egress_proxy__user_data"],
-                     policy=squid_policy(instance, facts["egress_proxy__squid_conf"], variables))
+    elif instance["name"] in texts:
+        rendered = texts[instance["name"]]
+        proxy.update(user_data=rendered["user_data"], policy=squid_policy(instance, rendered["squid_conf"], variables))
     proxy.update(_nics(instance, variables))
     return proxy
 
@@ -402,26 +401,17 @@ def squid_policy(instance, squid_conf, variables):
     return {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
 
 
-def rendered_files(results):
-    """{proxy name: the facts its render set} from the registered result of the loop that rendered the user-data and
-    squid.conf per instance (each item an instance); skipped items give none."""
-    if not results:
-        return {}
-    return {result[result.get("ansible_loop_var", "item")]["name"]: result["ansible_facts"]
-            for result in results.get("results", []) if "ansible_facts" in result}
-
-
-def set_arguments(instances, variables, user_data=None, removing=False):
+def set_arguments(instances, variables, texts=None, removing=False):
     """kvm_proxy_set's arguments for the hypervisor's ``instances`` (role_instances'), checked by the module's own
-    validation; ``user_data`` the registered render (rendered_files). Raises RoleInputError naming the hypervisor.
+    validation; ``texts`` the render of templates/proxy_texts.json.j2 ({name: {"user_data", "squid_conf"}}), for the
+    proxies to run. Raises RoleInputError naming the hypervisor.
 
     Options the role leaves unset (None) are left out, so the module's defaults apply. vendor_data unset with
     egress_proxy_install_packages false is none at all: kvm_proxy's default installs qemu-guest-agent, and cloud-init
     takes its `packages` when the role's user-data has none.
     """
     arguments = {option: variables[variable] for option, variable in TARGET_OPTIONS}
-    texts = rendered_files(user_data)
-    proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts)
+    proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts or {})
                for instance in instances]
     if removing:
         arguments.update(state=STATE_ABSENT, gc=False, shutdown_timeout=variables["egress_proxy_shutdown_timeout"],

@@ -58,8 +58,10 @@ def render(template, variables):
     return rendered["text"]
 
 
-# What tasks/arguments.yml's set_fact renders for each proxy to run: the fact each text is kept in, and its template.
-PROXY_TEMPLATES = (("egress_proxy__user_data", "user-data.yml.j2"), ("egress_proxy__squid_conf", "squid.conf.j2"))
+# What tasks/arguments.yml's set_fact renders: one template for the whole set, which includes each proxy's two; the key
+# of each text in its object, and the template of that text.
+TEXTS_TEMPLATE = "proxy_texts.json.j2"
+PROXY_TEMPLATES = (("user_data", "user-data.yml.j2"), ("squid_conf", "squid.conf.j2"))
 # What kvm_proxy_set is told to check the policy's files with, and to load them with, on the proxy.
 SQUID_CONF = "/etc/squid/squid.conf"
 SQUID_USERS = "/etc/squid/egress-users"
@@ -67,23 +69,25 @@ SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
 SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
 
 
+def render_texts(renders):
+    """Each of ``renders`` (the role's variables, egress_proxy__instances the instances) rendered as the set_fact of
+    tasks/arguments.yml renders it (TEXTS_TEMPLATE): {proxy name: {key: text}}, or {"error": the template's message}."""
+    return [rendered if "error" in rendered else json.loads(rendered["text"])
+            for rendered in render_each([(TEXTS_TEMPLATE, variables) for variables in renders])]
+
+
 def render_proxies(cases):
-    """Each of ``cases`` (the role's variables, egress_proxy_instance one proxy) rendered as the set_fact of
-    tasks/arguments.yml renders it, both templates: {fact: text}, or {"error": the first failing template's message}."""
-    texts = render_each([(template, variables) for variables in cases for _fact, template in PROXY_TEMPLATES])
-    facts = []
-    for start in range(0, len(texts), len(PROXY_TEMPLATES)):
-        rendered = texts[start:start + len(PROXY_TEMPLATES)]
-        errors = [text["error"] for text in rendered if "error" in text]
-        facts.append({"error": errors[0]} if errors else
-                     {fact: text["text"] for (fact, _template), text in zip(PROXY_TEMPLATES, rendered)})
-    return facts
+    """Each of ``cases`` (the role's variables, egress_proxy_instance one proxy) rendered alone as the set_fact of
+    tasks/arguments.yml renders it: {key: text} of PROXY_TEMPLATES, or {"error": the failing template's message}."""
+    renders = [dict(variables, egress_proxy__instances=[variables["egress_proxy_instance"]]) for variables in cases]
+    return [texts if "error" in texts else texts[variables["egress_proxy_instance"]["name"]]
+            for variables, texts in zip(cases, render_texts(renders))]
 
 
 def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
     """tasks/arguments.yml for the entries ``desired`` with the role's defaults and ``overrides``: the instances
-    (proxy_instances), the render of each one to run (``render``: its loop registers what proxy_set_args reads),
-    then kvm_proxy_set's arguments (proxy_set_args). Raises the filters' AnsibleFilterError."""
+    (proxy_instances), the render of the texts of those to run (``render``), then kvm_proxy_set's arguments
+    (proxy_set_args). Raises the filters' AnsibleFilterError."""
     from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
     from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
 
@@ -91,21 +95,10 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
     instances = proxy_instances(desired, variables)
     if not render:
         return proxy_set_args(instances, variables)
-    # The loop's condition: the proxies to run, unless egress_proxy_user_data replaces the role's templates.
-    kept = [instance for instance in instances
-            if instance["state"] != "absent" and not variables["egress_proxy_user_data"]]
-    template_variables = dict(role_defaults(), inventory_hostname=hypervisor, **overrides)
-    facts = iter(render_proxies([dict(template_variables, egress_proxy_instance=instance) for instance in kept]))
-    results = []
-    for instance in instances:
-        result = {"egress_proxy_instance": instance, "ansible_loop_var": "egress_proxy_instance"}
-        if instance in kept:
-            result["ansible_facts"] = next(facts)
-            assert "error" not in result["ansible_facts"], result["ansible_facts"]["error"]
-        else:
-            result["skipped"] = True
-        results.append(result)
-    return proxy_set_args(instances, variables, user_data={"results": results})
+    (texts,) = render_texts([dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy__instances=instances,
+                                  **overrides)])
+    assert "error" not in texts, texts["error"]
+    return proxy_set_args(instances, variables, texts=texts)
 
 
 def policy_files(proxy):

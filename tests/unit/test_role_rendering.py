@@ -15,7 +15,7 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES, TEXTS_TEMPLATE
 
 ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 
@@ -34,19 +34,23 @@ def named(task_list, name):
     return task
 
 
-def test_no_template_builds_data_and_no_variable_builds_lists_in_jinja():
-    assert sorted(os.listdir(os.path.join(ROLE, "templates"))) == ["squid.conf.j2", "user-data.yml.j2"]
+def test_no_template_but_the_texts_builds_data_and_no_variable_builds_lists_in_jinja():
+    assert sorted(os.listdir(os.path.join(ROLE, "templates"))) == ["proxy_texts.json.j2", "squid.conf.j2", "user-data.yml.j2"]
     texts = [read("vars", "main.yml")] + [read("tasks", name) for name in ("main.yml", "arguments.yml", "destroy.yml", "report.yml")]
     for text in texts:
-        for idiom in ("from_json", "append(", "namespace(", "{% set", "product(", "items2dict"):
+        for idiom in ("append(", "namespace(", "{% set", "product(", "items2dict"):
             assert idiom not in text, idiom
+    # The one parse of a text into data: the texts' object, each text in it written by to_json.
+    assert sum(text.count("from_json") for text in texts) == 1
+    wrapper = read("templates", "proxy_texts.json.j2")
+    assert wrapper.count("| to_json }}") == 3 and "from_json" not in wrapper
 
 
 def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables():
     variables = yaml.safe_load(read("vars", "main.yml"))
     assert variables["egress_proxy__set_args_lazy"].strip() == (
         "{{ egress_proxy__instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, "
-        "user_data=egress_proxy__rendered) }}")
+        "texts=egress_proxy__texts) }}")
     # Each value of the mapping is the role's variable of that name.
     assert variables["egress_proxy__variables"] == {name: "{{ %s }}" % name for name in variables["egress_proxy__variables"]}
     steps = tasks("instances.yml")
@@ -54,19 +58,17 @@ def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables()
     assert "egress_proxy__desired | egress_proxies.kvm.proxy_instances(egress_proxy__variables)" in instances
 
 
-RENDER = "Render the user-data and squid.conf of each proxy"
+RENDER = "Render the user-data and squid.conf of the proxies"
 
 
-def test_the_user_data_and_squid_conf_are_rendered_once_per_proxy_and_never_shown():
+def test_the_user_data_and_squid_conf_are_rendered_in_one_lookup_and_never_shown():
     steps = tasks("arguments.yml")
     render = named(steps, RENDER)
-    assert render["no_log"] is True and render["register"] == "egress_proxy__rendered"
-    assert render["loop_control"]["loop_var"] == "egress_proxy_instance"
-    # Each template once, into its own fact (the tests render them as this task does: role_templates.PROXY_TEMPLATES).
-    assert render["ansible.builtin.set_fact"] == {fact: "{{ lookup('ansible.builtin.template', '%s') }}" % template
-                                                  for fact, template in PROXY_TEMPLATES}
-    # The proxies to run, unless the user's own user-data replaces the role's (and squid's set-up with it).
-    assert render["when"] == "egress_proxy_instance.state != 'absent' and egress_proxy_user_data | length == 0"
+    # One task and one lookup for the whole set: neither a loop nor a condition (the template renders {} when
+    # egress_proxy_user_data replaces the role's templates); the tests render it as this task does (role_templates).
+    assert render["no_log"] is True and not {"loop", "when", "register"} & set(render)
+    assert render["ansible.builtin.set_fact"] == {
+        "egress_proxy__texts": "{{ lookup('ansible.builtin.template', '%s') | from_json }}" % TEXTS_TEMPLATE}
     # The check shows a refusal (no no_log); then the fact that holds the user-data and the policies is kept with no_log.
     names = [task["name"] for task in steps]
     check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep kvm_proxy_set's arguments for the converge")
@@ -98,9 +100,11 @@ def test_the_converge_shows_every_argument_it_passes():
 
 
 def test_the_templates_neither_include_one_another_nor_call_the_template_lookup():
-    """The lookup deep-copies all of the host's variables on every call: the role calls it once per template and proxy
-    (the set_fact above). squid.conf is the proxy's policy, not its user-data: the user-data neither includes it nor
-    writes a squid file (only the exporter's arguments), and both templates compute the settings themselves."""
+    """The lookup deep-copies all of the host's variables on every call: the role calls it once for the whole set
+    (the set_fact above), and its template includes each proxy's two. squid.conf is the proxy's policy, not its
+    user-data: the user-data neither includes it nor writes a squid file (only the exporter's arguments), and both templates compute the settings themselves."""
+    wrapper = read("templates", TEXTS_TEMPLATE)
+    assert "lookup(" not in wrapper and wrapper.count("{% include ") == len(PROXY_TEMPLATES)
     for _fact, template in PROXY_TEMPLATES:
         assert "lookup(" not in read("templates", template) and "{% include" not in read("templates", template), template
         assert "egress_proxy_instance | egress_proxies.kvm.squid_settings(" in read("templates", template), template

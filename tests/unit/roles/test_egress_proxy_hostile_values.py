@@ -129,7 +129,7 @@ def filter_variables(variables):
 def squid_conf(rendered):
     """The files of one proxy rendered as tasks/arguments.yml renders it (render_proxies): its user-data parsed, which
     writes no squid file, then its squid.conf."""
-    return user_data_document(rendered["egress_proxy__user_data"]), rendered["egress_proxy__squid_conf"]
+    return user_data_document(rendered["user_data"]), rendered["squid_conf"]
 
 
 def directives(squid):

@@ -236,7 +236,9 @@ def test_the_static_nics_dns_servers_are_squids_own_resolvers(tmp_path):
 
 
 def test_each_proxy_to_run_gets_its_own_squid_conf_and_users_as_its_policy_and_a_removed_one_none():
-    """Per proxy, the policy's files are exactly the squid.conf.j2 render of that proxy and, with users, its users."""
+    """Per proxy, the policy's files are exactly the squid.conf.j2 render of that proxy and, with users, its users; its
+    user-data exactly the user-data.yml.j2 render, as each template renders alone (so a proxy the role rendered one
+    template at a time keeps its user-data, and is not replaced)."""
     second = dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"},
                   users=[{"name": "carol", "password": "pw-carol"}], allowed_destinations=[".example.org"])
     desired = [dict(ENTRY), second, {"name": "egress-3", "state": "absent"}]
@@ -244,11 +246,13 @@ def test_each_proxy_to_run_gets_its_own_squid_conf_and_users_as_its_policy_and_a
     first, other, removed = arguments["proxies"]
     assert removed == {"name": "egress-3", "state": "absent"}
     variables = role_variables(**BASE)
-    renders = render_each([("squid.conf.j2", dict(role_defaults(), inventory_hostname="hv1", **BASE, egress_proxy_instance=instance))
-                           for instance in proxy_instances(desired[:2], variables)])
-    for proxy, render in zip((first, other), renders):
+    renders = render_each([(template, dict(role_defaults(), inventory_hostname="hv1", **BASE, egress_proxy_instance=instance))
+                           for instance in proxy_instances(desired[:2], variables)
+                           for template in ("squid.conf.j2", "user-data.yml.j2")])
+    for proxy, squid_conf, user_data in zip((first, other), renders[::2], renders[1::2]):
         files = policy_files(proxy)
-        assert files[SQUID_CONF] == {"path": SQUID_CONF, "content": render["text"].rstrip("\n") + "\n"}
+        assert files[SQUID_CONF] == {"path": SQUID_CONF, "content": squid_conf["text"].rstrip("\n") + "\n"}
+        assert proxy["user_data"] == user_data["text"]
         assert "# squid of the egress proxy %s," % proxy["name"] in files[SQUID_CONF]["content"]
         assert "for %s.\n" % proxy["name"] in proxy["user_data"] and user_data_document(proxy["user_data"])
     assert SQUID_USERS not in policy_files(first)

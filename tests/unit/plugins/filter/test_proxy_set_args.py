@@ -26,17 +26,15 @@ def variables(**overrides):
 
 
 def rendered(*names):
-    """The registered result of the role's render loop (user-data and squid.conf), one item per name."""
-    return {"results": [{"egress_proxy_instance": {"name": name}, "ansible_loop_var": "egress_proxy_instance",
-                         "ansible_facts": {"egress_proxy__user_data": "#cloud-config\n# %s\n" % name,
-                                           "egress_proxy__squid_conf": "# squid.conf of %s" % name}}
-                        for name in names]}
+    """The role's render of the texts (templates/proxy_texts.json.j2): user-data and squid.conf by name."""
+    return {name: {"user_data": "#cloud-config\n# %s\n" % name, "squid_conf": "# squid.conf of %s" % name}
+            for name in names}
 
 
 def converge(instances, **overrides):
     settings = variables(**overrides)
     filled = proxy_instances(instances, settings)
-    return proxy_set_args(filled, settings, user_data=rendered(*[entry["name"] for entry in instances]))
+    return proxy_set_args(filled, settings, texts=rendered(*[entry["name"] for entry in instances]))
 
 
 def refusal(instances, **overrides):
