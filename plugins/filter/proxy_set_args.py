@@ -37,7 +37,7 @@ options:
   texts:
     description:
       - The role's user-data and squid.conf of each instance to run, by the instance's name, as the role's template
-        C(proxy_texts.json.j2) renders them for the whole set at once, C({name: {user_data: ..., squid_conf: ...}}).
+        C(proxy_texts.json.j2) renders them for the whole set at once; each instance's C(user_data) and C(squid_conf).
         The squid.conf and the users' file become the proxy's
         O(egress_proxies.kvm.kvm_proxy_set#module:proxies[].policy). Unused with C(egress_proxy_user_data), which every
         proxy gets instead, without a policy.

@@ -11,6 +11,7 @@ import os
 import re
 
 import pytest
+import yaml
 
 PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "plugins")
 XML_HOME = os.path.join(PLUGINS, "module_utils", "_libvirt", "xml.py")
@@ -104,6 +105,12 @@ def violations(path):
                 and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
             # ansible-test's yamllint reads every such name as documentation, and crashes on anything but a string.
             found.append((node.lineno, "assigns a documentation name something other than a string"))
+        elif isinstance(node, ast.Assign) and any(getattr(target, "id", None) in DOC_NAMES for target in node.targets):
+            try:
+                yaml.safe_load(node.value.value)
+            except yaml.YAMLError as error:
+                # ansible-doc and ansible-test's yamllint fail on it, ansible-doc naming neither line nor text.
+                found.append((node.lineno, "has documentation that is not YAML: %s" % str(error).splitlines()[0]))
         text = node.value if isinstance(node, ast.Constant) and id(node) not in skipped else None
         if isinstance(text, str) and TAG.search(text):
             found.append((node.lineno, "spells XML as text: %r" % node.value[:60]))
@@ -129,6 +136,7 @@ SAMPLES = {
     "head = '<?xml version=\"1.0\"?>'\n": "spells XML as text",
     "element = etree.fromstring(text)\n": "parses with lxml's fromstring()",
     "EXAMPLES = {4: '203.0.113.0/24'}\n": "assigns a documentation name something other than a string",
+    "RETURN = 'description: C({name: text})'\n": "has documentation that is not YAML",
 }
 
 
