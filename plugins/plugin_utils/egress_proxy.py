@@ -217,15 +217,17 @@ def _squid_problems(kept, variables):
     """Every value squid.conf.j2 writes and the SSH keys user-data.yml.j2 writes, unless a user-data replaces both."""
     if not _blank(variables["egress_proxy_user_data"]):
         return []
-    problems = []
+    # The proxies by what is wrong with them: a role-wide value (an empty egress_proxy_allowed_clients, a bad key) is
+    # one sentence naming every proxy, not one sentence per proxy.
+    names_by_problem = {}
     for instance in kept:
         found = squid_settings(instance, variables["egress_proxy_safe_ports"],
                                variables["egress_proxy_connect_ports"], variables["egress_proxy_forwarded_for"])[1]
         found += authorized_keys_problems(variables["egress_proxy_ssh_authorized_keys"])
         if found:
-            problems.append("The squid settings or SSH keys of %s on %s are not usable: %s."
-                            % (instance["name"], variables["inventory_hostname"], "; ".join(found)))
-    return problems
+            names_by_problem.setdefault("; ".join(found), []).append(instance["name"])
+    return ["The squid settings or SSH keys of %s on %s are not usable: %s."
+            % (", ".join(names), variables["inventory_hostname"], problem) for problem, names in names_by_problem.items()]
 
 
 def _two_nic_problems(kept, variables):

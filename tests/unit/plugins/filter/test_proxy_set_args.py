@@ -133,6 +133,10 @@ def test_the_removal_removes_every_listed_proxy_and_nothing_else():
      "hv1 has instances to run (egress-a), so the role needs exactly one of egress_proxy_bridge"),
     ([{"name": "egress-a"}], {"egress_proxy_image": None}, "needs egress_proxy_image (name, url, and preferably checksum)"),
     ([{"name": "egress-a", "port": 70000}], {}, "The squid settings or SSH keys of egress-a on hv1 are not usable: port 70000"),
+    # A role-wide value wrong for every proxy: one sentence naming them all.
+    ([{"name": "egress-a"}, {"name": "egress-b", "port": 70000}, {"name": "egress-c"}], {"egress_proxy_allowed_clients": []},
+     "The squid settings or SSH keys of egress-a, egress-c on hv1 are not usable: allowed_clients is empty (set "
+     "egress_proxy_allowed_clients, or allowed_clients on the instance). The squid settings or SSH keys of egress-b on hv1"),
     ([{"name": "egress-a"}], {"egress_proxy_ssh_authorized_keys": ["a\nb"]}, "egress_proxy_ssh_authorized_keys[0]"),
     ([{"name": "egress-a", "outside": {"bridge": "br1"}}], {},
      "Proxy egress-a on hv1 has an outside NIC, so: address: the inside NIC needs a static address"),
