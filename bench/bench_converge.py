@@ -87,6 +87,9 @@ LOOP_PLAYBOOK = """
         cpu_mode: "{{ egress_proxy_cpu_mode }}"
         user_data: "#cloud-config\\n{}\\n"
         vendor_data: ""
+        # The role's own (fleet_fixtures' role_vars): the small image never boots, so no guest acts on an ACPI
+        # shutdown, and at kvm_proxy's default each removal waited 120 s before its hard stop.
+        shutdown_timeout: "{{ egress_proxy_shutdown_timeout }}"
       loop: "{{ bench_names }}"
 """
 
