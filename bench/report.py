@@ -488,7 +488,8 @@ def b7_section(results, b7, plots):
                   "the role's validation, the image check, the seed, the define), the boot to the agent's address "
                   "took %.1f s against the bare boot's %.1f s, the playbook ended %.1f s after the address and squid "
                   "answered %.1f s after that (the module asks libvirt for the address every %g s). What would close "
-                  "it: the role's tasks before the converge run in one module call rather than several tasks; and part "
+                  "it: the role's checks and rendering on the controller inside the converge's own task (an action "
+                  "plugin around kvm_proxy_set, as for B2w), the boots' own spread aside; and part "
                   "of the gap is squid starting after the agent, which `egress_proxy_wait_for_port: true` (off by "
                   "default and in this run) makes the playbook wait for, so no polling follows it." % (
                       overhead, deploy["running_at"] or 0, (deploy["address_at"] or 0) - (deploy["running_at"] or 0),
@@ -707,13 +708,23 @@ def b2w_lines(figures, counts):
         lines.append("| %d | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %s |" % (
             count, role, ping, role / ping, met(role / ping <= 2), loop, peer, met(role < min(loop, peer))))
     if over or slower:
+        # The role's playbook is Ansible's start and the ping task (the ping playbook), the converge task, and the
+        # role's other tasks on the controller: what is left of the wall time.
+        parts = []
+        for count in counts:
+            entry = noop["set"][str(count)]
+            role, ping, converge = entry["playbook"]["median"], pings[str(count)]["median"], entry["task"]["median"]
+            parts.append("%d: %.2f s = %.2f (the ping playbook) + %.2f (the converge task) + %.2f (the other tasks)" % (
+                count, role, ping, converge, role - ping - converge))
         lines += ["", "**Where a target is missed** (B2w: over 2x the ping playbook at %s; not faster than the loop "
-                  "and the peer at %s): the role's playbook is its tasks on the controller (the fleet check, the "
-                  "instances' checks, the rendering, the module's validation, the kept arguments, the report) plus "
-                  "the one converge task, each task a round of Ansible's strategy; the loop's playbook at 1 proxy is "
-                  "one module task. What would close it: the remaining controller tasks folded into fewer (the "
-                  "rendering and the checks in one, the report into the converge's result)." % (
-                      ", ".join(over) or "none", ", ".join(slower) or "none")]
+                  "and the peer at %s). The role's no-op playbook split by this run's medians, at %s. The other "
+                  "tasks are the role's dozen on the controller: its argument spec, the fleet and instance checks, "
+                  "the rendering of every proxy's texts (one lookup), the module's validation, the kept arguments and "
+                  "the report. They grow little with the proxies, so their cost is the strategy's round per task "
+                  "rather than work per proxy; the converge task's excess over the ping task is the module's start "
+                  "(B10). What would close it: the checks, the rendering and the report inside the converge's own "
+                  "task (an action plugin around kvm_proxy_set), which would leave Ansible's start, one task and the "
+                  "module's start." % (", ".join(over) or "none", ", ".join(slower) or "none", "; ".join(parts))]
     return lines
 
 
