@@ -327,7 +327,9 @@ def count_noop_calls(spec, role_vars, count):
                 uid="eptest-bench-count", gc=False, image=role_vars["egress_proxy_image"], vcpus=1,
                 virt_type=role_vars["egress_proxy_virt_type"], cpu_mode=role_vars["egress_proxy_cpu_mode"],
                 memory_mib=role_vars["egress_proxy_memory_mib"], disk_size_gb=role_vars["egress_proxy_disk_size_gb"],
-                user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names])
+                user_data="#cloud-config\n{}\n", vendor_data="", proxies=[{"name": name} for name in names],
+                # The small image never boots: its removal would wait the default 120 s for each ACPI shutdown.
+                shutdown_timeout=role_vars["egress_proxy_shutdown_timeout"])
     completed = subprocess.run([HYPERVISOR_PYTHON, "-c", COUNT_NOOP, BUILD_COLLECTIONS, json.dumps(args)],
                                capture_output=True, text=True, check=False)
     if completed.returncode != 0:
