@@ -71,17 +71,16 @@ SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
 
 def render_texts(renders):
     """Each of ``renders`` (the role's variables, egress_proxy__instances the instances) rendered as the set_fact of
-    tasks/arguments.yml renders it (TEXTS_TEMPLATE): {proxy name: {key: text}}, or {"error": the template's message}."""
-    return [rendered if "error" in rendered else json.loads(rendered["text"])
-            for rendered in render_each([(TEXTS_TEMPLATE, variables) for variables in renders])]
+    tasks/arguments.yml renders it (TEXTS_TEMPLATE): {"text": the JSON text}, or {"error": the template's message}."""
+    return render_each([(TEXTS_TEMPLATE, variables) for variables in renders])
 
 
 def render_proxies(cases):
     """Each of ``cases`` (the role's variables, egress_proxy_instance one proxy) rendered alone as the set_fact of
     tasks/arguments.yml renders it: {key: text} of PROXY_TEMPLATES, or {"error": the failing template's message}."""
     renders = [dict(variables, egress_proxy__instances=[variables["egress_proxy_instance"]]) for variables in cases]
-    return [texts if "error" in texts else texts[variables["egress_proxy_instance"]["name"]]
-            for variables, texts in zip(cases, render_texts(renders))]
+    return [rendered if "error" in rendered else json.loads(rendered["text"])[variables["egress_proxy_instance"]["name"]]
+            for variables, rendered in zip(cases, render_texts(renders))]
 
 
 def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
@@ -95,10 +94,11 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
     instances = proxy_instances(desired, variables)
     if not render:
         return proxy_set_args(instances, variables)
-    (texts,) = render_texts([dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy__instances=instances,
-                                  **overrides)])
-    assert "error" not in texts, texts["error"]
-    return proxy_set_args(instances, variables, texts=texts)
+    (rendered,) = render_texts([dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy__instances=instances,
+                                     **overrides)])
+    assert "error" not in rendered, rendered["error"]
+    # The JSON text, as the template lookup of ansible-core 2.19 and later returns it.
+    return proxy_set_args(instances, variables, texts=rendered["text"])
 
 
 def policy_files(proxy):

@@ -40,8 +40,8 @@ def test_no_template_but_the_texts_builds_data_and_no_variable_builds_lists_in_j
     for text in texts:
         for idiom in ("append(", "namespace(", "{% set", "product(", "items2dict"):
             assert idiom not in text, idiom
-    # The one parse of a text into data: the texts' object, each text in it written by to_json.
-    assert sum(text.count("from_json") for text in texts) == 1
+    # No parse of a text into data: proxy_set_args reads the texts' object, each text in it written by to_json.
+    assert not any("from_json" in text for text in texts)
     wrapper = read("templates", "proxy_texts.json.j2")
     assert wrapper.count("| to_json }}") == 3 and "from_json" not in wrapper
 
@@ -68,7 +68,7 @@ def test_the_user_data_and_squid_conf_are_rendered_in_one_lookup_and_never_shown
     # egress_proxy_user_data replaces the role's templates); the tests render it as this task does (role_templates).
     assert render["no_log"] is True and not {"loop", "when", "register"} & set(render)
     assert render["ansible.builtin.set_fact"] == {
-        "egress_proxy__texts": "{{ lookup('ansible.builtin.template', '%s') | from_json }}" % TEXTS_TEMPLATE}
+        "egress_proxy__texts": "{{ lookup('ansible.builtin.template', '%s') }}" % TEXTS_TEMPLATE}
     # The check shows a refusal (no no_log); then the fact that holds the user-data and the policies is kept with no_log.
     names = [task["name"] for task in steps]
     check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep kvm_proxy_set's arguments for the converge")
