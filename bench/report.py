@@ -48,9 +48,18 @@ def section(bench, heading):
             if not data:
                 return "%s\n\nNot run in the results files this page comes from: `bench/run --only %s` measures it.\n" % (
                     heading, bench)
-            return "\n".join([heading, ""] + build(results, data, plots)) + "\n"
+            return "\n".join([heading, "", run_line(results, bench), ""] + build(results, data, plots)) + "\n"
         return built
     return decorate
+
+
+def run_line(results, bench):
+    """The sentence naming the run a section's figures come from: its file, the collection's commit, the kernel."""
+    source, machine = results["run_of"][bench]
+    return "Run: `%s`, started %s, collection %s%s, kernel %s, load average %s at its start." % (
+        source, machine["started"], machine["collection_commit"],
+        " (with uncommitted changes)" if machine["collection_dirty"] else "", machine["kernel"],
+        " ".join(machine.get("load_average", [])) or "not recorded")
 
 
 def new_plot(width, height):
@@ -267,9 +276,11 @@ def b3_section(results, b3, plots):
             count, row["module"]["median"], row["plugin"]["median"], row["peer_info"]["median"],
             row["peer_plugin"]["median"], b3_get_xml_cells(rows, count, row), trips, met(trips <= 4)))
     last = rows[-1][1]
-    lines += ["", "Calls per domain: %s (%s); other %s per listing: %d." % (
-        "/".join(str(c) for c in last["calls_per_domain"]), ", ".join("`%s`" % m for m in last["methods"]),
-        "round trips" if counted_at(last) else "calls", last["other_calls"])]
+    lines += ["", "Calls per domain: %s (%s), of which %s are round trips (a domain's `name` is answered by "
+              "libvirt-python itself); other %s per listing: %d." % (
+                  "/".join(str(c) for c in last["calls_per_domain"]), ", ".join("`%s`" % m for m in last["methods"]),
+                  "/".join(str(t) for t in last["round_trips_per_domain"]),
+                  "round trips" if counted_at(last) else "calls", last["other_calls"])]
     if "three_hypervisors" in b3:
         lines += b3_three_hypervisors(b3, results["machine"]["cpus"])
     bars = [("%s, %d" % (label, count), row[key]["median"], colour)
@@ -361,8 +372,13 @@ def b4_section(results, b4, plots):
         ahead = met(True)
     else:
         ahead = "undecided: the cap came before kvm_proxy's own address"
+    boots = [boot for boot in (floor["start_to_address"],
+                               module["address_at"] - (module["running_at"] or 0) if module["address_at"] else None,
+                               peer["address_at"] - (peer["running_at"] or 0) if peer["address_at"] else None) if boot]
+    boot_range = "%.0f-%.0f s" % (min(boots), max(boots)) if boots else "no boot reached an address"
     lines = ["The lab's real guest (TCG, 1 vCPU, 512 MiB) on the single lab's qemu:///system (`bench/b4_address.py`), "
-             "one run of each path (a boot costs 40-240 s under TCG on this 2-vCPU machine, with the load). This collection: a "
+             "one run of each path (a first boot to the agent's address took %s in this run, under TCG on this 2-vCPU "
+             "machine, with the load). This collection: a "
              "playbook of one kvm_proxy task with `wait_for_ip`, the base image cached beforehand, timed from "
              "ansible-playbook's start to its end. The floor: the same domain with its overlay emptied again (a first "
              "boot once more), `virsh start` and `virsh domifaddr --source agent` every second. The peer: "
@@ -370,7 +386,7 @@ def b4_section(results, b4, plots):
              "named; `virt_install` with `cloud_init` is its way to a cloud-init guest, with virt-install's own seed: the "
              "module passes a `user_data` dictionary on as `user-data.<key>=`, which virt-install refuses) on the "
              "same image as backing store, capped at %d s. A thread polling virsh every second notes when each domain first runs and when its "
-             "agent first reports an address." % (b4["peer_version"], results["peer"].split("==")[1], peer["cap"]), "",
+             "agent first reports an address." % (boot_range, b4["peer_version"], results["peer"].split("==")[1], peer["cap"]), "",
              "| path | domain running (s) | agent address (s) | done (s) | over the floor (s) | target |",
              "|---|---:|---:|---:|---:|---|",
              "| kvm_proxy, `wait_for_ip` (Ansible included) | %s | %s | %.1f | %s | <= 5: %s |" % (
@@ -408,8 +424,8 @@ def b4_section(results, b4, plots):
                   "both are one first boot of the same image under TCG, and kvm_proxy ended %.1f s after the floor's "
                   "own boot, so the difference is the boots' spread, not the module: one boot here varies by more "
                   "than the gap from one run to the next. What would close it: several boots of each path on a quiet "
-                  "machine (each costs 80-240 s), compared by their medians." % (
-                      module["playbook"], peer["address_at"], module["playbook"] - floor["start_to_address"])]
+                  "machine (each a boot, %s here), compared by their medians." % (
+                      module["playbook"], peer["address_at"], module["playbook"] - floor["start_to_address"], boot_range)]
     if "seed_cdrom_bus" in peer:
         lines += ["", "virt-install gave the peer's guest its seed on a %s cdrom (Debian's cloud kernel has no driver for "
                   "SATA, so cloud-init there finds no seed) and %s guest agent channel." % (
@@ -474,7 +490,7 @@ def b7_section(results, b7, plots):
              "one proxy, timed from ansible-playbook's start to the first request proxied by the guest's squid from "
              "the hypervisor's LAN to the LAN's origin server (curl every second after the playbook). In the same run, "
              "the bare boot: the same domain, its overlay emptied again, `virsh start` to the agent's address polled "
-             "with virsh every second. One run (each boot 40-240 s under TCG, with the load)." % b7["host"], "",
+             "with virsh every second. One run (each path one first boot under TCG, with the load)." % b7["host"], "",
              "| | seconds |", "|---|---:|",
              "| domain running, after the playbook's start | %s |" % seconds_text(deploy["running_at"]),
              "| agent address | %s |" % seconds_text(deploy["address_at"]),
@@ -539,6 +555,15 @@ def b8_section(results, b8, plots):
              "| domain ids kept | %d of %d | %d of %d |" % (policy["ids_kept"], count, roll["ids_kept"], count),
              "| rolling / in place (target >= 10x) | %s: %s | |" % (
                  "-" if ratio is None else "%.1fx" % ratio, met(ratio is not None and ratio >= 10))]
+    beyond = [(label, span[1] - playbook) for label, span, playbook in (
+        ("policy change", policy["converge"], policy["playbook"]), ("rolling replacement", roll["converge"], roll["playbook"]))
+        if span and span[1] > playbook]
+    if beyond:
+        lines += ["", "The converge task's span comes from the timeline callback's wall-clock times, the playbook's "
+                  "time from the bench's monotonic clock. The span ends after the playbook did (%s), which no task "
+                  "can: the two clocks disagree over that run, so that span is not exact (the playbook's time and "
+                  "when each proxy answered are both monotonic)." % "; ".join(
+                      "%s: %.1f s after" % (label, over) for label, over in beyond)]
     if enforced:
         lines += ["", "The first proxy enforced the policy %.1f s after the playbook's start, the last %.1f s%s." % (
             min(enforced), max(enforced), "" if len(enforced) == count else
@@ -728,6 +753,20 @@ def b2w_lines(figures, counts):
     return lines
 
 
+def b10_set_text(results):
+    """What B10 measured of kvm_proxy_set's start beside the earlier module, from its run."""
+    b10 = results.get("B10")
+    if not b10 or "kvm_proxy_set" not in b10["by"].get("now", {}):
+        return "B10 measures the module's start (not in these results)."
+    before, now = b10["by"]["baseline"]["kvm_proxy_set"], b10["by"]["now"]["kvm_proxy_set"]
+    return ("B10 measured kvm_proxy_set's start beside the earlier module: the libraries its import loads went from "
+            "%s to %s (import %.0f ms to %.0f ms, medians), while its payload stayed %.0f KiB (%.0f KiB before): the "
+            "imports were cut, not the payload." % (
+                ", ".join(before["imported_libraries"]), ", ".join(now["imported_libraries"]),
+                before["import"]["median"] * 1000, now["import"]["median"] * 1000, now["payload_kib"],
+                before["payload_kib"]))
+
+
 @section("B2", "## B2: converging one hypervisor's set")
 def b2_section(results, b2, plots):
     figures, calls = b2["figures"], b2["noop_calls"]
@@ -813,14 +852,13 @@ def b2_section(results, b2, plots):
                 "and the set's %s for %d proxies takes %.2f s%s, so what is over the ping "
                 "(%.2f s at %d) is the cost of one module task over SSH rather than work per proxy. That cost is "
                 "sending the module and its module_utils (AnsiballZ), starting Python on the hypervisor with "
-                "libvirt, and opening the connection. B10 has already cut the payload and the imports to what a task "
-                "uses (measured there beside the earlier module). What would close the rest: a process on the "
+                "libvirt, and opening the connection. %s What would close the rest: a process on the "
                 "hypervisor that keeps Python, libvirt-python and the connection between tasks (a persistent "
                 "connection, as network collections have); an ordinary module task starts all three anew." % (
                     first["task"]["median"], counts[0], last["task"]["median"], big,
                     "main()" if counted_at(calls) else "whole flow", calls["proxies"], calls["seconds"],
                     " on its own, its connection included" if counted_at(calls) else " in the bench's process",
-                    first["ping"]["median"], counts[0]))
+                    first["ping"]["median"], counts[0], b10_set_text(results)))
         if missed_actions:
             lines.append(
                 "- Create of %s: the set takes %.1f s, %.2f s per proxy, with up to 8 proxies built at a time "
@@ -858,6 +896,8 @@ def merged(paths):
         pieces = {key: value for key, value in run.items() if key[:1] == "B" and key[1:].isdigit()}
         results.update(pieces)
         results.setdefault("runs_of", {}).update(dict.fromkeys(pieces, run["runs"]))
+        results.setdefault("run_of", {}).update(dict.fromkeys(pieces, (
+            os.path.relpath(path, REPO_ROOT), dict(run["machine"], started=run.get("started", "not recorded")))))
         results["piece_seconds"].update(run.get("piece_seconds", {}))
         # A piece that failed in one file and was measured in a later one is measured.
         results["failed"].update(run.get("failed", {}))
@@ -867,6 +907,8 @@ def merged(paths):
     if "B2" not in results and os.path.exists(CONVERGE_JSON):
         with open(CONVERGE_JSON) as handle:
             results["B2"] = json.load(handle)
+        results["run_of"]["B2"] = (os.path.relpath(CONVERGE_JSON, REPO_ROOT), dict(
+            results["B2"].get("machine", {}), started=results["B2"].get("started", "not recorded")))
     return results
 
 
@@ -880,6 +922,8 @@ def write(paths):
             "Regenerate with `flock /tmp/egress-integration.lock bench/run`, or in pieces (`--only B4`, one "
             "benchmark per hold of the lab's lock) and then `bench/run --report-only <results.json> ...`. "
             "Benchmarks never run in the test command.\n\n"
+            "Each section names the run its figures come from (file, commit, kernel); the table gives the first run's "
+            "machine and versions.\n\n"
             "| | |\n|---|---|\n| run | from %s, %.0f s in all%s |\n| machine | %s vCPUs (%s), %s GiB, kernel %s |\n"
             "| libvirt, QEMU | %s; %s |\n| load average at the start of each piece | %s (the lab machine is shared) |\n"
             "| Ansible | %s, modules on Python %s |\n| collection | %s%s |\n"
