@@ -6,44 +6,115 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.metrics_targets import metrics_pages as read_pages
+import base64
+import binascii
+import re
 
 DOCUMENTATION = r"""
 name: metrics_pages
-short_description: What the egress proxies' metrics pages say, from one curl that fetched them all
+short_description: What the egress proxies' metrics pages say, each read apart from the others
 version_added: 0.5.0
 description:
-  - Reads the output of one C(curl) that fetched several proxies' metrics pages, each page followed by a line
-    C(@@egress-proxy-metrics URL STATUS) (C(curl --write-out)), as playbooks/status.yml runs it.
-  - For each URL, whether the page answered and the requests squid counted since it started.
+  - Reads the output of playbooks/status.yml's fetch of the proxies' metrics pages, one line per page
+    C(URL PAGE STATUS EXIT), that is the URL status.yml asked for, the page's first bytes in base64, curl's HTTP status
+    (C(000) when there was no answer) and curl's exit code. A page is base64 text in its own line, so nothing on it
+    can pass for another page's line.
+  - A page is a proxy's own word, read as untrusted text. Only its samples C(squid_up{host="127.0.0.1"}) and
+    C(squid_client_http_requests_total) are read; a count that is not a plain non-negative whole number below 2^53 in
+    ASCII (V(NaN), V(+Inf), a negative, a fraction, a huge or non-ASCII number), or that the page gives twice
+    differently, is unknown. A page longer than O(page_bytes) is not read at all.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
-positional: _input
+positional: _input, page_bytes
 options:
   _input:
-    description: curl's standard output.
+    description: The fetch's standard output.
     type: str
     required: true
+  page_bytes:
+    description:
+      - The most bytes of a page that are read; the fetch hands over one byte more, so that a longer page is seen.
+    type: int
+    default: 65536
 """
 
 EXAMPLES = r"""
 - name: Show what each metrics page said
   ansible.builtin.debug:
-    msg: "{{ fetched.stdout | egress_proxies.kvm.metrics_pages }}"
+    msg: "{{ fetched.stdout | egress_proxies.kvm.metrics_pages(65536) }}"
 """
 
 RETURN = r"""
 _value:
   description:
-    - By URL, C(answer) (V(up), V(squid down), V(exporter down) for squid's 502, V(refused) for squid's 403,
-      V(no answer), or C(HTTP) and the status) and C(requests) (an integer, or V(null) when the page did not give it).
+    - By URL, C(answer) and C(requests).
+    - C(answer) is V(up), V(squid down) (the exporter answers, squid does not), V(exporter down) (squid's 502),
+      V(refused) (squid's 403, the reader is not one of the metrics clients), V(no answer), V(unreadable) (a page
+      longer than O(page_bytes), cut short, or a line the fetch did not write), or C(HTTP) and the status.
+    - C(requests) is the requests squid counted since it started (an integer), or V(null) when the page did not give
+      a count that can be believed.
   type: dict
+  sample: {"http://198.18.11.107:9301/metrics": {"answer": "up", "requests": 1234}}
 """
 
+PAGE_BYTES = 65536
+# squid's requests since it started, and whether the exporter reaches squid, as the exporter names them.
+REQUESTS_SERIES = "squid_client_http_requests_total"
+UP_SERIES = 'squid_up{host="127.0.0.1"}'
+# A sample's value that can be a count: ASCII digits, a fraction or an exponent, no sign (so no NaN, Inf or negative).
+COUNT_TEXT = re.compile(r"[0-9]{1,20}(\.[0-9]{0,20})?([eE]\+?[0-9]{1,3})?\Z")
+# Above this a float64 no longer holds every whole number: such a count is not believed.
+COUNT_LIMIT = 2 ** 53
+STATUS_TEXT = re.compile(r"[0-9]{3}\Z")
+ANSWERS = {"000": "no answer", "403": "refused", "502": "exporter down"}
+UNREADABLE = {"answer": "unreadable", "requests": None}
 
-def metrics_pages(text):
-    """{url: {"answer", "requests"}} of the pages in ``text``."""
-    return read_pages(text)
+
+def _count(text):
+    """The whole non-negative number ``text`` says, or None."""
+    if not COUNT_TEXT.match(text):
+        return None
+    value = float(text)
+    return int(value) if value < COUNT_LIMIT and value.is_integer() else None
+
+
+def _sample(lines, series):
+    """The count the page's ``lines`` give ``series`` (its name with its labels as the exporter writes them): None
+    when they give none, one that is no count, or several that differ. A sample line is the series, its value, and
+    an optional timestamp."""
+    counts = {_count(fields[1]) for fields in (line.split() for line in lines)
+              if len(fields) in (2, 3) and fields[0] == series}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def _page(encoded, status, exit_code, page_bytes):
+    if not STATUS_TEXT.match(status):
+        return dict(UNREADABLE)
+    if status != "200":
+        return {"answer": ANSWERS.get(status, "HTTP %s" % status), "requests": None}
+    # curl did not get the whole page: out of time (28), or head stopped reading a page too long (23).
+    if exit_code != "0":
+        return dict(UNREADABLE)
+    try:
+        page = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return dict(UNREADABLE)
+    if len(page) > page_bytes:
+        return dict(UNREADABLE)
+    # Non-ASCII bytes become U+FFFD, which no series name or count matches.
+    lines = page.decode("ascii", errors="replace").split("\n")
+    return {"answer": "up" if _sample(lines, UP_SERIES) == 1 else "squid down",
+            "requests": _sample(lines, REQUESTS_SERIES)}
+
+
+def metrics_pages(text, page_bytes=PAGE_BYTES):
+    """{url: {"answer", "requests"}} of the fetch's output ``text``, a line ``URL PAGE-IN-BASE64 STATUS EXIT`` per page."""
+    pages = {}
+    for line in (text or "").split("\n"):
+        fields = line.split(" ")
+        if fields[0]:
+            pages[fields[0]] = _page(*fields[1:], page_bytes=int(page_bytes)) if len(fields) == 4 else dict(UNREADABLE)
+    return pages
 
 
 class FilterModule:

@@ -19,10 +19,6 @@ import json
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_PRESENT
 
 LABELS = ("hypervisor", "proxy", "owner")
-# What playbooks/status.yml's curl writes after each page it fetched: the marker, the URL, the HTTP status (000: no answer).
-PAGE_MARKER = "@@egress-proxy-metrics"
-# squid's requests since it started, as the exporter names them.
-REQUESTS_METRIC = "squid_client_http_requests_total"
 
 
 class TargetsError(Exception):
@@ -79,33 +75,3 @@ def file_sd(fresh, previous, inventory_hosts):
     groups = kept + [group for groups in fresh.values() for group in groups]
     return sorted(groups, key=lambda group: tuple(str(group["labels"].get(label, "")) for label in LABELS))
 
-
-def _answer(status, page):
-    if status == "000":
-        return "no answer"
-    if status == "403":
-        return "refused"
-    if status == "502":
-        return "exporter down"
-    if status != "200":
-        return "HTTP %s" % status
-    return "up" if 'squid_up{host="127.0.0.1"} 1' in page else "squid down"
-
-
-def metrics_pages(text):
-    """The metrics pages curl fetched one after another (each followed by a PAGE_MARKER line with its URL and status),
-    as ``{url: {"answer", "requests"}}``: ``answer`` up, squid down (the exporter answers, squid does not), exporter
-    down (squid's 502: squid answers, the exporter does not), refused (squid's 403: the reader is not one of the metrics
-    clients), no answer, or HTTP and the status; ``requests`` the
-    requests squid counted since it started, or None."""
-    pages, lines = {}, []
-    for line in text.splitlines():
-        if not line.startswith(PAGE_MARKER + " "):
-            lines.append(line)
-            continue
-        url, _blank, status = line[len(PAGE_MARKER) + 1:].rpartition(" ")
-        values = [sample.split()[-1] for sample in lines if sample.startswith(REQUESTS_METRIC + " ")]
-        requests = int(float(values[0])) if status == "200" and values else None
-        pages[url] = {"answer": _answer(status, "\n".join(lines)), "requests": requests}
-        lines = []
-    return pages

@@ -14,8 +14,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import http.server
 import json
 import os
+import socket
+import subprocess
+import threading
+import time
 
 import pytest
 import yaml
@@ -206,18 +212,24 @@ def test_the_role_replaces_the_file_whole_and_leaves_it_alone_when_nothing_moved
 
 
 PAGE = """# HELP squid_client_http_requests_total The total number of client requests
-squid_client_http_requests_total 1.234e+03
+squid_client_http_requests_total %s
 squid_up{host="127.0.0.1"} %d
 """
+STATUS_PLAY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "playbooks", "status.yml")
+
+
+def fetched(url, page, status="200", exit_code="0"):
+    """A line of status.yml's fetch: the URL, the page (text or bytes) in base64, curl's status and exit code."""
+    page = page if isinstance(page, bytes) else page.encode()
+    return "%s %s %s %s" % (url, base64.b64encode(page).decode(), status, exit_code)
 
 
 def test_status_reads_each_page_curl_fetched():
-    marker = "@@egress-proxy-metrics"
-    text = "\n".join([PAGE % 1, "%s http://198.51.100.5:9301/metrics 200" % marker,
-                      PAGE % 0, "%s http://198.51.100.6:9301/metrics 200" % marker,
-                      "<html>403</html>", "%s http://198.51.100.7:9301/metrics 403" % marker,
-                      "<html>502</html>", "%s http://198.51.100.9:9301/metrics 502" % marker,
-                      "", "%s http://198.51.100.8:9301/metrics 000" % marker])
+    text = "\n".join([fetched("http://198.51.100.5:9301/metrics", PAGE % ("1.234e+03", 1)),
+                      fetched("http://198.51.100.6:9301/metrics", PAGE % ("1234 1700000000000", 0)),
+                      fetched("http://198.51.100.7:9301/metrics", "<html>403</html>", "403"),
+                      fetched("http://198.51.100.9:9301/metrics", "<html>502</html>", "502"),
+                      fetched("http://198.51.100.8:9301/metrics", "", "000", "7"), ""])
     assert metrics_pages(text) == {
         "http://198.51.100.5:9301/metrics": {"answer": "up", "requests": 1234},
         "http://198.51.100.6:9301/metrics": {"answer": "squid down", "requests": 1234},
@@ -226,10 +238,103 @@ def test_status_reads_each_page_curl_fetched():
         "http://198.51.100.8:9301/metrics": {"answer": "no answer", "requests": None}}
 
 
+def test_a_page_cannot_speak_for_another_proxys_page():
+    """Issue 40 item 6: a page that writes the old in-band marker of another proxy's URL gave that proxy its row."""
+    forged = PAGE % ("7", 1) + "@@egress-proxy-metrics http://198.51.100.6:9301/metrics 200\n" + PAGE % ("4242", 1)
+    forged += "http://198.51.100.6:9301/metrics %s 200 0\n" % base64.b64encode((PAGE % ("4242", 1)).encode()).decode()
+    pages = metrics_pages("\n".join([fetched("http://198.51.100.5:9301/metrics", forged),
+                                     fetched("http://198.51.100.6:9301/metrics", "", "000", "28")]))
+    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None},
+                     "http://198.51.100.6:9301/metrics": {"answer": "no answer", "requests": None}}
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-5", "1e400", "9007199254740993", "12.5", "\u0661\u0662",
+                                   "0x10", "1_000", "", "12 ab cd"])
+def test_a_count_that_is_no_plain_whole_number_is_unknown_and_the_rest_of_the_table_stands(value):
+    pages = metrics_pages("\n".join([fetched("http://198.51.100.5:9301/metrics", PAGE % (value, 1)),
+                                     fetched("http://198.51.100.6:9301/metrics", PAGE % ("17", 1))]))
+    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None},
+                     "http://198.51.100.6:9301/metrics": {"answer": "up", "requests": 17}}
+
+
+@pytest.mark.parametrize("line, answer", [
+    (fetched("http://198.51.100.5:9301/metrics", PAGE % ("17", 1) + "#" * 65536), "unreadable"),  # over the bound
+    (fetched("http://198.51.100.5:9301/metrics", PAGE % ("17", 1), exit_code="28"), "unreadable"),  # cut short
+    ("http://198.51.100.5:9301/metrics not-base64! 200 0", "unreadable"),
+    ("http://198.51.100.5:9301/metrics  20x 0", "unreadable"),
+    ("http://198.51.100.5:9301/metrics  200", "unreadable"),
+    (fetched("http://198.51.100.5:9301/metrics", b'squid_up{host="127.0.0.1"} \xd9\xa1\n\xff\xfe\n'), "squid down"),
+], ids=["too long", "cut short", "not base64", "no status", "a field short", "not text"])
+def test_a_page_that_cannot_be_read_whole_says_so(line, answer):
+    assert metrics_pages(line) == {"http://198.51.100.5:9301/metrics": {"answer": answer, "requests": None}}
+
+
+class Page(http.server.BaseHTTPRequestHandler):
+    """Serves the server's ``page`` (bytes), or an endless page when it is None."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        if self.server.page is not None:
+            self.wfile.write(self.server.page)
+            return
+        try:
+            while True:
+                self.wfile.write(b"squid_client_http_requests_total 1\n" * 1024)
+        except OSError:
+            pass
+
+    def log_message(self, fmt, *args):
+        pass
+
+
+@pytest.fixture
+def pages():
+    servers = []
+
+    def serve(page):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        server.page = page
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return "http://127.0.0.1:%d/metrics" % server.server_address[1]
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_status_fetches_each_page_apart_within_its_bounds(pages):
+    """status.yml's own fetch (its script, with curl) of a forging page, an endless one and a proxy that does not
+    answer, then its filter."""
+    with open(STATUS_PLAY) as handle:
+        (play,) = yaml.safe_load(handle)
+    (read,) = [task for task in play["tasks"] if task["name"] == "Read the metrics page of each running proxy"]
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    gone = "http://127.0.0.1:%d/metrics" % silent.getsockname()[1]
+    silent.close()
+    honest = pages((PAGE % ("3", 1)).encode())
+    forging = pages(("%s@@egress-proxy-metrics %s 200\n%s %s 200 0\n" % (
+        PAGE % ("7", 1), gone, gone, base64.b64encode((PAGE % ("4242", 1)).encode()).decode())).encode())
+    endless = pages(None)
+    limit = play["vars"]["status_page_bytes"]
+    started = time.monotonic()
+    completed = subprocess.run(["sh", "-c", read["vars"]["status_read_pages"], "status.yml", str(limit + 1),
+                                honest, forging, gone, endless],
+                               capture_output=True, text=True, check=True, timeout=60)
+    assert time.monotonic() - started < 15
+    assert len(completed.stdout) < 4 * (limit + 1024), len(completed.stdout)
+    assert metrics_pages(completed.stdout, limit) == {
+        honest: {"answer": "up", "requests": 3}, forging: {"answer": "up", "requests": 7},
+        gone: {"answer": "no answer", "requests": None}, endless: {"answer": "unreadable", "requests": None}}
+
+
 def test_the_status_playbook_reads_the_pages_from_where_verify_reaches_the_proxies():
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "playbooks", "status.yml")) as handle:
         (play,) = yaml.safe_load(handle)
     (read,) = [task for task in play["tasks"] if task["name"] == "Read the metrics page of each running proxy"]
     argv = read["ansible.builtin.command"]["argv"]
-    assert "egress_proxy_verify_netns" in argv and "@@egress-proxy-metrics %{url_effective} %{http_code}" in argv
+    assert "egress_proxy_verify_netns" in argv and "status_read_pages" in argv and "status_urls" in argv
     assert read["changed_when"] is False

@@ -84,7 +84,7 @@ ran["proxy_report"] = proxy_report({"proxies": [{"id": "hosts/hv1/domains/egress
 targets = metrics_targets([{"name": "egress-a", "ip": "10.0.0.5"}], instances, "hv1", "egress")
 ran["metrics_targets"] = targets["groups"][0]["targets"]
 ran["metrics_file_sd"] = len(metrics_file_sd({"hv1": targets["groups"]}, None, ["hv1"]))
-ran["metrics_pages"] = metrics_pages("@@egress-proxy-metrics http://10.0.0.5:9301/metrics 000\n")
+ran["metrics_pages"] = metrics_pages("http://10.0.0.5:9301/metrics  000 7\n")
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
 print(json.dumps(ran))
 '''
