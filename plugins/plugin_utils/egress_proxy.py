@@ -39,7 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_co
     squid_settings,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 
 # The per-instance keys and the role-wide variable each one falls back to (meta/argument_specs.yml).
 INSTANCE_DEFAULTS = (
@@ -190,15 +190,22 @@ def _placement_problems(kept, variables):
 
 
 def _password_problems(kept, variables):
-    """Each user's password is text squid can be sent: not empty, no control character. Never quoted."""
+    """Each user's password is text squid can be sent and check: not empty, no control character, what
+    password_problem accepts (at most 511 bytes). Never quoted."""
     problems = []
     for instance in kept:
         for index, user in enumerate(instance["users"] or []):
             password = user.get("password") if isinstance(user, dict) else None
-            if not isinstance(password, str) or not password or control_character(password) is not None:
-                problems.append("users[%d] (%s) of %s on %s: the password is empty, not text, or has a control character"
-                                % (index, _json(user.get("name") if isinstance(user, dict) else None), instance["name"],
-                                   variables["inventory_hostname"]))
+            if not isinstance(password, str) or not password:
+                problem = "the password is empty or not text"
+            elif control_character(password) is not None:
+                problem = "the password has a control character"
+            else:
+                problem = password_problem(password)
+            if problem is not None:
+                problems.append("users[%d] (%s) of %s on %s: %s." % (
+                    index, _json(user.get("name") if isinstance(user, dict) else None), instance["name"],
+                    variables["inventory_hostname"], problem))
     return problems
 
 

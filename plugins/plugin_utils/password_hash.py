@@ -9,9 +9,10 @@ made here, in pure Python, because the controller may have ansible-core alone: n
 module (deprecated in 3.11, gone in 3.13). sha512_crypt follows Ulrich Drepper's specification, "Unix crypt using
 SHA-256 and SHA-512", which glibc and libxcrypt implement.
 
-squid_user_hash gives the same hash for the same (owner, user, password) on every run: its salt is derived from
-them instead of drawn at random, so a second run of the role renders the same password file and changes nothing.
-No message raised here holds the clear text password.
+squid_user_hash gives the same hash for the same (owner, user, password) on every run: its salt is derived from owner
+and user alone, instead of drawn at random, so a second run of the role renders the same password file and changes
+nothing. The salt holds nothing of the password: a guess at a password from its hash line costs a whole SHA-512-crypt
+at SQUID_ROUNDS. No message raised here holds the clear text password.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,6 +33,13 @@ ROUNDS_MAX = 999999999
 # user and run, thanks to the cache below. It is 20 times crypt's default of 5000 rounds, so each guess against a
 # leaked password file costs an attacker 20 times as much.
 SQUID_ROUNDS = 100000
+# libxcrypt's crypt(3), which squid's basic_ncsa_auth calls on Debian, Ubuntu, RHEL and Fedora, refuses a password of
+# CRYPT_MAX_PASSPHRASE_SIZE (512) bytes or more: it answers "*0", which matches no hash, so such a user could never
+# log in.
+PASSWORD_MAX_BYTES = 511
+# The key of the salt's HMAC: a fixed label, no secret. It keeps these salts apart from any other HMAC-SHA256 of the
+# same owner and user; a new label would give every user a new hash, once.
+SALT_KEY = b"egress_proxies.kvm squid_user_hash salt"
 
 # The order in which the 64 bytes of the last digest are written, three at a time (the specification's step 22).
 _ENCODING_ORDER = (
@@ -72,6 +80,21 @@ def _password_bytes(password):
         # ValueError has no __context__ to carry it along (``from None`` would only hide it from the traceback).
         pass
     raise ValueError("the password is no valid text: it holds a lone surrogate, which UTF-8 cannot encode")
+
+
+def password_problem(password):
+    """Why a proxy's squid could never accept ``password``, as a phrase ("the password is ..."); None when it can.
+
+    The phrase never quotes the password, nor says how long it is.
+    """
+    try:
+        key = _password_bytes(password)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    if len(key) > PASSWORD_MAX_BYTES:
+        return ("the password is %d bytes or more in UTF-8, and the proxy's crypt(3) checks at most %d: the user could "
+                "never log in. Use a shorter password" % (PASSWORD_MAX_BYTES + 1, PASSWORD_MAX_BYTES))
+    return None
 
 
 def sha512_crypt(password, salt, rounds):
@@ -116,14 +139,15 @@ def sha512_crypt(password, salt, rounds):
     return "$6$rounds=%d$%s$%s" % (rounds, salt, _encode(current))
 
 
-def _derived_salt(owner, user, key):
-    """16 crypt characters from HMAC-SHA256, keyed by the password, of ``owner NUL user``.
+def _derived_salt(owner, user):
+    """16 crypt characters from HMAC-SHA256, keyed by SALT_KEY, of ``owner NUL user``: the same on every run.
 
-    Keyed by the password, the salt changes whenever the password does (a new password gets a new salt, as it
-    would from a random one); owner and user make it differ between users and between deployments, so that equal
-    passwords do not give equal hashes. 16 characters of 64 use 96 of the HMAC's 256 bits, crypt's maximum.
+    Not from the password: the owner and the user are public (the domain's metadata, the status table, the scrape
+    targets' labels), so a salt computed from the password would let anyone test a guess with one HMAC, and skip
+    the rounds. owner and user make salts differ between users and between deployments, so that equal passwords do
+    not give equal hashes. 16 characters of 64 use 96 of the HMAC's 256 bits, crypt's maximum.
     """
-    digest = hmac.new(key, (owner + "\0" + user).encode("utf-8"), hashlib.sha256).digest()
+    digest = hmac.new(SALT_KEY, (owner + "\0" + user).encode("utf-8"), hashlib.sha256).digest()
     return "".join(CRYPT_ALPHABET[byte & 0x3F] for byte in digest[:SALT_MAX_LENGTH])
 
 
@@ -133,11 +157,15 @@ def squid_user_hash(owner, user, password):
     """The hash of password for user of owner's egress proxy, the same on every run: for squid's password file.
 
     SHA-512-crypt at SQUID_ROUNDS rounds, with the salt _derived_salt gives. owner and user are text without NUL:
-    the NUL separates them in the salt's message, so that ("a", "bc") and ("ab", "c") get different salts.
+    the NUL separates them in the salt's message, so that ("a", "bc") and ("ab", "c") get different salts. A password
+    that password_problem refuses is refused here too.
     """
     for name, value in (("owner", owner), ("user", user)):
         if not isinstance(value, str):
             raise TypeError("the %s must be text, not %s" % (name, type(value).__name__))
         if "\0" in value:
             raise ValueError("the %s must not hold a NUL character: %r" % (name, value))
-    return sha512_crypt(password, _derived_salt(owner, user, _password_bytes(password)), SQUID_ROUNDS)
+    problem = password_problem(password)
+    if problem is not None:
+        raise ValueError(problem)
+    return sha512_crypt(password, _derived_salt(owner, user), SQUID_ROUNDS)

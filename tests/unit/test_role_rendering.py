@@ -53,9 +53,14 @@ def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables()
         "texts=egress_proxy__texts) }}")
     # Each value of the mapping is the role's variable of that name.
     assert variables["egress_proxy__variables"] == {name: "{{ %s }}" % name for name in variables["egress_proxy__variables"]}
-    steps = tasks("instances.yml")
-    instances = named(steps, "Check the proxies of this hypervisor")["ansible.builtin.set_fact"]["egress_proxy__instances"]
+    # The instances (they hold the users' hashes): checked by a task that shows a refusal, then kept with no_log.
+    check = named(tasks("instances.yml"), "Check the proxies of this hypervisor")
+    instances = check["vars"]["egress_proxy__instances_checked"]
     assert "egress_proxy__desired | egress_proxies.kvm.proxy_instances(egress_proxy__variables)" in instances
+    shown, kept = check["block"]
+    assert "no_log" not in shown and "egress_proxy__instances_checked" in shown["ansible.builtin.assert"]["fail_msg"]
+    assert kept["no_log"] is True
+    assert kept["ansible.builtin.set_fact"] == {"egress_proxy__instances": "{{ egress_proxy__instances_checked }}"}
 
 
 RENDER = "Render the user-data and squid.conf of the proxies"

@@ -2,18 +2,24 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""password_hash against the SHA-512-crypt of the specification, of openssl and of the squid helper that checks it.
+"""password_hash against the SHA-512-crypt of the specification, of openssl, of libxcrypt and of the squid helper.
 
 Drepper's published vectors and ``openssl passwd -6`` hold sha512_crypt to the algorithm; squid's own
-basic_ncsa_auth (Debian's squid 5.7) holds squid_user_hash to what a proxy accepts. The rest: the same inputs
-give the same hash on every run, and no error shows the clear text password.
+basic_ncsa_auth (Debian's squid 5.7) holds squid_user_hash to what a proxy accepts, and libxcrypt's crypt(3) to the
+longest password it checks. The rest: the same inputs give the same hash on every run, the salt tells nothing of
+the password (issue 40: it was a password oracle), and no error shows the clear text password.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ctypes
+import ctypes.util
+import hashlib
+import hmac
 import subprocess
+import time
 import traceback
 from urllib.parse import quote
 
@@ -21,7 +27,10 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import (
     CRYPT_ALPHABET,
+    PASSWORD_MAX_BYTES,
     SQUID_ROUNDS,
+    _derived_salt,
+    password_problem,
     sha512_crypt,
     squid_user_hash,
 )
@@ -130,14 +139,95 @@ def test_the_salt_is_sixteen_crypt_characters():
     assert len(salt) == 16 and set(salt) <= set(CRYPT_ALPHABET)
 
 
-@pytest.mark.parametrize("owner, user, password", [
-    ("egress-us", "alice", SECRET),
-    ("egress-eu", "bob", SECRET),
-    ("egress-eu", "alice", SECRET + "!"),
-    ("egress-e", "ualice", SECRET),  # the NUL between owner and user keeps the parts apart
+@pytest.mark.parametrize("owner, user", [
+    ("egress-us", "alice"),
+    ("egress-eu", "bob"),
+    ("egress-e", "ualice"),  # the NUL between owner and user keeps the parts apart
 ])
-def test_another_owner_user_or_password_gets_another_salt(owner, user, password):
-    assert salt_of(squid_user_hash(owner, user, password)) != salt_of(squid_user_hash("egress-eu", "alice", SECRET))
+def test_another_owner_or_user_gets_another_salt(owner, user):
+    assert salt_of(squid_user_hash(owner, user, SECRET)) != salt_of(squid_user_hash("egress-eu", "alice", SECRET))
+
+
+# The attack of issue 40. A hash line from the users' file (a seed volume, a log at -v) and the public owner and user:
+# until then the salt was HMAC-SHA256 keyed by the password over "owner NUL user", so one HMAC tested a guess, and the
+# rounds protected nothing.
+OWNER, USER = "egress_proxies.kvm.egress_proxy", "ci"
+DICTIONARY = ["%s%d" % (word, number) for word in ("summer", "winter", "proxy", "letmein", "dragon") for number in range(4000)]
+LEAKED = DICTIONARY[17321]
+
+
+def salt_oracle(hash_line, owner, user, dictionary):
+    """The guess whose salt, derived as it was before issue 40, is the hash line's: one HMAC per guess, no crypt."""
+    salt = salt_of(hash_line)
+    message = (owner + "\0" + user).encode("utf-8")
+    for guess in dictionary:
+        digest = hmac.new(guess.encode("utf-8"), message, hashlib.sha256).digest()
+        if "".join(CRYPT_ALPHABET[byte & 0x3F] for byte in digest[:16]) == salt:
+            return guess
+    return None
+
+
+def test_the_salt_oracle_recovered_a_password_in_milliseconds_before_issue_40():
+    # A hash line made as before issue 40: the oracle finds its password among 20000 guesses without one crypt.
+    old_salt = "".join(CRYPT_ALPHABET[byte & 0x3F] for byte in hmac.new(
+        LEAKED.encode("utf-8"), (OWNER + "\0" + USER).encode("utf-8"), hashlib.sha256).digest()[:16])
+    old_line = sha512_crypt(LEAKED, old_salt, SQUID_ROUNDS)
+    started = time.perf_counter()
+    assert salt_oracle(old_line, OWNER, USER, DICTIONARY) == LEAKED
+    print("the old salt gave the password away in %.0f ms" % ((time.perf_counter() - started) * 1000))
+
+
+def test_the_salt_tells_nothing_of_the_password_so_a_guess_costs_a_whole_crypt():
+    line = squid_user_hash(OWNER, USER, LEAKED)
+    # The attack of issue 40 on today's hash line finds nothing.
+    assert salt_oracle(line, OWNER, USER, DICTIONARY) is None
+    # The salt is the same for every password of this owner and user: a function of public values, it carries no
+    # information about the password.
+    assert _derived_salt(OWNER, USER) == salt_of(line)
+    assert salt_of(squid_user_hash(OWNER, USER, "another password")) == salt_of(line)
+    # So the only test of a guess is SHA-512-crypt at SQUID_ROUNDS of it, under the line's salt.
+    assert sha512_crypt(LEAKED, salt_of(line), SQUID_ROUNDS) == line
+    assert sha512_crypt(DICTIONARY[0], salt_of(line), SQUID_ROUNDS) != line
+
+
+def libxcrypt():
+    """crypt(3) of the machine's libcrypt.so.1 through ctypes, or None when there is none."""
+    path = ctypes.util.find_library("crypt")
+    if path is None:
+        return None
+    library = ctypes.CDLL(path)
+    library.crypt.restype = ctypes.c_char_p
+    library.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    return library.crypt
+
+
+@pytest.mark.skipif(libxcrypt() is None, reason="no libcrypt.so.1 on this machine")
+def test_the_longest_password_is_the_longest_libxcrypt_checks():
+    crypt = libxcrypt()
+    setting = "$6$rounds=1000$abcdefghijklmnop"
+    longest = "€" * 170 + "p"  # 511 bytes in UTF-8
+    assert len(longest.encode("utf-8")) == PASSWORD_MAX_BYTES
+    # At the limit libxcrypt computes the hash sha512_crypt does; one byte more and it answers "*0", which no hash is.
+    assert crypt(longest.encode("utf-8"), setting.encode("ascii")).decode("ascii") == sha512_crypt(longest, setting[15:], 1000)
+    for password in (longest + "p", "p" * (PASSWORD_MAX_BYTES + 1), "€" * 171):
+        assert crypt(password.encode("utf-8"), setting.encode("ascii")) in (b"*0", b"*1", None)
+        assert password_problem(password).startswith("the password is %d bytes or more" % (PASSWORD_MAX_BYTES + 1))
+    assert password_problem(longest) is None
+
+
+@pytest.mark.parametrize("password", ["p" * (PASSWORD_MAX_BYTES + 1), "€" * 171])
+def test_squid_user_hash_refuses_a_password_the_proxy_could_never_check(password):
+    with pytest.raises(ValueError) as caught:
+        squid_user_hash("egress-eu", "alice", password)
+    assert password[:20] not in str(caught.value) and "512 bytes or more" in str(caught.value)
+
+
+def test_squids_helper_accepts_the_longest_password(tmp_path):
+    longest = "€" * 170 + "p"
+    password_file = tmp_path / "passwords"
+    password_file.write_text("alice:%s\n" % squid_user_hash("egress-eu", "alice", longest))
+    assert [answer.split()[0] for answer in helper_answers(password_file, [("alice", longest), ("alice", longest[:-1])])] == [
+        "OK", "ERR"]
 
 
 def rendered(error):

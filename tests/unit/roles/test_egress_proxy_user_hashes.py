@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the egress_proxies.kvm collection
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The proxy users' hashes and passwords in the role's output (issue 40, items 1 and 7).
+
+The role's checks and the shaping of kvm_proxy_set's arguments (tasks/arguments.yml, which imports tasks/instances.yml)
+run through ansible-playbook at -vvv: neither a user's password nor its hash is in the output, and a password the
+proxy could never check (512 bytes or more) is refused in a message that names the user and still shows at -vvv.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import PASSWORD_MAX_BYTES, squid_user_hash
+from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+
+OWNER = "egress-hashes"
+PASSWORD = "correct horse:battery staple"
+FLEET_PASSWORD = "fleet-entry-secret"
+ENTRY = {"name": "egress-1", "address": "198.51.100.5/24"}
+BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.100.0/24"], "egress_proxy_uid": OWNER,
+        "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}}
+
+
+def hash_parts(user, password):
+    """The hash line's parts an output must not hold: the whole hash, and the hash proper after its salt."""
+    whole = squid_user_hash(OWNER, user, password)
+    return [whole, whole.rsplit("$", 1)[1]]
+
+
+def test_no_hash_and_no_password_reach_the_roles_output_at_vvv(tmp_path):
+    # Role-wide users, and a fleet entry with its own.
+    variables = dict(BASE, egress_proxy_users=[{"name": "alice", "password": PASSWORD}], egress_proxy_instances=[ENTRY],
+                     egress_proxy_fleet=[dict(ENTRY, name="egress-2", address="198.51.100.6/24", hypervisor="localhost",
+                                              users=[{"name": "carol", "password": FLEET_PASSWORD}])])
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, options=["-vvv"])
+    assert "task path: " in out and "Keep kvm_proxy_set's arguments for the converge" in out  # -vvv, the whole file ran
+    secrets = [PASSWORD, FLEET_PASSWORD] + hash_parts("alice", PASSWORD) + hash_parts("carol", FLEET_PASSWORD)
+    found = [secret for secret in secrets if secret in out.replace("\\n", "\n")]
+    assert found == [], "at -vvv the output holds %s" % found
+
+
+@pytest.mark.parametrize("password", ["p" * (PASSWORD_MAX_BYTES + 1), "€" * 171, "q" * 4096],
+                         ids=["512-ascii", "513-utf8", "4096"])
+def test_a_password_the_proxy_could_never_check_is_refused_naming_the_user_at_vvv(tmp_path, password):
+    variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[
+        {"name": "alice", "password": PASSWORD}, {"name": "bob", "password": password}])
+    with pytest.raises(AssertionError) as failed:
+        run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, options=["-vvv"])
+    out = str(failed.value)
+    # The check's task fails with the role's sentence; the task that keeps the instances never ran.
+    assert "TASK [egress_proxies.kvm.egress_proxy : Check the proxies of this hypervisor]" in out, out[-3000:]
+    assert ('users[1] ("bob") of egress-1 on localhost: the password is %d bytes or more in UTF-8, and the proxy\'s '
+            'crypt(3) checks at most %d' % (PASSWORD_MAX_BYTES + 1, PASSWORD_MAX_BYTES)) in out, out[-3000:]
+    assert "Keep the proxies of this hypervisor" not in out
+    found = [secret for secret in [password, password[:64], PASSWORD] + hash_parts("alice", PASSWORD) if secret in out]
+    assert found == [], "the refusal at -vvv holds %s" % found
+
+
+def test_a_password_of_the_limit_is_kept(tmp_path):
+    longest = "€" * 170 + "p"  # 511 bytes in UTF-8
+    variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[{"name": "bob", "password": longest}])
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True)
+    assert "Keep kvm_proxy_set's arguments for the converge" in out
