@@ -110,6 +110,10 @@ class FakeGuest:
     meaning; any other program is looked up in ``programs`` ({path: function
     (argv, guest) -> (exit code, stdout bytes, stderr bytes)}), and a missing
     one fails like exec would. ``ran`` lists every argv run.
+
+    A compromised guest answers what it likes: ``hostile`` ({command:
+    function(arguments, honest reply) -> reply}) replaces the reply of a
+    command; ``answered`` counts the replies given.
     """
 
     def __init__(self):
@@ -117,6 +121,8 @@ class FakeGuest:
         self.files = {_policy.BOOT_FINISHED: FakeFile(b"1000.0 Wed, 02 Dec 2026 10:00:00 +0000\n")}
         self.groups = {"root", "proxy"}
         self.programs = {}
+        self.hostile = {}
+        self.answered = 0
         self.ran = []
         self._handles = {}
         self._exited = {}
@@ -149,10 +155,24 @@ class FakeGuest:
                 self.files[path] = self.files.pop(staged)
         elif script == _policy._ROLLBACK:
             for path in args:
-                if path + kept in self.files:
+                if path + _policy.STAGED_SUFFIX in self.files:
+                    self.files.pop(path + _policy.STAGED_SUFFIX)
+                    self.files.pop(path + kept, None)
+                elif path + kept in self.files:
                     self.files[path] = self.files.pop(path + kept)
                 else:
                     self.files.pop(path, None)
+        elif script == _policy._DISCARD:
+            for path in args:
+                self.files.pop(path, None)
+        elif script == _policy._RECOVER:
+            recovered = False
+            for path in args:
+                self.files.pop(path + _policy.STAGED_SUFFIX, None)
+                if path + kept in self.files:
+                    self.files[path] = self.files.pop(path + kept)
+                    recovered = True
+            return (_policy.RECOVERED if recovered else 0), b"", b""
         elif script == _policy._COMMIT:
             for path in args:
                 self.files.pop(path + kept, None)
@@ -161,7 +181,13 @@ class FakeGuest:
         return 0, b"", b""
 
     def command(self, name, arguments):
-        arguments = arguments or {}
+        self.answered += 1
+        reply = self._honest(name, arguments or {})
+        if name in self.hostile:
+            return self.hostile[name](arguments or {}, reply)
+        return reply
+
+    def _honest(self, name, arguments):
         if name == "guest-ping":
             return {}
         if name == "guest-file-open":

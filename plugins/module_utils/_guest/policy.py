@@ -9,10 +9,12 @@ changes; the policy is not. A new VM gets it in its seed (``cloud_config``,
 which _seed.nocloud adds to the user-data), and a running one gets a change
 in place through the guest agent (``apply_policy``): the changed files are
 written beside the old ones, moved into place (the old kept), ``validate``
-runs with the new ones in place, the old ones come back when it fails, and
-``reload`` makes the service read them (for squid a reconfigure: the connections
-it holds go on). The files are read back (``read_policy``) on every run, so
-one edited by hand in the guest is drift, restored by the next run.
+runs with the new ones in place, the old ones come back when it did not pass
+(refused, or not known to have passed: the agent gone, too slow or breaking
+the protocol), and ``reload`` makes the service read them (for squid a
+reconfigure: the connections it holds go on). The files are read back
+(``read_policy``) on every run, so one edited by hand in the guest is drift,
+restored by the next run.
 
 The policy's digest (``Policy.digest``) is recorded in the domain's metadata
 when the VM is defined and after each apply: what a proxy enforces is known
@@ -30,12 +32,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
+    KvmError,
     PermanentError,
     TransientError,
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, quoted
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestFileError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
+    ROLLBACK_SECONDS,
+    UNUSABLE_AGENT,
+    AgentUnavailableError,
+    GuestFileError,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, text_bytes
 
 # An absolute path of plain components: no "." or "..", no white space, quotes or shell characters.
@@ -57,8 +65,18 @@ _STAGE = 'umask 077 && while [ $# -gt 0 ]; do : > "$3" && chown -- "$1" "$3" && 
 # the new one, never half of one).
 _INSTALL = ('set -e; while [ $# -gt 0 ]; do if [ -e "$2" ]; then cp -p -- "$2" "$2%s"; else rm -f -- "$2%s"; fi; '
             'mv -f -- "$1" "$2"; shift 2; done' % (KEPT_SUFFIX, KEPT_SUFFIX))
-# The old files back where validate refused the new ones (a file that was not there before is removed).
-_ROLLBACK = 'for f; do if [ -e "$f%s" ]; then mv -f -- "$f%s" "$f"; else rm -f -- "$f"; fi; done' % (KEPT_SUFFIX, KEPT_SUFFIX)
+# Per file: the old one back where the new one was not validated, from wherever the apply stopped. A file whose
+# staged copy is still there was not moved (every staged file exists once the install starts): only the staged copy
+# goes. One moved has its old copy kept, or had none (it is new: removed).
+_ROLLBACK = ('for f; do if [ -e "$f%s" ]; then rm -f -- "$f%s" "$f%s"; elif [ -e "$f%s" ]; then mv -f -- "$f%s" "$f"; '
+             'else rm -f -- "$f"; fi; done' % (STAGED_SUFFIX, STAGED_SUFFIX, KEPT_SUFFIX, KEPT_SUFFIX, KEPT_SUFFIX))
+# Per staged file: removed, where the apply stopped before any file moved.
+_DISCARD = 'for f; do rm -f -- "$f"; done'
+# Per file: an old copy an earlier apply kept and never committed (its rollback could not run) put back, so what is
+# kept now is what was enforced before that apply, never its unvalidated files. Exits RECOVERED when it put one back.
+RECOVERED = 3
+_RECOVER = ('r=0; for f; do rm -f -- "$f%s" || exit 1; if [ -e "$f%s" ]; then mv -f -- "$f%s" "$f" || exit 1; r=%d; fi; '
+            'done; exit $r' % (STAGED_SUFFIX, KEPT_SUFFIX, KEPT_SUFFIX, RECOVERED))
 _COMMIT = 'for f; do rm -f -- "$f%s"; done' % KEPT_SUFFIX
 SHELL = "/bin/sh"
 # cloud-init writes it when a VM's first boot is over: the seed's files written (the policy's too, deferred after
@@ -220,17 +238,17 @@ def _first_boot_over(agent):
 
 def await_first_boot(agent, timeout):
     """Wait until the guest's first boot is over, at most ``timeout`` seconds; its agent may restart meanwhile."""
-    deadline = agent.timing.monotonic() + timeout
+    deadline = agent.budget.monotonic() + timeout
     while True:
         try:
             if _first_boot_over(agent):
                 return
         except AgentUnavailableError:
             pass  # restarted by the first boot's runcmd
-        if agent.timing.monotonic() >= deadline:
+        if agent.budget.monotonic() >= deadline:
             raise TransientError("the first boot of domain '%s' (cloud-init) did not finish within %d s, so its "
                                  "policy was not applied; run the task again once it has" % (agent.name, timeout))
-        agent.timing.sleep(1)
+        agent.sleep(1)
 
 
 def read_policy(agent, policy):
@@ -246,44 +264,82 @@ def read_policy(agent, policy):
             except GuestFileError:
                 data = None
             contents[policy_file.path] = data
-    except AgentUnavailableError as error:
+    except UNUSABLE_AGENT as error:
+        # A guest that breaks the protocol or is too slow counts as one whose agent does not answer: nothing it says
+        # about its files is known, the plan warns (or applies, and that fails naming it) and the set goes on.
         return GuestPolicy({}, error.message)
     return GuestPolicy(contents)
 
 
 def apply_policy(agent, policy, paths):
-    """Write the files of ``policy`` at ``paths`` into the guest, validate, and reload; raises PermanentError.
+    """Write the files of ``policy`` at ``paths`` into the guest, validate, and reload; raises a KvmError.
 
-    Validation refused: the old files are back, nothing reloaded. The files
-    that need no change are not touched; ``reload`` runs whenever a file changed.
+    On every path that did not validate (validate refused them, or the agent
+    failed, was too slow or broke the protocol anywhere before validate
+    passed) the old files are put back, nothing reloaded, and the error says
+    so. When even that cannot run (the agent gone), the new files stay in
+    place unvalidated, not loaded until the service restarts, and the next
+    run repairs it: the caller records the policy's digest only after this
+    returns, so the domain still records the old one; observe then finds
+    the policy not current (a new policy) or the files drifted (the old one),
+    plans an apply again, and that apply first puts back the old files kept
+    beside them (_RECOVER) before it stages the new ones, so what it keeps is
+    never an unvalidated file. The files that need no change are not touched;
+    ``reload`` runs whenever a file changed.
     """
-    changing = [f for f in policy.files if f.path in paths]
+    recovered = _run(agent, [SHELL, "-c", _RECOVER, "sh"] + [f.path for f in policy.files],
+                     "putting back the old policy files an earlier apply left", allowed=(RECOVERED,))
+    # A file put back may differ from the policy where observe found it equal: every file is written then.
+    changing = [f for f in policy.files if f.path in paths or recovered.exitcode == RECOVERED]
+    moved = [f.path for f in changing]
     staged = [f.path + STAGED_SUFFIX for f in changing]
     stage = []
     for policy_file, staged_path in zip(changing, staged):
         stage += ["%s:%s" % (policy_file.owner, policy_file.group), policy_file.mode, staged_path]
-    _run(agent, [SHELL, "-c", _STAGE, "sh"] + stage, "preparing the policy files")
-    for policy_file, staged_path in zip(changing, staged):
-        agent.write_file(staged_path, policy_file.content)
+    try:
+        _run(agent, [SHELL, "-c", _STAGE, "sh"] + stage, "preparing the policy files")
+        for policy_file, staged_path in zip(changing, staged):
+            agent.write_file(staged_path, policy_file.content)
+    except KvmError as error:
+        raise _undone(agent, error, [SHELL, "-c", _DISCARD, "sh"] + staged, "no policy file was moved",
+                      "the staged files (%s) stay beside them, unused" % STAGED_SUFFIX) from error
     install = []
     for policy_file, staged_path in zip(changing, staged):
         install += [staged_path, policy_file.path]
-    _run(agent, [SHELL, "-c", _INSTALL, "sh"] + install, "putting the policy files in place")
-    moved = [f.path for f in changing]
-    if policy.validate:
-        checked = agent.run(policy.validate)
-        if checked.exitcode != 0:
-            _run(agent, [SHELL, "-c", _ROLLBACK, "sh"] + moved, "putting the old policy files back")
-            raise PermanentError("%s refused the new policy (exit %d): %s; the old files are back in place and still "
-                                 "enforced" % (" ".join(policy.validate), checked.exitcode, checked.said()))
+    try:
+        _run(agent, [SHELL, "-c", _INSTALL, "sh"] + install, "putting the policy files in place")
+        if policy.validate:
+            checked = agent.run(policy.validate)
+            if checked.exitcode != 0:
+                raise PermanentError("%s refused the new policy (exit %d): %s" % (
+                    " ".join(policy.validate), checked.exitcode, checked.said()))
+    except KvmError as error:
+        raise _undone(agent, error, [SHELL, "-c", _ROLLBACK, "sh"] + moved,
+                      "the old files are back in place and still enforced",
+                      "the new files, not validated, stay in place but the service was not reloaded with them (a "
+                      "restart would load them); the next run puts the old ones back before it applies again") from error
+    # Validated: from here on a failure leaves the new files in place, not reloaded and not recorded, so the next
+    # run applies them again.
     _run(agent, [SHELL, "-c", _COMMIT, "sh"] + moved, "removing the old policy files")
     if policy.reload:
         _run(agent, list(policy.reload), "reloading the service")
 
 
-def _run(agent, argv, doing):
+def _undone(agent, error, argv, undone, left):
+    """``error`` of an apply that stopped before its files were validated, once ``argv`` put the old state back:
+    saying ``undone``, or, when that failed too (the same agent failing again), what is ``left``."""
+    agent.budget.grant(ROLLBACK_SECONDS)
+    try:
+        _run(agent, argv, "undoing the apply")
+    except KvmError as failed:
+        return error.after("%s; putting the old policy files back failed too (%s): %s" % (
+            error.message, failed.message, left), error.completed_actions or [])
+    return error.after("%s; %s" % (error.message, undone), error.completed_actions or [])
+
+
+def _run(agent, argv, doing, allowed=()):
     completed = agent.run(argv)
-    if completed.exitcode != 0:
+    if completed.exitcode != 0 and completed.exitcode not in allowed:
         raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
             doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.said()))
     return completed

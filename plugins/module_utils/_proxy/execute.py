@@ -32,7 +32,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import execute
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import AgentUnavailableError, GuestAgent
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import UNUSABLE_AGENT, GuestAgent
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import (
     apply_policy,
     await_first_boot,
@@ -77,14 +77,15 @@ class Timing:
     monotonic: Any = time.monotonic
 
 
-def carry_out(hypervisor, request, plan, images, timing, pool):
+def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget):
     """Carry out ``plan``'s steps for ``request``; the Outcome as they leave it.
 
     ``images`` is the proxy's _proxy.observe.ImageSource (its lock directory
     also guards the overlay's creation); ``pool`` the requested pool's handle,
-    to build in (None when nothing is built).
+    to build in (None when nothing is built); ``guest_budget`` the proxy's
+    _guest.agent.GuestBudget, what its observation left of it.
     """
-    operations = _Operations(hypervisor, request, images, timing, pool)
+    operations = _Operations(hypervisor, request, images, timing, pool, guest_budget)
 
     def failed(error, step, done):
         # Everything before this step stays done, and running the task again resumes from here.
@@ -103,12 +104,13 @@ def _acting_on(target, outcome):
 class _Operations:
     """The operations of a proxy's steps; each ``(target, outcome) -> outcome``."""
 
-    def __init__(self, hypervisor, request, images, timing, pool):
+    def __init__(self, hypervisor, request, images, timing, pool, guest_budget):
         self.hv = hypervisor
         self.request = request
         self.images = images
         self.timing = timing
         self.pool = pool
+        self.guest_budget = guest_budget
 
     def by_name(self):
         return {
@@ -173,17 +175,22 @@ class _Operations:
         before it counts as up. A VM whose first boot is still going on is given until wait_timeout to end it.
         """
         request = self.request
-        agent = GuestAgent(self.hv, domain.handle, request.name, self.timing)
+        agent = GuestAgent(self.hv, domain.handle, request.name, self.timing, self.guest_budget)
+        advice = ("Start or repair its agent, or set on_unreachable_agent=replace to replace a proxy whose agent does "
+                  "not answer or breaks the protocol")
         try:
             if steps.START_DOMAIN in outcome.actions:
                 agent.await_answer(request.wait_timeout)
             else:
                 agent.ping()  # an agent that is not there fails at once, not after wait_timeout
             await_first_boot(agent, request.wait_timeout)
+        except UNUSABLE_AGENT as error:
+            raise error.after("%s; it still enforces the policy it had. %s" % (error.message, advice), []) from error
+        try:
             apply_policy(agent, request.policy, outcome.policy_paths)
-        except AgentUnavailableError as error:
-            raise error.after("%s; it still enforces the policy it had. Start its agent, or set on_unreachable_agent="
-                              "replace to replace a proxy whose agent does not answer" % error.message, []) from error
+        except UNUSABLE_AGENT as error:
+            # apply_policy's message says where the files are left.
+            raise error.after("%s. %s" % (error.message, advice), []) from error
         unchanged = read_policy(agent, request.policy).drifted(request.policy)
         if unchanged:
             raise TransientError("the policy files %s of domain '%s' read back different from what was written "

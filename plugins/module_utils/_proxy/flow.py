@@ -51,6 +51,7 @@ from typing import Any, Optional
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestBudget
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
@@ -90,6 +91,7 @@ class Member:
     observation: Any
     plan: Any
     outcome: Any  # the plan's Outcome, completed once its steps ran
+    guest_budget: Any  # its _guest.agent.GuestBudget: one for all its guest agent exchanges in the run
     settled: Any = None
 
     @property
@@ -211,14 +213,15 @@ class ProxyFlow:
     def _member(self, proxy, listed, label):
         """The proxy observed and planned; an error says which entry (``label``) it is about."""
         images = ImageSource(self.hv, proxy, **self.image_options)
+        guest_budget = GuestBudget.of_proxy(proxy.wait_timeout, self.timing.monotonic)
         try:
-            observation = observe_proxy(self.hv, proxy, images, listed)
+            observation = observe_proxy(self.hv, proxy, images, listed, guest_budget=guest_budget)
             planned = plan(proxy, observation)
         except KvmError as error:
             if label is None:
                 raise
             raise error.after("%s: %s" % (label, error.message), error.completed_actions or []) from error
-        return Member(proxy, label, images, observation, planned, planned.result)
+        return Member(proxy, label, images, observation, planned, planned.result, guest_budget)
 
     def _execute(self, members, removals, done):
         """First what adds capacity or costs none, awaited; then what takes capacity away, ``max_unavailable`` at a time.
@@ -263,7 +266,8 @@ class ProxyFlow:
         """Carry out one member's plan; the KvmError it raised, or None."""
         pool = member.observation.build.pool if member.observation.build is not None else None
         try:
-            member.outcome = carry_out(self.hv, member.request, member.plan, member.images, self.timing, pool)
+            member.outcome = carry_out(self.hv, member.request, member.plan, member.images, self.timing, pool,
+                                       member.guest_budget)
         except KvmError as error:
             return error
         return None

@@ -331,11 +331,12 @@ class Observation:
     guest_policy: Any = None  # _guest.policy.GuestPolicy of a kept running VM with a policy: its files as read back
 
 
-def observe_proxy(hypervisor, request, images, listed=None):
+def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
     """Everything the plan of ``request`` needs, read once; what is read depends on the verdict on its domain.
 
     ``images`` is the proxy's ImageSource; ``listed`` a set's Listing of every
-    domain, in which the domain is found rather than looked up.
+    domain, in which the domain is found rather than looked up;
+    ``guest_budget`` the proxy's _guest.agent.GuestBudget for this run.
     """
     domain = observe_domain(hypervisor, request.name, listed)
     spec = digest = probe = None
@@ -353,7 +354,9 @@ def observe_proxy(hypervisor, request, images, listed=None):
     guest_policy = None
     if request.policy is not None and verdict.kind == KEEP and domain.state in (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED):
         # Read back on every run: a file edited by hand in the guest is drift, whatever the metadata records.
-        guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None), request.policy)
+        # Only reads, never polls (no timing); a guest that breaks the protocol or is too slow reads as unavailable.
+        guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None, guest_budget),
+                                   request.policy)
         # Replaced only when it must get a policy it does not hold: one that holds it goes on enforcing it.
         if (guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE
                 and domain.metadata.policy_digest != request.policy_digest):

@@ -188,10 +188,11 @@ def _policy(request, observation, started):
     if guest is None:
         return (everything if started and not current else ()), (), None
     if guest.unavailable is not None:
-        if current:
-            return (), (), ("the policy files of domain '%s' could not be read back, so whether they were changed in "
-                            "the guest is unknown: %s" % (request.name, guest.unavailable))
-        return everything, (), None  # the apply fails with the agent's silence, naming the proxy
+        # Said either way, so a check-mode run names a proxy whose agent is silent or breaks the protocol: the apply
+        # of one that must get the policy then fails naming it.
+        warning = ("the policy files of domain '%s' could not be read back, so whether they were changed in the "
+                   "guest is unknown: %s" % (request.name, guest.unavailable))
+        return ((), (), warning) if current else (everything, (), warning)
     if not current:
         return everything, (), None  # written once the first boot is over, when it is still going on
     drifted = guest.drifted(policy)  # none while the first boot writes the seed's files

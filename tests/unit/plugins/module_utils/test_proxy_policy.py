@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import BOOT_FINISHED, Policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import _STAGE, BOOT_FINISHED, SHELL, Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import USER_DATA as USER_DATA_FILE
@@ -113,7 +113,7 @@ def test_a_file_edited_in_the_guest_is_drift_check_mode_reports_and_the_run_rest
     result = converge(hv, set_request(NAMES, policy=policy()))
     assert guest.files["/etc/squid/squid.conf"].content == SQUID_CONF.encode()
     # Only the drifted file is written; the users' file is left as it is.
-    staged = [argv[4:] for argv in guest.ran if argv[0] == "/bin/sh"][0]
+    staged = [argv[4:] for argv in guest.ran if argv[:3] == [SHELL, "-c", _STAGE]][0]
     assert staged == ["root:root", "0644", "/etc/squid/squid.conf.kvm-new"]
     assert result["proxies"][1]["policy_drift"] == ["/etc/squid/squid.conf"]
 
