@@ -7,16 +7,33 @@
 The role's checks and the shaping of kvm_proxy_set's arguments (tasks/arguments.yml, which imports tasks/instances.yml)
 run through ansible-playbook at -vvv: neither a user's password nor its hash is in the output, and a password the
 proxy could never check (512 bytes or more) is refused in a message that names the user and still shows at -vvv.
+The upgrade that changed every hash (the salt no longer derived from the password) is a policy change: applied in
+place, no proxy replaced.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import pytest
+import copy
+import hashlib
+import hmac
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import PASSWORD_MAX_BYTES, squid_user_hash
+import pytest
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import (
+    CRYPT_ALPHABET,
+    PASSWORD_MAX_BYTES,
+    SQUID_ROUNDS,
+    sha512_crypt,
+    squid_user_hash,
+)
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import SQUID_USERS, policy_files, role_set_args
 
 OWNER = "egress-hashes"
 PASSWORD = "correct horse:battery staple"
@@ -66,3 +83,29 @@ def test_a_password_of_the_limit_is_kept(tmp_path):
     variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[{"name": "bob", "password": longest}])
     out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True)
     assert "Keep kvm_proxy_set's arguments for the converge" in out
+
+
+def set_request(arguments):
+    """kvm_proxy_set's request of ``arguments`` (proxy_set_args'), as the module reads them."""
+    spec = dict(common_argument_spec(), **kvm_proxy_set_argument_spec())
+    checked = ArgumentSpecValidator(spec).validate(arguments)
+    assert not checked.error_messages, checked.error_messages
+    return SetRequest.from_params(checked.validated_parameters)
+
+
+def test_the_upgrades_new_hash_is_a_policy_change_applied_in_place_never_a_new_machine():
+    # The users' file as the role wrote it before issue 40 (its salt keyed by the password), and as it writes it now.
+    arguments = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=[{"name": "alice", "password": PASSWORD}]))
+    users = policy_files(arguments["proxies"][0])[SQUID_USERS]
+    old_salt = "".join(CRYPT_ALPHABET[byte & 0x3F] for byte in hmac.new(
+        PASSWORD.encode("utf-8"), (OWNER + "\0alice").encode("utf-8"), hashlib.sha256).digest()[:16])
+    old_line = "alice:%s\n" % sha512_crypt(PASSWORD, old_salt, SQUID_ROUNDS)
+    assert users["secret_content"] == "alice:%s\n" % squid_user_hash(OWNER, "alice", PASSWORD) != old_line
+    before = copy.deepcopy(arguments)
+    (old_users,) = [entry for entry in before["proxies"][0]["policy"]["files"] if entry["path"] == SQUID_USERS]
+    old_users["secret_content"] = old_line
+    (old,), (new,) = set_request(before).proxies, set_request(arguments).proxies
+    # kvm_proxy_set replaces a VM whose spec changed (its digest is in the domain's metadata) and applies a changed
+    # policy in place: the spec (the seed's files without the policy) is the same, the policy's digest is not.
+    assert old.spec() == new.spec() and old.machine_files() == new.machine_files()
+    assert old.policy_digest != new.policy_digest
