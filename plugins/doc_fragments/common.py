@@ -32,7 +32,6 @@ options:
       - V(0) waits for ever.
     type: int
     default: 30
-    version_added: 0.5.0
 requirements:
   - libvirt-python (Debian/Ubuntu/RHEL package C(python3-libvirt)) on the host that runs the module.
   - lxml (Debian/Ubuntu/RHEL package C(python3-lxml)) on the host that runs the module.

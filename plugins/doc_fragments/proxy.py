@@ -301,6 +301,10 @@ options:
         O(wait_timeout), before it counts as up. A VM left stopped (O(state=stopped)) gets its seed written again
         with the new files (action V(write seed)), and the policy when a later run starts it.
       - A running VM whose guest agent does not answer is handled as O(on_unreachable_agent) says.
+      - What the guest agent answers is the guest's word: a reply of the wrong shape, a read that makes no progress
+        or more bytes than asked fails naming the proxy and what its guest did (C(error_kind=guest_protocol)). All
+        the agent exchanges with one proxy in a run may take O(wait_timeout) plus 120 seconds
+        (C(error_kind=guest_timeout) beyond). Either counts as an agent that does not answer.
       - Without O(policy), the policy files a VM holds are left as they are.
       - The guest must run qemu-guest-agent (the default O(vendor_data) installs it). Reading the files uses the
         agent commands C(guest-ping), C(guest-file-open), C(guest-file-read) and C(guest-file-close); applying them
@@ -352,7 +356,10 @@ options:
         description:
           - A program and its arguments (run without a shell) that checks the new files in the guest once they are in
             place and before O(policy.reload), for example V(['/usr/sbin/squid', '-k', 'parse']).
-          - When it exits non-zero, the old files are put back and the task fails with its output.
+          - When it exits non-zero, the old files are put back and the task fails with its output. They are put
+            back too when the apply stops anywhere before this check passed (the guest agent gone, too slow, or
+            breaking the protocol); when even that cannot run, the task says the new files stay in place, not
+            loaded, and the next run puts the old ones back before it applies again.
           - It must finish within 60 seconds.
         type: list
         elements: str
@@ -366,7 +373,8 @@ options:
         elements: str
   on_unreachable_agent:
     description:
-      - What to do, when O(policy) is given, with a running VM whose guest agent does not answer.
+      - What to do, when O(policy) is given, with a running VM whose guest agent does not answer, breaks the
+        protocol or is too slow.
       - V(fail) - when the VM's recorded policy digest is not the requested one, the task fails naming the proxy
         (M(egress_proxies.kvm.kvm_proxy_set) first applies the policy to its other proxies); the VM keeps the policy
         it had. When the recorded policy is the requested one, the VM is kept and a warning says its files could not be

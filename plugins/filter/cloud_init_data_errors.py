@@ -12,7 +12,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud i
 DOCUMENTATION = r"""
 name: cloud_init_data_errors
 short_description: What the modules would refuse in a user-data or vendor-data value, checked on the controller
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Runs the modules' own check of a user-data or vendor-data value (text or a dictionary) without connecting anywhere,
     and returns the refusal with the value's name in it, never the value.

@@ -13,7 +13,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool imp
 DOCUMENTATION = r"""
 name: egress_addresses
 short_description: The egress addresses of the whole play's proxies, allocated once from their pools
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - Gives every proxy of the play that has no C(outside.address) (C(outside.address6)) of its own an address from its hypervisor's
     C(egress_proxy_outside.pool), once for the whole play, so no two proxies of the fleet get the same one, even on

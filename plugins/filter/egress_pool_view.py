@@ -11,7 +11,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool imp
 DOCUMENTATION = r"""
 name: egress_pool_view
 short_description: What the egress address allocation needs of one hypervisor's variables
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - The egress_proxy role keeps it as a fact on each hypervisor, where the allocation of the whole play
     (P(egress_proxies.kvm.egress_addresses#filter)) reads it through C(hostvars), which holds no role defaults

@@ -11,7 +11,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy im
 DOCUMENTATION = r"""
 name: kvm_proxy_set_errors
 short_description: What kvm_proxy_set would refuse in a set of arguments, checked on the controller
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Runs the validation of M(egress_proxies.kvm.kvm_proxy_set) (its argument spec, then its own checks of every proxy
     and of the set's options) on a dictionary of the module's arguments, without connecting anywhere.

@@ -13,7 +13,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.metrics_targets
 DOCUMENTATION = r"""
 name: metrics_file_sd
 short_description: The Prometheus file_sd file of a fleet of egress proxies
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - Every hypervisor's target groups (P(egress_proxies.kvm.metrics_targets#filter)) in one list, sorted by hypervisor
     and proxy, so that an unchanged fleet gives the same file.

@@ -13,7 +13,7 @@ import re
 DOCUMENTATION = r"""
 name: metrics_pages
 short_description: What the egress proxies' metrics pages say, each read apart from the others
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - Reads the output of playbooks/status.yml's fetch of the proxies' metrics pages, one line per page
     C(URL PAGE STATUS EXIT), that is the URL status.yml asked for, the page's first bytes in base64, curl's HTTP status

@@ -11,7 +11,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.metrics_targets
 DOCUMENTATION = r"""
 name: metrics_targets
 short_description: The Prometheus scrape targets of one hypervisor's egress proxies
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - One C(file_sd) target group per proxy the hypervisor should run (state V(present)) with metrics on. Its target is
     the metrics endpoint at the address libvirt lists for it, or else its static inside address; its labels are

@@ -13,7 +13,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy im
 DOCUMENTATION = r"""
 name: proxy_instances
 short_description: The egress_proxy role's instances of one hypervisor, filled in and checked
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - Fills in the role-wide settings of each instance of one hypervisor (C(egress_proxy_state), C(egress_proxy_vcpus),
     and so on, for every key an instance does not give), the way the egress_proxy role reads its variables.

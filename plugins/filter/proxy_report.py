@@ -11,7 +11,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy im
 DOCUMENTATION = r"""
 name: proxy_report
 short_description: What the egress_proxy role shows of a kvm_proxy_set result
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - One line per proxy of the result's C(proxies) (its id, state and address, and its static egress addresses where
     they are others, as with an outside NIC; in check mode what the run would do
@@ -34,7 +34,6 @@ options:
     description:
       - The inventory host the result is of; given, the value has C(results) too.
     type: str
-    version_added: 0.5.0
 """
 
 EXAMPLES = r"""

@@ -13,7 +13,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy im
 DOCUMENTATION = r"""
 name: proxy_set_args
 short_description: The arguments of kvm_proxy_set for one hypervisor of the egress_proxy role, validated by the module
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - Turns the instances of one hypervisor (from P(egress_proxies.kvm.proxy_instances#filter)) and the role's variables
     into the arguments of M(egress_proxies.kvm.kvm_proxy_set), each instance one entry of its O(egress_proxies.kvm.kvm_proxy_set#module:proxies).

@@ -13,7 +13,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_co
 DOCUMENTATION = r"""
 name: squid_settings
 short_description: The values of one egress proxy's squid.conf, checked and normalised
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The values the egress_proxy role's C(squid.conf) template writes, in their normalised form (C(allowed_clients)
     as C(ipaddress) writes them, the port an integer, ports in ASCII digits), so the file holds only what was checked.

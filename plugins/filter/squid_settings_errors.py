@@ -11,7 +11,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_co
 DOCUMENTATION = r"""
 name: squid_settings_errors
 short_description: What is wrong with one egress proxy's squid settings and SSH keys
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Checks the values the egress_proxy role writes into a proxy's C(squid.conf) as squid reads them, on the controller
     and before anything is touched. squid would otherwise refuse the file in the guest, long after the VM was built.

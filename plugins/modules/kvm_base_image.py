@@ -121,7 +121,6 @@ options:
     type: list
     elements: str
     default: []
-    version_added: 0.2.0
   max_virtual_size_gb:
     description:
       - The largest virtual size, in GiB, an image may have to be cached. An image whose qcow2 header (or, for a raw
@@ -132,7 +131,6 @@ options:
       - 1 to 65536.
     type: int
     default: 65536
-    version_added: 0.2.0
   prune:
     description:
       - With O(state=present), also remove the other cached copies of O(name) (older checksums, the other format,

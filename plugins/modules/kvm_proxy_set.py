@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: kvm_proxy_set
 short_description: Converge one hypervisor's whole set of egress-proxy VMs in one call, with garbage collection and rolling replacement
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Makes every proxy of O(proxies) what it asks for, as M(egress_proxies.kvm.kvm_proxy) would one by one, over one
     connection and in one task, so Ansible's per-item cost is paid once per hypervisor instead of once per proxy.
@@ -258,7 +258,6 @@ options:
         (C(kept) in RV(images)); those of proxies this run replaces go on a later run.
     type: bool
     default: false
-    version_added: 0.5.0
 attributes:
   check_mode:
     support: full
@@ -335,7 +334,6 @@ images:
   type: list
   elements: dict
   sample: [{"volume": "base-debian-13-8f0c9c4ba1e27a44.qcow2", "downloaded": false, "actions": [], "changed": false}]
-  version_added: 0.5.0
 host:
   description: Name of the hypervisor in the ids, O(host) or the host name libvirt reports.
   returned: always
