@@ -301,7 +301,7 @@ options:
         O(wait_timeout), before it counts as up. A VM left stopped (O(state=stopped)) gets its seed written again
         with the new files (action V(write seed)), and the policy when a later run starts it.
       - A running VM whose guest agent does not answer is handled as O(on_unreachable_agent) says.
-      - What the guest agent answers is the guest's word: a reply of the wrong shape, a read that makes no progress
+      - What the guest agent answers is the guest's word. A reply of the wrong shape, a read that makes no progress
         or more bytes than asked fails naming the proxy and what its guest did (C(error_kind=guest_protocol)). All
         the agent exchanges with one proxy in a run may take O(wait_timeout) plus 120 seconds
         (C(error_kind=guest_timeout) beyond). Either counts as an agent that does not answer.
