@@ -36,14 +36,25 @@ MAX_PORT = 65535
 FORWARDED_FOR = ("delete", "on", "off", "transparent", "truncate")
 # What deny_internal refuses: every destination address that is not globally routable (the IANA special-purpose
 # registries): this network, RFC 1918, shared (CGNAT), loopback, link-local with the cloud metadata address, IETF
-# protocol assignments, the documentation and benchmarking ranges, multicast and reserved; IPv6 unspecified,
-# loopback, discard, documentation, unique local, link-local and multicast. The IPv4-mapped IPv6 range is not
-# listed: squid keeps every IPv4 address in that form, so it would match them all; it matches the IPv4 range.
+# protocol assignments, the documentation and benchmarking ranges, multicast and reserved; IPv6 unspecified, loopback
+# and IPv4-compatible (::/96), IPv4-translated (::ffff:0:0:0/96), discard, local-use NAT64 (64:ff9b:1::/48), the IETF
+# protocol assignments (2001::/23, Teredo's 2001::/32 in it), documentation (2001:db8::/32, 3fff::/20), 6to4
+# (2002::/16), SRv6 (5f00::/16), unique local, link-local, site-local (fec0::/10) and multicast. The well-known NAT64
+# prefix 64:ff9b::/96 is judged by the IPv4 address it carries (_squid_networks), so a proxy behind DNS64 still
+# reaches public IPv4 destinations; the IPv4-mapped range is judged as IPv4 by squid itself.
 INTERNAL_NETWORKS = (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
     "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4",
-    "240.0.0.0/4", "::/128", "::1/128", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10", "ff00::/8",
+    "240.0.0.0/4", "::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
+    "2002::/16", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 )
+# squid keeps an IPv4 address in its IPv4-mapped IPv6 form, so a dst acl's IPv6 network that covers this range matches
+# every IPv4 address, and one inside it matches IPv4 addresses: an IPv6 network stands for IPv6 destinations only.
+_IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+# NAT64's well-known prefix (RFC 6052): its addresses carry an IPv4 address in their last 32 bits, where a DNS64
+# resolver sends an IPv6-only proxy to every IPv4 destination.
+NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
+_EVERY_ADDRESS = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 # A proxy user's name: a line of squid's password file (name:hash) starts with it, and a client types it.
 _USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 # The hash password_hash.squid_user_hash writes: SHA-512-crypt with its rounds, salt and hash in crypt's alphabet.
@@ -286,16 +297,54 @@ def _destinations(variable, entries, problems):
 
 
 def _collapsed(networks):
-    """``networks`` (texts) as the fewest networks covering them, IPv4 first: squid warns of one inside another."""
-    parsed = [ipaddress.ip_network(network) for network in networks]
-    return [_client(network) for version in (4, 6)
-            for network in ipaddress.collapse_addresses(n for n in parsed if n.version == version)]
+    """``networks`` (ip_network objects) as the fewest networks covering them, IPv4 first."""
+    return [network for version in (4, 6)
+            for network in ipaddress.collapse_addresses(n for n in networks if n.version == version)]
+
+
+def _minus(networks, removed):
+    """The addresses of ``networks`` that are in none of ``removed`` (all ip_network objects), collapsed."""
+    left = list(networks)
+    for cut in removed:
+        kept = []
+        for network in left:
+            if network.version != cut.version or not network.overlaps(cut):
+                kept.append(network)
+            elif not network.subnet_of(cut):
+                kept.extend(network.address_exclude(cut))
+        left = kept
+    return _collapsed(left)
+
+
+def _squid_networks(networks):
+    """The destinations ``networks`` (texts) stand for, as ip_network objects squid's dst acl matches exactly.
+
+    An IPv6 network inside the IPv4-mapped range is the IPv4 network it maps; one covering that range loses it (see
+    _IPV4_MAPPED). Each IPv4 network brings its image under NAT64_PREFIX, so an address there is judged by the IPv4
+    address it carries, in every list alike.
+    """
+    parsed = []
+    for network in (ipaddress.ip_network(text) for text in networks):
+        if network.version == 6 and network.subnet_of(_IPV4_MAPPED):
+            network = ipaddress.ip_network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
+        parsed.append(network)
+    images = [ipaddress.ip_network((int(NAT64_PREFIX.network_address) | int(network.network_address), 96 + network.prefixlen))
+              for network in parsed if network.version == 4]
+    return _minus(parsed + images, [_IPV4_MAPPED])
+
+
+def _squid_values(networks):
+    """``networks`` (ip_network objects) as dst acl values: a single address without its prefix, and 0.0.0.0/0 as its
+    two halves (squid reads 0.0.0.0/0 as its "all", which matches IPv6 too)."""
+    halves = [half for network in networks
+              for half in (network.subnets(1) if network.prefixlen == 0 else [network])]
+    return [_client(network) for network in halves]
 
 
 def internal_networks(nic_networks=()):
-    """What deny_internal refuses, as squid.conf lists it: INTERNAL_NETWORKS and ``nic_networks`` (the proxy's own
-    static NICs'), collapsed."""
-    return _collapsed(list(INTERNAL_NETWORKS) + [str(network) for network in nic_networks])
+    """What deny_internal refuses, as squid matches it: INTERNAL_NETWORKS and ``nic_networks`` (the proxy's own
+    static NICs'), each IPv4 network with its NAT64 image, collapsed (ip_network objects)."""
+    return _squid_networks(list(INTERNAL_NETWORKS) + [str(network) for network in nic_networks])
 
 
 def is_user_name(name):
@@ -320,18 +369,28 @@ def _users(users, problems):
 
 
 def _policy(proxy, nic_networks, problems):
-    """Where the proxy lets its clients go and who it asks for credentials (the keys squid.conf.j2 reads)."""
+    """Where the proxy lets its clients go and who it asks for credentials (the keys squid.conf.j2 reads).
+
+    squid's dst acl matches when any address a name resolves to matches, and squid then connects to those addresses
+    in DNS order. So every address squid may connect to must pass each rule, and each rule is written as a deny
+    that any one address sets off: ``internal_networks`` the internal networks not allowed by address,
+    ``unlisted_networks`` every address outside the allowed networks (with an allowlist of networks).
+    """
     allowed_domains, allowed_networks = _destinations("allowed_destinations", proxy.get("allowed_destinations"), problems)
     denied_domains, denied_networks = _destinations("denied_destinations", proxy.get("denied_destinations"), problems)
     deny_internal = proxy.get("deny_internal", True)
     if not isinstance(deny_internal, bool):
         problems.append("deny_internal %s is not a boolean" % quoted(deny_internal))
+    allowed = _squid_networks(allowed_networks)
+    internal = _minus(internal_networks(nic_networks), allowed) if deny_internal else []
+    unlisted = _minus(_squid_networks([str(network) for network in _EVERY_ADDRESS]), allowed) if allowed else []
     return {
         "allowed_domains": allowed_domains,
-        "allowed_networks": _collapsed(allowed_networks),
+        "allowed_networks": _squid_values(allowed),
         "denied_domains": denied_domains,
-        "denied_networks": _collapsed(denied_networks),
-        "internal_networks": internal_networks(nic_networks) if deny_internal else [],
+        "denied_networks": _squid_values(_squid_networks(denied_networks)),
+        "internal_networks": _squid_values(internal),
+        "unlisted_networks": _squid_values(unlisted),
         "users": _users(proxy.get("users"), problems),
     }
 

@@ -87,10 +87,10 @@ SQUID_VALUES = [
 ]
 OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
 # The directives squid.conf.j2 writes, by their first word, for the proxy below: its clients, ports and CONNECT, the
-# internal destinations (deny_internal's default), five rules; the metrics (the role's default): their two ports, the
+# internal destinations (deny_internal's default, eight to a line), five rules; the metrics (the role's default): their two ports, the
 # exporter behind one, its three acls and five rules.
 DIRECTIVES = (["http_port"] * 3 + ["cache_peer"] + ["acl"] * 3 + ["cache_peer_access"] * 2
-              + ["acl"] * (4 + len(internal_networks())) + ["http_access"] * 10
+              + ["acl"] * (4 + -(-len(internal_networks()) // 8)) + ["http_access"] * 10
               + ["forwarded_for", "via", "cache", "reply_header_add", "coredump_dir", "shutdown_lifetime"])
 
 

@@ -66,6 +66,12 @@ def access_rules(squid):
     return [line for line in squid.splitlines() if line.startswith("http_access")]
 
 
+def acl_networks(squid, name):
+    """The networks of the dst acl ``name`` in ``squid`` (several to a line), as ip_network objects."""
+    return [ipaddress.ip_network(value) for line in squid.splitlines() if line.startswith("acl %s dst " % name)
+            for value in line.split()[3:]]
+
+
 # The metrics port for its clients alone, the cache manager for the exporter alone (the role's default: metrics on).
 COMMON_RULES = ["http_access allow egress_metrics egress_metrics_clients !manager", "http_access deny egress_metrics",
                 "http_access allow egress_manager manager localhost", "http_access deny egress_manager",
@@ -76,8 +82,8 @@ COMBINATIONS = [
     ({"egress_proxy_deny_internal": False}, ["http_access allow all"]),
     ({}, ["http_access deny internal_destinations", "http_access allow all"]),
     ({"egress_proxy_allowed_destinations": ALLOW},
-     ["http_access deny internal_destinations !allowed_networks", "http_access allow allowed_domains",
-      "http_access allow allowed_networks", "http_access deny all"]),
+     ["http_access deny internal_destinations", "http_access allow allowed_domains",
+      "http_access allow allowed_networks !unlisted_networks", "http_access deny all"]),
     ({"egress_proxy_allowed_destinations": [".example.com"], "egress_proxy_denied_destinations": DENY},
      ["http_access deny denied_domains", "http_access deny denied_networks", "http_access deny internal_destinations",
       "http_access allow allowed_domains", "http_access deny all"]),
@@ -85,10 +91,12 @@ COMBINATIONS = [
      ["http_access deny denied_domains", "http_access deny denied_networks", "http_access allow all"]),
     ({"egress_proxy_users": USERS},
      ["http_access deny !egress_users", "http_access deny internal_destinations", "http_access allow all"]),
+    # Every address allowed: nothing is internal or unlisted any more.
+    ({"egress_proxy_allowed_destinations": ["0.0.0.0/0", "::/0"]}, ["http_access allow allowed_networks", "http_access deny all"]),
     ({"egress_proxy_users": USERS, "egress_proxy_allowed_destinations": ALLOW, "egress_proxy_denied_destinations": DENY},
      ["http_access deny !egress_users", "http_access deny denied_domains", "http_access deny denied_networks",
-      "http_access deny internal_destinations !allowed_networks", "http_access allow allowed_domains",
-      "http_access allow allowed_networks", "http_access deny all"]),
+      "http_access deny internal_destinations", "http_access allow allowed_domains",
+      "http_access allow allowed_networks !unlisted_networks", "http_access deny all"]),
 ]
 
 
@@ -108,25 +116,71 @@ def test_destinations_are_written_in_squids_forms_without_an_entry_another_cover
     squid = files[SQUID_CONF]["content"]
     acls = [line for line in squid.splitlines() if line.startswith(("acl allowed", "acl denied"))]
     # api.example.com is under .example.com, which squid refuses in one list; names lowercase; addresses as ipaddress
-    # writes them, a single address without its prefix.
+    # writes them, a single address without its prefix; an IPv4 network with its NAT64 image (the same destination).
     assert acls == ["acl allowed_domains dstdomain -n .example.com", "acl allowed_domains dstdomain -n mirror.example.org",
-                    "acl allowed_networks dst 198.18.20.0/24", "acl allowed_networks dst 2001:db8:1::7",
-                    "acl denied_domains dstdomain -n secret.example.com", "acl denied_networks dst 198.18.20.9"]
+                    "acl allowed_networks dst 198.18.20.0/24", "acl allowed_networks dst 64:ff9b::c612:1400/120",
+                    "acl allowed_networks dst 2001:db8:1::7",
+                    "acl denied_domains dstdomain -n secret.example.com", "acl denied_networks dst 198.18.20.9",
+                    "acl denied_networks dst 64:ff9b::c612:1409"]
+
+
+def covering(networks, address):
+    return [network for network in networks if ipaddress.ip_address(address) in network]
+
+
+# squid keeps an IPv4 address as ::ffff:a.b.c.d: an IPv6 entry there would match IPv4 destinations.
+IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def test_each_address_a_host_may_resolve_to_must_pass_every_rule_of_the_worked_example():
+    """The worked example's allowlist: internal_destinations is the internal networks less the allowed address, and
+    unlisted_networks every address but the allowed ones, in both families (issue 40 item 0)."""
+    _proxy, files = rendered(egress_proxy_allowed_destinations=["mirror.example.org", ".debian.org", "10.30.4.20"])
+    squid = files[SQUID_CONF]["content"]
+    internal, unlisted = acl_networks(squid, "internal_destinations"), acl_networks(squid, "unlisted_networks")
+    for address in ("10.30.4.20", "64:ff9b::a1e:414"):
+        assert not covering(internal, address) and not covering(unlisted, address), address
+    for address in ("10.30.4.21", "10.0.0.5", "169.254.169.254", "64:ff9b::a00:5", "fd00::1", "0.0.0.0",
+                    "255.255.255.255", "ffff::1"):
+        assert covering(internal, address) and covering(unlisted, address), address
+    for address in ("8.8.4.4", "93.184.216.99", "64:ff9b::808:808", "2606:2800:220:1::68"):
+        assert covering(unlisted, address) and not covering(internal, address), address
+    # No IPv6 entry reaches into the IPv4-mapped range, and none is squid's "all" in disguise.
+    assert not [network for network in internal + unlisted if network.version == 6 and network.overlaps(IPV4_MAPPED)]
+    assert not [network for network in internal + unlisted if network.prefixlen == 0]
+
+
+def test_ipv6_networks_mean_ipv6_destinations_and_ipv4_mapped_ones_their_ipv4_network():
+    _proxy, files = rendered(egress_proxy_allowed_destinations=["::/0", "::ffff:10.30.4.0/120", "0.0.0.0/0"],
+                             egress_proxy_denied_destinations=["::ffff:198.18.20.9"])
+    squid = files[SQUID_CONF]["content"]
+    allowed = acl_networks(squid, "allowed_networks")
+    # 0.0.0.0/0 in halves: squid reads 0.0.0.0/0 as "all", IPv6 included.
+    assert allowed[:2] == [ipaddress.ip_network("0.0.0.0/1"), ipaddress.ip_network("128.0.0.0/1")]
+    assert not [network for network in allowed if network.version == 6 and network.overlaps(IPV4_MAPPED)]
+    assert covering(allowed, "2606:2800:220:1::68") and covering(allowed, "::1")
+    assert acl_networks(squid, "denied_networks") == [ipaddress.ip_network("198.18.20.9"),
+                                                      ipaddress.ip_network("64:ff9b::c612:1409")]
+    assert acl_networks(squid, "unlisted_networks") == acl_networks(squid, "internal_destinations") == []
 
 
 def test_deny_internal_covers_the_special_ranges_and_the_proxys_own_networks():
     _proxy, files = rendered()
     squid = files[SQUID_CONF]["content"]
-    internal = [ipaddress.ip_network(line.split()[-1]) for line in squid.splitlines()
-                if line.startswith("acl internal_destinations dst")]
+    internal = acl_networks(squid, "internal_destinations")
     for address in ("10.1.2.3", "169.254.169.254", "127.0.0.1", "100.64.0.1", "198.19.0.1", "172.31.0.1",
                     "192.168.1.1", "224.0.0.1", "255.255.255.255", "0.0.0.0", "fd00::1", "fe80::1", "::1", "ff02::1",
-                    "::", "2001:db8::1"):
-        assert [network for network in internal if ipaddress.ip_address(address) in network], address
-    for address in ("192.0.43.10", "8.8.8.8", "2001:4860::8888", "172.32.0.1", "100.128.0.1"):
-        assert not [network for network in internal if ipaddress.ip_address(address) in network], address
+                    "::", "2001:db8::1",
+                    # IPv6 that carries or reaches IPv4 (issue 40 item 4): NAT64 images of internal addresses, local-use
+                    # NAT64, 6to4, Teredo, IPv4-compatible and -translated, site-local; the rest of the registry.
+                    "64:ff9b::a00:5", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:5", "2002:a00:5::1", "2001:0:a00:5::1",
+                    "::a00:5", "::ffff:0:a00:5", "fec0::5", "2001:2::1", "3fff::1", "5f00::1"):
+        assert covering(internal, address), address
+    for address in ("192.0.43.10", "8.8.8.8", "2001:4860::8888", "172.32.0.1", "100.128.0.1", "64:ff9b::808:808"):
+        assert not covering(internal, address), address
+    assert not [network for network in internal if network.version == 6 and network.overlaps(IPV4_MAPPED)]
     # The inside and outside NICs' networks are documentation ranges, so covered already.
-    assert internal == [ipaddress.ip_network(network) for network in internal_networks()]
+    assert internal == internal_networks()
 
 
 def test_an_outside_network_that_is_public_is_added_to_the_internal_ones():
@@ -136,7 +190,8 @@ def test_an_outside_network_that_is_public_is_added_to_the_internal_ones():
     variables = dict(role_defaults(), inventory_hostname="hv1", **BASE)
     variables["egress_proxy_instance"] = instance
     (result,) = render_each([("squid.conf.j2", variables)])
-    assert "acl internal_destinations dst 192.0.43.0/28\n" in result["text"]
+    assert {ipaddress.ip_network("192.0.43.0/28"), ipaddress.ip_network("64:ff9b::c000:2b00/124")} <= set(
+        acl_networks(result["text"], "internal_destinations"))
 
 
 def test_users_are_written_as_hashes_squids_helper_reads_and_the_fact_holds_no_password():
@@ -301,7 +356,7 @@ def test_an_ipv6_only_proxy_listens_and_serves_its_metrics_on_its_ipv6_inside_ad
 
 def test_deny_internal_covers_a_public_ipv6_prefix_of_the_proxys_own_nics():
     _proxy, files = rendered(egress_proxy_outside={"gateway": "203.0.113.1", "address6": "2001:4860:20::5/64"})
-    assert "acl internal_destinations dst 2001:4860:20::/64\n" in files[SQUID_CONF]["content"]
+    assert ipaddress.ip_network("2001:4860:20::/64") in acl_networks(files[SQUID_CONF]["content"], "internal_destinations")
 
 
 @pytest.mark.parametrize("entry, words", [

@@ -1,0 +1,226 @@
+"""A real squid with a stand-in DNS server and origin servers, all in a private network namespace of the test's.
+
+squid's dns_nameservers takes an address only (port 53), and an origin has to sit on the address a policy judges
+(10.0.0.5, 93.184.216.99, 64:ff9b::a00:5...): in a network namespace of its own (``ip netns add``), the test gives its
+loopback every such address and runs, there, a DNS server on 127.0.0.1:53 answering the test's names with the
+addresses in the order given, origins on ports 80 and 443 of every address that answer with the address they were
+reached on, squid with the role's squid.conf, and a client. Nothing leaves the namespace.
+
+Run as a program (inside the namespace) it is the DNS server and the origins (``squid_netns.py RECORDS_JSON``), or
+a client of squid that writes the request line itself (``squid_netns.py ask HOST PATH get|tunnel``).
+"""
+
+import contextlib
+import http.server
+import json
+import os
+import secrets
+import shutil
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SQUID_PORT = 3128
+ORIGIN_PORTS = (80, 443)
+DNS_ADDRESS = "127.0.0.1"
+# The answers' TTL: none, so a name is as short-lived as DNS lets an attacker make it (squid keeps it
+# negative_dns_ttl at least).
+DNS_TTL = 0
+_TYPES = {1: 4, 28: 6}  # A, AAAA: the IP version each answers with
+
+
+def _dns_answer(query, records):
+    """The reply to one DNS ``query`` (bytes) from ``records`` {name: [address, ...]}: each address of the asked type,
+    in the records' order; NXDOMAIN for a name not there; None for what is not a query of one question."""
+    if len(query) < 12:
+        return None
+    ident, _flags, questions = struct.unpack("!HHH", query[:6])
+    if questions != 1:
+        return None
+    offset, labels = 12, []
+    while offset < len(query) and query[offset]:
+        length = query[offset]
+        labels.append(query[offset + 1:offset + 1 + length].decode("ascii", "replace").lower())
+        offset += 1 + length
+    qtype, _qclass = struct.unpack("!HH", query[offset + 1:offset + 5])
+    question = query[12:offset + 5]
+    name = ".".join(labels)
+    found = records.get(name)
+    version = _TYPES.get(qtype)
+    answers = [socket.inet_pton(socket.AF_INET if version == 4 else socket.AF_INET6, address)
+               for address in (found or []) if version and (":" in address) == (version == 6)]
+    rcode = 3 if found is None else 0
+    header = struct.pack("!HHHHHH", ident, 0x8180 | rcode, 1, len(answers), 0, 0)
+    body = b"".join(struct.pack("!HHHIH", 0xC00C, qtype, 1, DNS_TTL, len(data)) + data for data in answers)
+    return header + question + body
+
+
+def _serve_dns(records):
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind((DNS_ADDRESS, 53))
+    while True:
+        query, peer = server.recvfrom(4096)
+        reply = _dns_answer(query, records)
+        if reply is not None:
+            server.sendto(reply, peer)
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the address it was reached on, and logs the path."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        body = json.dumps({"reached": self.connection.getsockname()[0], "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        print("reached %s %s" % (self.connection.getsockname()[0], self.path), flush=True)
+
+    def log_message(self, *args):
+        pass
+
+
+class _DualStackServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    address_family = socket.AF_INET6
+    daemon_threads = True
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _serve(records):
+    for port in ORIGIN_PORTS:
+        server = _DualStackServer(("::", port), _Origin)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    _serve_dns(records)
+
+
+def _read_head(stream):
+    """The status code of the HTTP response head read from ``stream`` (a file of the socket)."""
+    status = int(stream.readline().split()[1])
+    while stream.readline() not in (b"\r\n", b"\n", b""):
+        pass
+    return status
+
+
+def _ask(host, path, mode):
+    """Prints {"status", "body"}: GET http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that
+    GET inside the tunnel."""
+    connection = socket.create_connection(("127.0.0.1", SQUID_PORT), timeout=15)
+    stream = connection.makefile("rb")
+    body = None
+    if mode == "tunnel":
+        connection.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+        status = _read_head(stream)
+        request = "GET /%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)
+    else:
+        status = None
+        request = "GET http://%s/%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (host, path, host)
+    if status in (None, 200):
+        connection.sendall(request.encode())
+        status = _read_head(stream)
+        if status == 200:
+            body = json.loads(stream.read().decode())
+    print(json.dumps({"status": status, "body": body}))
+
+
+def _netns(name, argv):
+    return ["ip", "netns", "exec", name] + list(argv)
+
+
+def _wait_for(what, done, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not ready after %d s" % (what, timeout))
+        time.sleep(0.1)
+
+
+class SquidNamespace:
+    """The namespace, its servers and squid; ``get(url)`` asks squid for ``url`` from inside it."""
+
+    def __init__(self, name, workdir):
+        self.name = name
+        self.workdir = workdir
+        self.origins_log = os.path.join(workdir, "origins.log")
+
+    def run(self, argv, **options):
+        return subprocess.run(_netns(self.name, argv), capture_output=True, text=True, timeout=60, check=False, **options)
+
+    def get(self, host, path, tunnel=False):
+        """(HTTP status, the origin's JSON or None) of GET http://HOST/PATH through squid, or with ``tunnel`` of a
+        CONNECT to HOST:443 (its status; the GET's inside the tunnel when squid opened it). ``host`` goes to squid
+        as written (a client such as curl rewrites 0x0a000005 to 10.0.0.5 before squid sees it)."""
+        completed = self.run([sys.executable, os.path.abspath(__file__), "ask", host, path, "tunnel" if tunnel else "get"])
+        assert completed.returncode == 0, completed.stderr
+        answer = json.loads(completed.stdout)
+        return answer["status"], answer["body"]
+
+    def reached(self):
+        """The origins' log: one line "reached ADDRESS PATH" per request an origin got."""
+        with open(self.origins_log) as handle:
+            return handle.read()
+
+
+@contextlib.contextmanager
+def squid_namespace(squid_conf, records, addresses):
+    """A SquidNamespace running squid with ``squid_conf`` (the role's, with the test's own log and pid paths added),
+    the DNS server answering ``records`` {name: [address, ...]}, origins on the loopback's ``addresses``."""
+    name = "eptest-squid-%s" % secrets.token_hex(3)
+    # squid writes its logs as its own user, which cannot enter pytest's directories (mode 0700).
+    workdir = tempfile.mkdtemp(prefix=name + "-")
+    os.chmod(workdir, 0o777)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    processes = []
+    try:
+        subprocess.run(_netns(name, ["ip", "link", "set", "lo", "up"]), check=True)
+        for address in addresses:
+            prefix = 128 if ":" in address else 32
+            subprocess.run(_netns(name, ["ip", "addr", "add", "%s/%d" % (address, prefix), "dev", "lo"] +
+                                  (["nodad"] if prefix == 128 else [])), check=True)
+        namespace = SquidNamespace(name, workdir)
+        with open(namespace.origins_log, "w") as log:
+            processes.append(subprocess.Popen(_netns(name, [sys.executable, os.path.abspath(__file__), json.dumps(records)]),
+                                              stdout=log, stderr=subprocess.STDOUT))
+        _wait_for("the DNS server and the origins", lambda: "ready" in namespace.reached())
+        conf = os.path.join(workdir, "squid.conf")
+        with open(conf, "w") as handle:
+            handle.write(squid_conf + "\npid_filename %s/squid.pid\ncache_log %s/cache.log\naccess_log stdio:%s/access.log\n"
+                         % ((workdir,) * 3))
+        squid_log = os.path.join(workdir, "squid.stderr")
+        with open(squid_log, "w") as log:
+            processes.append(subprocess.Popen(_netns(name, ["squid", "-N", "-f", conf]), stdout=subprocess.DEVNULL,
+                                              stderr=log))
+
+        def listening():
+            if processes[-1].poll() is not None:
+                with open(squid_log) as log:
+                    raise AssertionError("squid ended: %s" % log.read()[-3000:])
+            return ":%d " % SQUID_PORT in namespace.run(["ss", "-Hltn"]).stdout
+        _wait_for("squid", listening)
+        yield namespace
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        subprocess.run(["ip", "netns", "del", name], check=False)
+        shutil.rmtree(workdir)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "ask":
+        _ask(*sys.argv[2:5])
+    else:
+        _serve(json.loads(sys.argv[1]))
