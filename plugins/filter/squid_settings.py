@@ -50,8 +50,10 @@ _value:
       an IPv6 one in brackets) and C(outgoing_addresses) (the outside ones), IPv4 first, for a proxy with an outside
       NIC, else empty lists.
     - The policy, C(allowed_domains), C(allowed_networks), C(denied_domains), C(denied_networks) (names lowercase, a
-      name under a dotted domain of its list left out, networks collapsed), C(internal_networks) (what
-      C(deny_internal) refuses, the proxy's own NICs' networks included; empty without it) and C(users)
+      name under a dotted domain of its list left out, networks collapsed, each IPv4 network with its NAT64 image
+      under C(64:ff9b::/96), IPv6 networks without squid's IPv4-mapped range), C(internal_networks) (what
+      C(deny_internal) refuses, the proxy's own NICs' networks included, less the allowed networks; empty without
+      it), C(unlisted_networks) (every address outside the allowed networks; empty without them) and C(users)
       (C(name) and C(hash) each).
   type: dict
 """
