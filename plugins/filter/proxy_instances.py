@@ -19,7 +19,7 @@ description:
     and so on, for every key an instance does not give), the way the egress_proxy role reads its variables.
   - Then makes the checks only the role can make on its own variables, before anything is rendered or touched, and
     fails with a sentence naming the hypervisor, the proxy and the variable. Each instance's name and the owner;
-    each user's password (not empty, no control character; never quoted);
+    each user's password (not empty, no control character, at most 511 bytes in UTF-8; never quoted);
     for the instances to run, the image and exactly one of bridge and network, the values the role's C(squid.conf)
     and user-data write (the check of P(egress_proxies.kvm.squid_settings_errors#filter)), the outside NIC, static
     addresses no two NICs share, the port C(egress_proxy_wait_for_port) waits for; the role's own user-data and
@@ -53,7 +53,8 @@ _value:
     - Each instance with every key of C(egress_proxy_instances) set (C(mac) empty and C(outside) the instance's own
       NIC settings when it gives none).
     - C(users) holds each user's C(name) and C(hash) (SHA-512-crypt, as squid's C(basic_ncsa_auth) reads it), never
-      the password, so the instances can be kept as a fact and shown.
+      the password. The hash is a secret too, as a guessed password can be tested against it; the role keeps the
+      instances as a fact with C(no_log).
   type: list
   elements: dict
 """
