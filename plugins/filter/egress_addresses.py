@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, fleet_allocation
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import OutsideHost, PlayPool, PoolError, check_hidden_pools, fleet_allocation
 
 DOCUMENTATION = r"""
 name: egress_addresses
@@ -79,28 +79,42 @@ LISTING = "egress_proxy__pool_listing"
 
 def egress_addresses(play_hosts, hostvars, fleet=None, inventory_hosts=None):
     """{hypervisor: {proxy: address/prefix length}} for the play; fails on what the allocation refuses."""
-    hypervisors, unlisted, seen = [], [], set()
+    hypervisors, unlisted, seen, play_pools = [], [], set(), []
     for host in play_hosts:
         variables = hostvars[host]
         view = variables.get(VIEW)
         if view is None:
             continue  # failed before its view was kept: judged by its inventory's pool below
         seen.add(host)
+        if view["outside"]["pool"]:
+            play_pools.append(PlayPool(host, tuple(variables.get("group_names") or ()),
+                                       _inventory_pool(variables) == view["outside"]["pool"]))
         listing = variables.get(LISTING) or {}
         if view["outside"]["pool"] and "proxies" not in listing:
             unlisted.append((host, view["outside"]["pool"]))
             continue
         hypervisors.append({"name": host, "outside": view["outside"], "state": view["state"],
                             "instances": view["instances"], "proxies": listing.get("proxies") or []})
+    outside_hosts = []
     for host in inventory_hosts or []:
+        if host not in play_hosts:
+            outside_hosts.append(OutsideHost(host, tuple(hostvars[host].get("group_names") or ()),
+                                             _inventory_pool(hostvars[host])))
         if host not in seen:
-            pool = (hostvars[host].get("egress_proxy_outside") or {}).get("pool")
+            pool = _inventory_pool(hostvars[host])
             if pool:
                 unlisted.append((host, pool))
     try:
+        check_hidden_pools(play_pools, outside_hosts)
         return fleet_allocation(hypervisors, fleet, unlisted)
     except PoolError as error:
         raise AnsibleFilterError(error.message) from None
+
+
+def _inventory_pool(variables):
+    """The pool a host's ``hostvars`` show (its inventory variables, facts, include_vars), None when they show none."""
+    outside = variables.get("egress_proxy_outside")
+    return outside.get("pool") if isinstance(outside, dict) else None
 
 
 class FilterModule:

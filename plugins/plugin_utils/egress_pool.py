@@ -405,6 +405,58 @@ def _check_unlisted(hypervisors, unlisted):
                                 POOL_VARIABLE, hypervisor.name, POOL_VARIABLE, name))
 
 
+# The group every host is in: sharing it says nothing about which hosts a play of hypervisors targets.
+ALL_HOSTS = "all"
+
+
+@dataclass(frozen=True)
+class PlayPool:
+    """A hypervisor of the play with a pool: its inventory groups, and whether the inventory shows it that pool (the
+    same list in its ``hostvars``; a pool from the play's ``vars:`` is not there)."""
+
+    name: str
+    groups: tuple
+    in_inventory: bool
+
+
+@dataclass(frozen=True)
+class OutsideHost:
+    """An inventory host outside the play: its groups, and the pool its inventory variables give it (None: none shown,
+    which with a pool from the play's ``vars:`` or ``include_vars`` does not mean it has none)."""
+
+    name: str
+    groups: tuple
+    pool: object
+
+
+def check_hidden_pools(play_pools, outside_hosts):
+    """PoolError when a pool of the play cannot be proven unique: a hypervisor outside the play (--limit, a sliced AWX
+    job, a play on other hosts) shares an inventory group with a pooled hypervisor of the play, and either the play's
+    pool is not an inventory variable (``vars:`` of the play: the same play would give it to that hypervisor, whose
+    domains this run does not list) or the inventory shows that hypervisor no pool (``include_vars`` loads the pool
+    for the hosts that run it only). A pool the inventory shows for both is judged by the overlap rule
+    (fleet_allocation's ``unlisted``)."""
+    for mine in play_pools:
+        for other in outside_hosts:
+            shared = sorted(set(mine.groups) & set(other.groups) - {ALL_HOSTS})
+            if not shared or (mine.in_inventory and other.pool is not None):
+                continue
+            if not mine.in_inventory:
+                why = ("%s of %s is not an inventory variable (set in the play's vars:), so the same play would give "
+                       "it to %s too" % (POOL_VARIABLE, mine.name, other.name))
+            else:
+                why = ("the inventory shows %s no %s, so this run cannot tell whether it takes addresses from the same "
+                       "pool (one loaded by include_vars or set in the play is seen for the hosts of the play only)"
+                       % (other.name, POOL_VARIABLE))
+            raise PoolError(
+                "%s of %s cannot be proven unique: %s, in group %s with %s, is outside this play (--limit, a sliced "
+                "AWX job, or a play on other hosts), and %s; its proxies were not listed, so the addresses they hold "
+                "are unknown. Put the pool in the inventory (group_vars of the hypervisors that share it, or each "
+                "hypervisor's own pool in its host_vars) or run every hypervisor of group %s in one play, without "
+                "--limit or job slicing. Nothing was changed." % (
+                    POOL_VARIABLE, mine.name, other.name, shared[0], mine.name, why, shared[0]))
+
+
 def pool_view(instances, outside, state):
     """What the allocation needs of one hypervisor's variables, for the fact every other hypervisor's run reads:
     its egress_proxy_outside's pool, prefix and prefix6, egress_proxy_state, and each of its egress_proxy_instances'

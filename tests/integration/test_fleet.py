@@ -82,18 +82,23 @@ POOL_TASK = "Allocate the egress addresses of the play's proxies from their pool
 POOL6 = "2001:db8:21::"  # the IPv6 half of the pool: hv1's outside segment's /64 in the lab's documentation prefix
 
 
+def pool_outside(hv_fleet):
+    """egress_proxy_outside with the dual-stack pool the pool tests share."""
+    return {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": hv_fleet.hv1.outside_address,
+            "prefix": hv_fleet.hv1.outside_cidr, "prefix6": POOL6 + "/64",
+            "pool": [hv_fleet.hv1.outside_prefix + ".100-" + hv_fleet.hv1.outside_prefix + ".104",
+                     POOL6 + "100-" + POOL6 + "104"]}
+
+
 def pooled(hv_fleet, placed, **overrides):
     """A fleet of two-NIC proxies drawing their egress addresses from one dual-stack pool: placed, (suffix, hypervisor,
     inside address's last byte[, state]). Both hypervisors take their outside addresses from hv1's outside segment, as
     hypervisors on one uplink do: the proxies do not boot, so the addresses are only recorded, never used."""
-    outside = {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": hv_fleet.hv1.outside_address,
-               "prefix": hv_fleet.hv1.outside_cidr, "prefix6": POOL6 + "/64",
-               "pool": [hv_fleet.hv1.outside_prefix + ".100-" + hv_fleet.hv1.outside_prefix + ".104",
-                        POOL6 + "100-" + POOL6 + "104"]}
     specs = {HV1: hv_fleet.hv1, HV2: hv_fleet.hv2}
     entries = [dict({"name": name(suffix), "hypervisor": host, "address": "%s.%d/24" % (specs[host].lan_prefix, byte)},
                     **({"state": rest[0]} if rest else {})) for suffix, host, byte, *rest in placed]
-    return hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_fleet=entries, egress_proxy_outside=outside, **overrides))
+    return hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_fleet=entries, egress_proxy_outside=pool_outside(hv_fleet),
+                                                 **overrides))
 
 
 def egress_addresses(run):
@@ -153,6 +158,42 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     (rows,) = status.results("Show the same rows as JSON", HV1)
     shown = {row["name"]: (row["egress"], row["egress6"]) for row in rows["status_rows"] if (row["name"] or "").startswith(PREFIX)}
     assert shown == {proxy: (address, POOL6 + address.rpartition(".")[2]) for proxy, address in egress_addresses(freed).items()}
+
+
+@pytest.mark.parametrize("source", ["vars", "include_vars"])
+def test_a_pool_the_inventory_does_not_show_is_refused_in_a_limited_run(hv_fleet, source):
+    """Issue 40 item 3: a pool in the play's vars: or loaded by include_vars is not in hostvars of a hypervisor outside
+    the play, so two --limit runs, one per hypervisor, each gave the first address of the pool (hv2's pc and then hv1's
+    pa both 198.18.21.100). Refused, naming the variable, the other hypervisor and --limit, before anything is
+    touched; the same playbook over both hypervisors at once allocates as a group_vars pool does."""
+    pool = pool_outside(hv_fleet)
+    fleet = [{"name": name("pa"), "hypervisor": HV1, "address": "%s.201/24" % hv_fleet.hv1.lan_prefix},
+             {"name": name("pc"), "hypervisor": HV2, "address": "%s.201/24" % hv_fleet.hv2.lan_prefix}]
+    inventory = hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_fleet=fleet))
+    play = {"name": "Deploy with the pool in the play", "hosts": "hypervisors", "gather_facts": False,
+            "roles": [{"role": "egress_proxies.kvm.egress_proxy"}]}
+    if source == "vars":
+        play["vars"] = {"egress_proxy_outside": pool}
+    else:
+        (hv_fleet.tmp_path / "pool.yml").write_text(yaml.safe_dump({"egress_proxy_outside": pool}))
+        play["pre_tasks"] = [{"name": "Load the pool", "ansible.builtin.include_vars": str(hv_fleet.tmp_path / "pool.yml")}]
+    playbook = hv_fleet.tmp_path / ("pool-in-%s.yml" % source)
+    playbook.write_text(yaml.safe_dump([play], sort_keys=False))
+
+    for limit, other in ((HV2, HV1), (HV1, HV2)):
+        run = hv_fleet.playbook(str(playbook), inventory, options=("--limit", limit))
+        assert run.rc != 0, run
+        messages = " | ".join(message or "" for _host, _task, message in run.failures())
+        assert ("egress_proxy_outside.pool of %s cannot be proven unique: %s, in group hypervisors with %s, is outside "
+                "this play (--limit" % (limit, other, limit)) in messages, messages
+        assert all(run.ran(task) == [] for task in TOUCHING_TASKS), run
+    for spec in hv_fleet.specs:
+        assert hv_fleet.domains_local(spec) == {}
+
+    whole = hv_fleet.playbook(str(playbook), inventory)
+    assert whole.rc == 0, whole
+    base = hv_fleet.hv1.outside_prefix + "."
+    assert egress_addresses(whole) == {name("pa"): base + "100", name("pc"): base + "101"}
 
 
 @pytest.mark.parametrize("entries, host_vars, words", [

@@ -343,7 +343,14 @@ def recorded_egress_address(spec, field="address"):
         return None
     nic = recorded[egress_index(entry.get("role") if isinstance(entry, dict) else None for entry in recorded)]
     address = nic.get(field) if isinstance(nic, dict) else None
-    parsed = ip_address(address.partition("/")[0]) if isinstance(address, str) else None
+    if not isinstance(address, str):
+        return None
+    # With its prefix length as recorded (198.18.21.5/24), the length checked too: "198.18.21.5/24/8" reads as none.
+    if "/" in address:
+        interface = (ipv6_interface if field == "address6" else ipv4_interface)(address)
+        parsed = interface.ip if interface is not None else None
+    else:
+        parsed = ip_address(address)
     return None if parsed is None or parsed.version != (6 if field == "address6" else 4) else str(parsed)
 
 

@@ -23,6 +23,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     KvmError,
     NotFoundError,
     PermanentError,
+    ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
@@ -43,6 +44,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
     volume_info,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import parse_xml
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import recorded_egress_address
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import (
     ON_UNREACHABLE_AGENT_REPLACE,
     STATE_STOPPED,
@@ -377,6 +379,8 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
     own = own_volumes(hypervisor, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
     build = None
     if verdict.kind in (CREATE, REPLACE):
+        if listed is not None:
+            _check_egress_unique(listed, request.name, spec, domain if verdict.kind == REPLACE else None)
         try:
             build = observe_build(hypervisor, request, images, probe,
                                   {volume.name for volume in own if volume.pool == request.pool})
@@ -386,6 +390,37 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
     return Observation(verdict=verdict, domain=domain, spec=spec, digest=digest, own_volumes=own,
                        missing_disks=missing, build=build, seed_stale=seed_stale, base_unverified=base_unverified,
                        guest_policy=guest_policy)
+
+
+def _check_egress_unique(listed, name, spec, replacing):
+    """ValidationError when another domain of the set's listing records the static egress address (IPv4 or IPv6) the
+    proxy ``name`` is to be defined with: an allocation from a pool made from a listing taken before another run
+    defined its proxy (two runs of one pool at once). Checked before anything is defined; a domain being defined by
+    another run after the listing is not seen (docs: runs that share a pool do not overlap).
+
+    Every other domain's metadata is read as text (recorded_egress_address): anyone with libvirt access can edit it,
+    so a domain that records no readable address holds none, and one whose XML cannot be read holds none here either
+    (the listing's other readers report it)."""
+    wanted = {field: recorded_egress_address(spec, field) for field in ("address", "address6")}
+    wanted = {field: address for field, address in wanted.items() if address is not None}
+    if not wanted:
+        return
+    for other in sorted(listed.handles):
+        if other == name:
+            continue
+        try:
+            info = listed.info(other, "the XML of domain '%s'" % other)
+        except KvmError:
+            continue
+        for field, address in wanted.items():
+            if recorded_egress_address(recorded_spec(info.metadata), field) == address:
+                raise ValidationError(
+                    "its egress address %s (outside.%s) is recorded by domain '%s' on this hypervisor, so two proxies "
+                    "would send from one address: another run of the same pool defined it after this run's "
+                    "allocation listed the domains (runs that share a pool must not overlap). %s, and no proxy of the "
+                    "set was touched; run again to get a free address" % (
+                        address, field, other, "The proxy keeps its VM" if replacing is not None else
+                        "The proxy was not defined"))
 
 
 def _missing_disks(hypervisor, request, domain, verdict):

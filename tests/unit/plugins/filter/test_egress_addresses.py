@@ -50,3 +50,46 @@ def test_a_pool_shared_with_a_hypervisor_not_listed_is_refused(hosts, play):
 def test_an_inventory_host_without_a_pool_is_no_concern():
     hostvars = {"hv1": host([{"name": "a"}], []), "hv3": {}}
     assert egress_addresses(["hv1"], hostvars, [], ["hv1", "hv3"]) == {"hv1": {"a": {"address": "198.18.21.10/24"}}}
+
+
+def grouped(variables, *groups):
+    """A host's hostvars with its inventory groups (the magic group_names)."""
+    return dict(variables, group_names=list(groups))
+
+
+def hidden(instances, proxies=None):
+    """A hypervisor of the play whose pool came from the play's vars: its view has it, its hostvars do not."""
+    variables = host(instances, proxies)
+    del variables["egress_proxy_outside"]
+    return variables
+
+
+@pytest.mark.parametrize("hv1, hv2, words", [
+    (hidden([{"name": "a"}], []), {}, ["is not an inventory variable (set in the play's vars:), so the same play would "
+                                      "give it to hv2 too"]),
+    (host([{"name": "a"}], []), {}, ["the inventory shows hv2 no egress_proxy_outside.pool"]),
+    (hidden([{"name": "a"}], []), {"egress_proxy_outside": OUTSIDE},
+     ["is not an inventory variable (set in the play's vars:)"]),
+], ids=["play vars", "include_vars on the play's hosts only", "play vars over an inventory pool"])
+def test_a_pool_not_shown_for_a_hypervisor_outside_the_play_is_refused(hv1, hv2, words):
+    """Issue 40 item 3: --limit hv1 with the pool in the play's vars: (or include_vars, which hostvars show for the
+    hosts that ran it only) gave hv1's proxy the address hv2's proxy already had; hv2 shares the group hypervisors."""
+    hostvars = {"hv1": grouped(hv1, "hypervisors"), "hv2": grouped(hv2, "hypervisors"), "prometheus": grouped({}, "monitoring")}
+    with pytest.raises(AnsibleFilterError) as raised:
+        egress_addresses(["hv1"], hostvars, [], ["hv1", "hv2", "prometheus"])
+    message = raised.value.message
+    assert message.startswith("egress_proxy_outside.pool of hv1 cannot be proven unique: hv2, in group hypervisors "
+                              "with hv1, is outside this play (--limit, a sliced AWX job, or a play on other hosts)"), message
+    assert all(word in message for word in words), message
+    assert message.endswith("without --limit or job slicing. Nothing was changed."), message
+
+
+@pytest.mark.parametrize("play, hv2", [
+    (["hv1", "hv2"], {}),  # both in the play: both listed
+    (["hv1"], {"egress_proxy_outside": {"bridge": "br1", "pool": ["198.18.22.10"]}}),  # its own pool, shown
+], ids=["no hypervisor outside the play", "the other pool is shown and apart"])
+def test_a_pool_provable_unique_is_allocated(play, hv2):
+    hostvars = {"hv1": grouped(hidden([{"name": "a"}], []) if len(play) == 2 else host([{"name": "a"}], []), "hypervisors"),
+                "hv2": grouped(host([], []) if len(play) == 2 else hv2, "hypervisors"),
+                "prometheus": grouped({}, "monitoring")}
+    assert egress_addresses(play, hostvars, [], ["hv1", "hv2", "prometheus"])["hv1"] == {"a": {"address": "198.18.21.10/24"}}
