@@ -695,7 +695,11 @@ def address_plot(results, plots):
     paths = [path for path in paths if path[1] is not None]
     if not paths:
         return ""
-    lines = ["## Time to first address, every path"]
+    lines = ["## Time to first address, every path", ""]
+    for bench in ("B4", "B7"):
+        if results.get(bench):
+            lines += ["%s's bars. %s" % (bench, run_line(results, bench)), ""]
+    lines += ["B4 and B7 come from different runs, on different loads: compare the bars within each."]
     figure, axes = new_plot(6.4, 3.6)
     shown = axes.barh([path[0] for path in paths][::-1], [path[1] for path in paths][::-1],
                       color=[path[2] for path in paths][::-1])
