@@ -401,8 +401,8 @@ def _check_egress_unique(listed, name, spec, replacing):
     Every other domain's metadata is read as text (recorded_egress_address): anyone with libvirt access can edit it,
     so a domain that records no readable address holds none, and one whose XML cannot be read holds none here either
     (the listing's other readers report it)."""
-    wanted = {field: recorded_egress_address(spec, field) for field in ("address", "address6")}
-    wanted = {field: address for field, address in wanted.items() if address is not None}
+    wanted = {option: recorded_egress_address(spec, option) for option in ("address", "address6")}
+    wanted = {option: address for option, address in wanted.items() if address is not None}
     if not wanted:
         return
     for other in sorted(listed.handles):
@@ -412,14 +412,14 @@ def _check_egress_unique(listed, name, spec, replacing):
             info = listed.info(other, "the XML of domain '%s'" % other)
         except KvmError:
             continue
-        for field, address in wanted.items():
-            if recorded_egress_address(recorded_spec(info.metadata), field) == address:
+        for option, address in wanted.items():
+            if recorded_egress_address(recorded_spec(info.metadata), option) == address:
                 raise ValidationError(
                     "its egress address %s (outside.%s) is recorded by domain '%s' on this hypervisor, so two proxies "
                     "would send from one address: another run of the same pool defined it after this run's "
                     "allocation listed the domains (runs that share a pool must not overlap). %s, and no proxy of the "
                     "set was touched; run again to get a free address" % (
-                        address, field, other, "The proxy keeps its VM" if replacing is not None else
+                        address, option, other, "The proxy keeps its VM" if replacing is not None else
                         "The proxy was not defined"))
 
 
