@@ -10,8 +10,10 @@ which takes root but no lab: the machine's lane. Each case asks with GET and wit
   The legitimate requests still pass: an allowed name, an allowed address, a name resolving into the allowed networks.
 - IPv6 ranges that carry or reach IPv4 (NAT64, 6to4, Teredo, IPv4-compatible, site-local) are refused; a NAT64
   address carrying a public IPv4 address passes (an IPv6-only proxy behind DNS64), one carrying an allowed address too.
-- A hostile client's spellings of an internal address (IPv4-mapped IPv6, hexadecimal, decimal, octal, short forms)
-  and of a denied name (trailing dot, capitals) are refused.
+- A hostile client's spellings of an internal address (IPv4-mapped IPv6, NAT64 with a dotted quad, hexadecimal,
+  decimal, octal, short forms, localhost, a public name as the URL's user part) and of a denied name (trailing dot,
+  capitals) are refused: squid judges the address it connects to, however the host is written; what squid takes for
+  a name that does not resolve (an address with a zone) reaches nothing.
 """
 
 import pytest
@@ -87,8 +89,9 @@ def passed(namespace, hosts, reached):
 def test_a_name_with_an_internal_address_beside_an_allowed_one_is_refused_in_either_dns_order():
     conf = squid_conf(egress_proxy_allowed_destinations=WORKED_EXAMPLE)
     with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
+        # An allowed name as the URL's user part, before the host squid goes to.
         refused_and_unreached(namespace, ["internal-second.example", "internal-first.example", "deb.debian.org",
-                                          "10.0.0.5", "www.example", "93.184.216.99"])
+                                          "10.0.0.5", "www.example", "93.184.216.99", "mirror.example.org@10.0.0.5"])
         passed(namespace, ["mirror.example.org"], "::ffff:93.184.216.99")
         passed(namespace, ["10.30.4.20", "internal-mirror.example"], "::ffff:10.30.4.20")
 
@@ -109,7 +112,13 @@ def test_ipv6_ranges_that_carry_or_reach_ipv4_and_other_spellings_of_an_internal
         refused_and_unreached(namespace, [
             "[64:ff9b::a00:5]", "[2002:a00:5::1]", "[2001:0:a00:5::1]", "[fec0::5]", "[::a00:5]", "nat64-internal.example",
             "[::ffff:10.0.0.5]", "[::ffff:a00:5]", "167772165", "0x0a000005", "012.0.0.5", "10.5", "10.0.5",
+            "[64:ff9b::10.0.0.5]", "[0:0:0:0:0:ffff:7f00:1]", "2130706433", "127.1", "0", "[::]", "localhost",
             "metadata-second.example", DENIED_NAME, DENIED_NAME + ".", "SECRET.Example.COM."])
+        # An address with a zone, and a user part in CONNECT's host, are names to squid, which resolve to nothing: it
+        # answers an error and connects nowhere.
+        found = answers(namespace, ["[fe80::1%25lo]", "www.example@10.0.0.5"])
+        assert [status for status, _reached in found.values() if status not in (403, 500, 502, 503)] == [], found
+        assert "reached" not in namespace.reached(), namespace.reached()
         # No allowlist: public destinations pass, over NAT64 too.
         passed(namespace, ["93.184.216.99", "www.example"], "::ffff:93.184.216.99")
         passed(namespace, ["nat64-public.example", "[64:ff9b::5db8:d863]"], "64:ff9b::5db8:d863")
