@@ -19,7 +19,10 @@ description:
     and proxy, so that an unchanged fleet gives the same file.
   - A hypervisor of the inventory that gave no groups this run (unreachable, failed, left out by C(--limit)) keeps
     the groups the file had for it, so its proxies go on being scraped and alerted on; a hypervisor that is no longer
-    in the inventory is left out.
+    in O(inventory_hosts) is left out. With O(inventory_hosts=null) every other hypervisor keeps its groups.
+  - The join of M(egress_proxies.kvm.proxy_file_sd), which the egress_proxy role writes the file with: that module
+    reads, joins and writes under a lock on the file's host, so runs at once keep each other's groups. Use this filter
+    where one run alone writes the file.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 positional: _input, previous, inventory_hosts
@@ -32,7 +35,7 @@ options:
     description: The file's current text; V(null) when there is none.
     type: str
   inventory_hosts:
-    description: Every host of the inventory (C(groups.all)).
+    description: Every host of the inventory (C(groups.all)); V(null) keeps the groups of every hypervisor not in O(_input).
     type: list
     elements: str
     required: true

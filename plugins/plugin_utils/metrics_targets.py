@@ -14,15 +14,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
-import json
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_PRESENT
 
-LABELS = ("hypervisor", "proxy", "owner")
-
-
-class TargetsError(Exception):
-    """A file_sd file the targets cannot be joined with."""
+# The file's join is the proxy_file_sd module's, which runs it on the file_sd host under the file's lock.
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd  # noqa: F401
 
 
 def _endpoint(address, port):
@@ -47,31 +43,4 @@ def hypervisor_targets(hypervisor, owner, instances, listed):
         groups.append({"targets": [_endpoint(address, int(instance["metrics_port"]))],
                        "labels": {"hypervisor": hypervisor, "proxy": instance["name"], "owner": owner}})
     return groups, unaddressed
-
-
-def _previous_groups(text):
-    """The groups of the file as it is (its text; None when there is none), checked to be a file of ours."""
-    if text is None:
-        return []
-    try:
-        previous = json.loads(text)
-    except ValueError as error:
-        raise TargetsError("it is not JSON (%s)" % error) from None
-    if not isinstance(previous, list) or not all(
-            isinstance(group, dict) and isinstance(group.get("labels"), dict) and "hypervisor" in group["labels"]
-            for group in previous):
-        raise TargetsError("it is not a file_sd file of egress proxies (a list of target groups, each with a "
-                           "hypervisor label)")
-    return previous
-
-
-def file_sd(fresh, previous, inventory_hosts):
-    """The file_sd groups to write: ``fresh`` ({hypervisor: its groups}) for the hypervisors listed this run, the
-    groups ``previous`` (the file's current text, None when there is none) has for the other hypervisors of ``inventory_hosts``; a hypervisor
-    gone from the inventory is gone from the file. Sorted by hypervisor and proxy, so an unchanged fleet writes the
-    same bytes."""
-    kept = [group for group in _previous_groups(previous)
-            if group["labels"]["hypervisor"] not in fresh and group["labels"]["hypervisor"] in inventory_hosts]
-    groups = kept + [group for groups in fresh.values() for group in groups]
-    return sorted(groups, key=lambda group: tuple(str(group["labels"].get(label, "")) for label in LABELS))
 
