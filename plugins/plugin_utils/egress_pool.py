@@ -400,8 +400,10 @@ def _check_unlisted(hypervisors, unlisted):
             if not any(mine.overlaps(theirs) for mine in hypervisor.pool for theirs in pool):
                 continue
             raise PoolError("%s of %s shares addresses with %s of %s, whose proxies were not listed in this run (not "
-                            "in the play, or its listing failed), so the addresses they hold are unknown: run the "
-                            "hypervisors that share a pool together. Nothing was changed." % (
+                            "in the play: --limit, a sliced AWX job or a play on other hosts; or its listing failed), "
+                            "so the addresses they hold are unknown: run the hypervisors that share a pool together, "
+                            "without --limit or job slicing, or give each hypervisor a pool of its own. Nothing was "
+                            "changed." % (
                                 POOL_VARIABLE, hypervisor.name, POOL_VARIABLE, name))
 
 
