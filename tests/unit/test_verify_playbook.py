@@ -9,6 +9,7 @@ role's header), then the role's answer, or a wrong one until the timeout.
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -23,17 +24,21 @@ FETCH_TASK = "Fetch the URL through each proxy, waiting for it to answer"
 REPORT_TASK = "Report what each proxy answered"
 CHECK_TASK = "Check what each proxy answered"
 INSIDE_TASK = "Check that the URL is not on the inside network of a proxy with an outside NIC"
+ORIGIN_TASK = "Check the address and the headers the origin saw from each proxy"
 PROXY = "eptest-verify-1"
 BODY = {"peer": "198.51.100.7", "headers": {}}
 
 
 class ScriptedProxy(http.server.ThreadingHTTPServer):
-    """Answers the n-th request with answers[n] (the last one again after the end): (status, X-Egress-Proxy)."""
+    """Answers the n-th request with answers[n] (the last one again after the end): (status, X-Egress-Proxy), with the
+    body an origin gives (``peer`` the address it says it saw)."""
 
-    def __init__(self, answers):
-        super().__init__(("127.0.0.1", 0), ScriptedAnswer)
+    def __init__(self, answers, host="127.0.0.1", peer=BODY["peer"], headers=None):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, 0), ScriptedAnswer)
         self.answers = answers
         self.requests = 0
+        self.body = dict(BODY, peer=peer, headers=headers or {})
 
 
 class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
@@ -42,7 +47,7 @@ class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         status, header = self.server.answers[min(self.server.requests, len(self.server.answers) - 1)]
         self.server.requests += 1
-        body = json.dumps(BODY).encode() + b"\n"
+        body = json.dumps(self.server.body).encode() + b"\n"
         self.send_response(status)
         if header:
             self.send_header("X-Egress-Proxy", header)
@@ -58,8 +63,8 @@ class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
 def scripted_proxy():
     servers = []
 
-    def start(answers):
-        server = ScriptedProxy(answers)
+    def start(answers, **given):
+        server = ScriptedProxy(answers, **given)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
@@ -164,3 +169,107 @@ def test_a_timeout_of_a_two_nic_proxy_says_the_url_must_be_reachable_from_the_ou
     assert completed.returncode != 0, completed.stdout
     assert ("%s has an outside NIC (198.18.21.10/24): its squid fetches from that address, so http://origin.example/ "
             "must be reachable from the outside segment." % PROXY) in completed.stdout, completed.stdout
+
+
+# Issue 40 item 9: what kvm_proxy_info lists of a proxy whose egress address its domain records, the NICs with their
+# roles. A pooled proxy's outside address is in no inventory entry; an IPv6-only one is its egress_address (and 6).
+POOLED = {"egress_proxy_outside": {"bridge": "br1", "pool": ["198.51.100.7-198.51.100.9"]},
+          "egress_proxy_instances": [{"name": PROXY, "address": "198.18.11.50/24"}]}
+OUTSIDE_NICS = [{"role": "inside", "ipv4": "198.18.11.50"}, {"role": "outside", "ipv4": "198.51.100.7", "egress": True}]
+
+
+def listed(ip, **recorded):
+    return dict({"name": PROXY, "id": "hosts/localhost/domains/" + PROXY, "ip": ip, "interfaces": OUTSIDE_NICS,
+                 "egress_ip": None, "egress_ipv6": None, "egress_address": None, "egress_address6": None}, **recorded)
+
+
+ORIGIN_TASKS = (FETCH_TASK, REPORT_TASK, CHECK_TASK, ORIGIN_TASK)
+
+
+@pytest.mark.parametrize("peer, headers, proven", [
+    ("198.51.100.7", {}, True),
+    ("198.51.100.8", {}, False),
+    ("198.51.100.8", {"Via": "1.1 egress"}, False),
+], ids=["its own", "another", "another with Via"])
+def test_a_pooled_proxys_egress_address_is_the_one_its_domain_records(tmp_path, scripted_proxy, peer, headers, proven):
+    proxy = scripted_proxy([(200, PROXY)], peer=peer, headers=headers)
+    completed = verify(tmp_path, proxy.server_address[1], 30, ORIGIN_TASKS, egress_proxy_verify_origin=True,
+                       verify_proxies=[listed("127.0.0.1", egress_address="198.51.100.7")], **POOLED)
+    assert (completed.returncode == 0) == proven, completed.stdout
+    if proven:
+        assert "X-Egress-Proxy %s, after 0 s; the origin saw 198.51.100.7" % PROXY in completed.stdout, completed.stdout
+    else:
+        assert ("the origin saw the request come from 198.51.100.8, expected the proxy's egress address 198.51.100.7%s"
+                % ("; the origin received via" if headers else ".")) in completed.stdout, completed.stdout
+
+
+@pytest.mark.parametrize("url, peer, proven", [
+    ("http://[2001:db8:21::1]:8080/", "2001:db8:21::10", True),
+    ("http://origin.example/", "2001:db8:21::10", True),
+    ("http://[2001:db8:21::1]:8080/", "198.51.100.7", False),
+    ("http://198.51.100.1:8080/", "2001:db8:21::10", False),
+], ids=["IPv6 URL", "a name", "an IPv4 peer", "an IPv4 URL"])
+def test_an_ipv6_only_outside_nics_egress_address_is_proven_by_the_urls_family(tmp_path, scripted_proxy, url, peer, proven):
+    proxy = scripted_proxy([(200, PROXY)], peer=peer)
+    completed = verify(tmp_path, proxy.server_address[1], 30, ORIGIN_TASKS, egress_proxy_verify_origin=True,
+                       egress_proxy_verify_url=url, egress_proxy_outside={"bridge": "br1"},
+                       egress_proxy_instances=[{"name": PROXY, "address": "198.18.11.50/24",
+                                                "outside": {"address6": "2001:db8:21::10/64"}}],
+                       verify_proxies=[listed("127.0.0.1", egress_address="2001:db8:21::10",
+                                              egress_address6="2001:db8:21::10")])
+    assert (completed.returncode == 0) == proven, completed.stdout
+    if not proven and "[" in url:
+        assert "the origin saw the request come from %s, expected the proxy's egress address 2001:db8:21::10" % peer \
+            in completed.stdout, completed.stdout
+    elif not proven:
+        assert "expected the proxy's egress address (it records none of the URL host's family)" in completed.stdout, \
+            completed.stdout
+
+
+def test_an_ipv6_proxy_is_asked_at_its_address_in_brackets(tmp_path, scripted_proxy):
+    proxy = scripted_proxy([(200, PROXY)], host="::1", peer="2001:db8:11::70")
+    completed = verify(tmp_path, proxy.server_address[1], 30, ORIGIN_TASKS, egress_proxy_verify_origin=True,
+                       egress_proxy_instances=[{"name": PROXY, "address6": "2001:db8:11::70/64"}],
+                       verify_proxies=[listed("::1", interfaces=[{"role": None, "ipv6": "::1", "egress": True}],
+                                              egress_address="2001:db8:11::70", egress_address6="2001:db8:11::70")])
+    assert completed.returncode == 0, completed.stdout
+    assert proxy.requests == 1
+    assert "([::1]:%d), asked from this controller" % proxy.server_address[1] in completed.stdout, completed.stdout
+
+
+@pytest.mark.parametrize("variables, url", [
+    (POOLED, "http://198.18.11.1:8080/"),
+    ({"egress_proxy_instances": [{"name": PROXY, "address": "198.18.11.50/24"}]}, "http://198.18.11.1:8080/"),
+    ({"egress_proxy_instances": [{"name": PROXY, "address6": "2001:db8:11::50/64",
+                                  "outside": {"bridge": "br1", "address6": "2001:db8:21::10/64"}}]},
+     "http://[2001:db8:11::1]:8080/"),
+], ids=["pooled", "outside NIC in the listing alone", "IPv6-only"])
+def test_a_url_on_the_inside_network_is_refused_for_every_proxy_with_an_outside_nic(tmp_path, variables, url):
+    completed = verify(tmp_path, 9, 300, task_names=(INSIDE_TASK,), egress_proxy_verify_url=url,
+                       verify_proxies=[listed("127.0.0.1")], **variables)
+    assert completed.returncode != 0, completed.stdout
+    assert "%s on localhost has an outside NIC (" % PROXY in completed.stdout, completed.stdout
+    assert "and %s is on its inside network (%s)" % (url, variables["egress_proxy_instances"][0].get(
+        "address") or variables["egress_proxy_instances"][0]["address6"]) in completed.stdout, completed.stdout
+
+
+def test_what_the_listing_gives_is_read_as_addresses_never_as_url_text():
+    """The hypervisor's listing (a guest agent's report among it) is untrusted: a text that is no address is no URL."""
+    from ansible_collections.egress_proxies.kvm.plugins.filter.verify_expectations import verify_expectations
+
+    hostile = {"name": PROXY, "ip": "198.51.100.7@evil.example:80/x?", "interfaces": [{"role": "outside"}],
+               "egress_address": "198.51.100.7 or anything", "egress_address6": ["2001:db8::1"],
+               "egress_ip": "2001:db8:21::10%eth0", "egress_ipv6": "2001:DB8:21:0::10"}
+    assert verify_expectations(hostile, {"address": "198.18.11.50/24"}, {}, "http://origin.example/", 3128) == {
+        "endpoint": None, "proxy_url": None, "outside": "its address not known", "egress": ["2001:db8:21::10"],
+        "inside_url": None}
+
+
+def test_the_inventorys_outside_address_is_expected_before_the_recorded_one_family_by_family():
+    from ansible_collections.egress_proxies.kvm.plugins.filter.verify_expectations import verify_expectations
+
+    proxy = listed("198.18.11.50", egress_address="198.51.100.7", egress_address6="2001:db8:21::7")
+    instance = {"name": PROXY, "address": "198.18.11.50/24", "outside": {"address": "198.51.100.9/24"}}
+    assert verify_expectations(proxy, instance, {}, "http://origin.example/", 3128)["egress"] == [
+        "198.51.100.9", "2001:db8:21::7"]
+    assert verify_expectations(proxy, instance, {}, "http://[2001:db8:21::1]/", 3128)["egress"] == ["2001:db8:21::7"]

@@ -58,6 +58,7 @@ from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_report import p
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings import squid_settings
 from ansible_collections.egress_proxies.kvm.plugins.filter.squid_settings_errors import squid_settings_errors
+from ansible_collections.egress_proxies.kvm.plugins.filter.verify_expectations import verify_expectations
 
 variables = json.loads(sys.stdin.read())
 proxy = {"name": "egress-a", "port": 3128, "allowed_clients": ["10.0.0.0/8"]}
@@ -85,6 +86,8 @@ targets = metrics_targets([{"name": "egress-a", "ip": "10.0.0.5"}], instances, "
 ran["metrics_targets"] = targets["groups"][0]["targets"]
 ran["metrics_file_sd"] = len(metrics_file_sd({"hv1": targets["groups"]}, None, ["hv1"]))
 ran["metrics_pages"] = metrics_pages("http://10.0.0.5:9301/metrics  000 7\n")
+ran["verify_expectations"] = verify_expectations({"name": "egress-a", "ip": "2001:db8::5"}, {}, {}, "http://o/", 3128)[
+    "proxy_url"]
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
 print(json.dumps(ran))
 '''
@@ -116,5 +119,6 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
         "metrics_targets": ["10.0.0.5:9301"],
         "metrics_file_sd": 1,
         "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None}},
+        "verify_expectations": "http://[2001:db8::5]:3128",
         "proxy_report": ["hosts/hv1/domains/egress-a (would be created)"],
     }
