@@ -105,12 +105,15 @@ CHANGES = {
     "egress_proxy_no_log": {"egress_proxy_no_log": True},
     "egress_proxy_metrics_file_sd": {"egress_proxy_metrics_file_sd": "/etc/prometheus/egress.json"},
     "egress_proxy_metrics_file_sd_host": {"egress_proxy_metrics_file_sd_host": "prometheus.example.net"},
+    "egress_proxy_metrics_file_sd_prune": {"egress_proxy_metrics_file_sd_prune": False},
 }
 # The variables the table leaves out, and why: the list of proxies itself, who owns them, which hypervisor, destroy.
 NOT_IN_TABLE = {"egress_proxy_instances", "egress_proxy_fleet", "egress_proxy_uid", "egress_proxy_adopt_uids",
                 "egress_proxy_uri", "egress_proxy_host", "egress_proxy_remove_image"}
 
 REPLACES, POLICY, IN_PLACE, NOTHING = "replaces", "policy", "in place", "nothing"
+# How a row of the table starts, for each effect.
+SAID = ((REPLACES, "replaces"), (POLICY, "policy"), (IN_PLACE, "in place"), (NOTHING, "nothing"))
 
 
 def read_by_the_module(cases):
@@ -167,8 +170,7 @@ def documented():
         if not row.startswith("| `") or len(cells) < 2:
             continue
         said = cells[1].lower()
-        kind = next(kind for kind, words in ((REPLACES, "replaces"), (POLICY, "policy"), (IN_PLACE, "in place"),
-                                              (NOTHING, "nothing")) if said.startswith(words))
+        kind = next(kind for kind, words in SAID if said.startswith(words))
         for variable in re.findall(r"`(egress_proxy_[a-z0-9_]+)`", cells[0]):
             assert variable not in table, "%s twice in the table" % variable
             table[variable] = kind
