@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 DOCUMENTATION = r"""
 name: verify_expectations
 short_description: What playbooks/verify.yml expects of one running proxy
-version_added: 0.5.0
+version_added: 0.1.0
 description:
   - From the proxy as M(egress_proxies.kvm.kvm_proxy_info) lists it and its inventory entry, what verify.yml asks
     of it and checks.
