@@ -43,4 +43,3 @@ def hypervisor_targets(hypervisor, owner, instances, listed):
         groups.append({"targets": [_endpoint(address, int(instance["metrics_port"]))],
                        "labels": {"hypervisor": hypervisor, "proxy": instance["name"], "owner": owner}})
     return groups, unaddressed
-
