@@ -83,7 +83,8 @@ def locked(path, timeout):
     lock of a run that dies, so no lock outlives its run."""
     name = lock_path(path)
     try:
-        descriptor = os.open(name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # Not through a symlink: in a directory others may write to, one planted there would be opened in its place.
+        descriptor = os.open(name, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as error:
         raise PermanentError("cannot open the lock file %s: %s" % (name, error.strerror)) from None
     try:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets import file_sd as file_sd_module
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import (
     TargetsError,
@@ -110,3 +110,13 @@ def test_a_file_too_large_is_not_read_whole(tmp_path, monkeypatch):
     path.write_text("[" + " " * 20 + "]")
     with pytest.raises(TargetsError, match="larger than 10 bytes"):
         write_file_sd(str(path), {"hv1": []}, None)
+
+
+def test_a_lock_file_planted_as_a_symlink_is_not_followed(tmp_path):
+    path = tmp_path / "targets.json"
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    os.symlink(str(victim), lock_path(str(path)))
+    with pytest.raises(PermanentError, match="cannot open the lock file %s" % lock_path(str(path))):
+        write_file_sd(str(path), {"hv1": []}, None)
+    assert victim.read_text() == "kept" and not path.exists()
