@@ -254,6 +254,31 @@ def verified(run, host):
     return reported[0]["results"][0]["msg"] if reported else None, checked[0]["results"][0]["msg"] if checked else None
 
 
+def verify_as_pooled_over_ipv6(net_fleet, variables, inside, inside6, outside, outside6):
+    """Issue 40 item 9, on the booted proxy: verify.yml with an inventory that gives the proxy no outside address (as
+    for one of egress_proxy_outside.pool) proves the egress address its domain records, the IPv6 one for an IPv6
+    origin; and refuses, before fetching anything, an origin on its inside network, IPv4 and IPv6."""
+    spec = net_fleet.hv1
+    (instance,) = variables["egress_proxy_instances"]
+    inventory = net_fleet.inventory(dict(variables, egress_proxy_instances=[dict(instance, outside={})]))
+    origin6 = "http://[%s]:%d/" % (OUTSIDE6[1], config.ORIGIN_PORT)
+    run = net_fleet.playbook("verify.yml", inventory, timeout=600,
+                             extra_vars={"egress_proxy_hosts": HV1, "egress_proxy_verify_url": origin6})
+    assert run.rc == 0, run
+    reported, checked = verified(run, HV1)
+    assert "forwarded %s as %s: HTTP 200, X-Egress-Proxy %s" % (origin6, USER, PROXY) in reported, reported
+    assert "the origin saw %s (the egress address)" % host(outside6) in checked, checked
+    for url, network in ((spec.origin_url(spec.lan_address), inside), ("http://[%s]:%d/" % (LAN6[1], config.ORIGIN_PORT),
+                                                                        inside6)):
+        refused = net_fleet.playbook("verify.yml", inventory, timeout=300,
+                                     extra_vars={"egress_proxy_hosts": HV1, "egress_proxy_verify_url": url})
+        assert refused.rc != 0 and refused.ran("Fetch the URL through each proxy, waiting for it to answer") == [], refused
+        assert ("%s on %s has an outside NIC (%s, %s): its squid sends every request out of that address, so "
+                "egress_proxy_verify_url must be reachable from the outside segment, and %s is on its inside network (%s)"
+                % (PROXY, HV1, host(outside), host(outside6), url, network)) in json.dumps(refused.failures(HV1)), refused
+    return run.seconds
+
+
 def with_lan_client(net_fleet, variables, expected_outside):
     """An inventory of lab-hv1 and LAN_CLIENT: connection local, modules on /usr/bin/python3 in lab-hv1's LAN namespace.
 
@@ -393,6 +418,11 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     assert "HTTP 200, X-Egress-Proxy %s" % PROXY in reported, reported
     assert ("%s on %s: the origin saw the request come from %s, expected the proxy's egress address %s" % (
         PROXY, LAN_CLIENT, host(outside), host(elsewhere))) in json.dumps(run.failures(LAN_CLIENT)), run
+
+    # --- issue 40 item 9: verify.yml reads the recorded egress addresses (a pooled view, an IPv6 origin) ---
+    print("verify.yml with the recorded egress addresses over IPv6: %.0f s"
+          % verify_as_pooled_over_ipv6(net_fleet, variables, inside, inside6, outside, outside6))
+    # --- end of item 9 ---
 
     # squid: the allowed client is forwarded, from the outside address, with nothing of the inside passed on.
     squid = "http://%s:3128" % host(inside)
