@@ -116,6 +116,25 @@ class PrivateDataDir:
              str(self.project / "collections" / "requirements.yml"), "-p", self.collections],
             capture_output=True, text=True, env=_runner_env(self.collections), check=False, timeout=300)
 
+    def jobs_at_once(self, playbook, limits):
+        """ansible-runner runs of a playbook of the project started together, one per limit (``--limit``, the hosts of
+        one slice, as the jobs of a sliced AWX job template run) -> their Jobs once all ended."""
+        (self.root / "env" / "cmdline").write_text("")
+        started = []
+        for limit in limits:
+            self._jobs += 1
+            ident = "%d-%s-%s" % (self._jobs, playbook.split(".")[0], limit)
+            argv = [os.path.join(VENV_BIN, "ansible-runner"), "run", str(self.root), "-p", playbook, "--ident", ident,
+                    "--limit", limit]
+            started.append((ident, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                    env=_runner_env(self.collections))))
+        jobs = []
+        for ident, process in started:
+            stdout, stderr = process.communicate(timeout=900)
+            jobs.append(Job(self.root / "artifacts" / ident, subprocess.CompletedProcess(process.args, process.returncode,
+                                                                                           stdout, stderr)))
+        return jobs
+
     def close_connections(self):
         """End the SSH master connections the jobs left persisting."""
         for socket in glob.glob(os.path.join(self.control_path_dir, "*")):
@@ -272,3 +291,73 @@ def _inventory_source(data_dir, specs):
 def _unsafe(value):
     """A --list string without ansible-core 2.19's marking of untrusted strings."""
     return value["__ansible_unsafe"] if isinstance(value, dict) else value
+
+
+def _slices_inventory(data_dir, specs, pools):
+    """The job's inventory with two-NIC proxies (static inside addresses, so each is a scrape target without booting)
+    and ``pools``: {host: its egress_proxy_outside.pool}, in host_vars, or {"hypervisors": pool} in group_vars."""
+    inventory = hypervisor_inventory(IMAGE_NAME)
+    group = inventory["all"]["children"]["hypervisors"]
+    for spec in specs:
+        outside = {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address, "prefix": spec.outside_cidr}
+        group["hosts"][spec.name].update(egress_proxy_outside=dict(outside, pool=pools[spec.name]) if spec.name in pools
+                                         else outside)
+    if "hypervisors" in pools:
+        group["vars"]["egress_proxy_outside"] = {"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": specs[0].outside_address,
+                                                 "prefix": specs[0].outside_cidr, "pool": pools["hypervisors"]}
+        for spec in specs:
+            del group["hosts"][spec.name]["egress_proxy_outside"]
+    (data_dir.root / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+
+
+def _egress_addresses(job):
+    """{proxy: the egress address its domain records} of the job's converge results."""
+    return {proxy["name"]: proxy["egress_address"] for item in job.events if item["event"] == "runner_on_ok"
+            and item["event_data"].get("task") == "Converge the proxies of this hypervisor"
+            for proxy in item["event_data"]["res"].get("proxies", [])}
+
+
+def test_two_slices_at_once_keep_every_proxy_in_the_file_sd_file_and_a_shared_pool_is_refused(awx_lab, private_data_dir,
+                                                                                           tmp_path):
+    """Issue 40 item 14: the jobs of a sliced job template run the playbook at once, one per slice of the hypervisors.
+    Each rewrote the whole file_sd file from what it read before the other wrote, so one slice's proxies went missing;
+    the file's lock keeps both. A pool per hypervisor (host_vars) gives unique addresses; one pool shared by the slices
+    is refused by both, naming --limit and slicing, before anything is touched."""
+    file_sd = tmp_path / "targets.json"
+    # A hypervisor outside this inventory (another slice's, as a sliced job's inventory holds its own slice only): kept.
+    elsewhere = {"labels": {"hypervisor": "lab-hv9", "owner": UID, "proxy": PREFIX + "x"}, "targets": ["198.18.99.5:9301"]}
+    file_sd.write_text(json.dumps([elsewhere]))
+    fleet = [{"name": "%s%s-%d" % (PREFIX, spec.name[-3:], number), "hypervisor": spec.name,
+              "address": "%s.%d/24" % (spec.lan_prefix, 210 + number)} for spec in awx_lab for number in (1, 2)]
+    (private_data_dir.root / "env" / "extravars").write_text(yaml.safe_dump(dict(
+        EXTRAVARS, egress_proxy_fleet=fleet, egress_proxy_metrics_file_sd=str(file_sd),
+        egress_proxy_metrics_file_sd_prune=False)))
+
+    shared = awx_lab[0].outside_prefix + ".100-" + awx_lab[0].outside_prefix + ".103"
+    _slices_inventory(private_data_dir, awx_lab, {"hypervisors": [shared]})
+    refused = private_data_dir.jobs_at_once("deploy.yml", [HV1, HV2])
+    for job, (mine, other) in zip(refused, ((HV1, HV2), (HV2, HV1))):
+        assert (job.status, job.rc) == ("failed", 2), job
+        messages = " | ".join(str(item["event_data"].get("res", {}).get("msg")) for item in job.events
+                              if item["event"] == "runner_on_failed")
+        assert ("egress_proxy_outside.pool of %s shares addresses with egress_proxy_outside.pool of %s, whose proxies "
+                "were not listed in this run (not in the play: --limit, a sliced AWX job" % (mine, other)) in messages, job
+    assert all(_listing(spec)["domains"] == {} for spec in awx_lab)
+    assert json.loads(file_sd.read_text()) == [elsewhere]
+
+    # The job template settings docs/awx.md gives for slicing: a pool per hypervisor, and the file not pruned.
+    _slices_inventory(private_data_dir, awx_lab, {spec.name: ["%s.100-%s.103" % (spec.outside_prefix, spec.outside_prefix)]
+                                                  for spec in awx_lab})
+    expected = sorted([("lab-hv9", PREFIX + "x")] + [(entry["hypervisor"], entry["name"]) for entry in fleet])
+    first = None
+    for _run in range(2):  # again: the file stays whole, the addresses stay
+        jobs = private_data_dir.jobs_at_once("deploy.yml", [HV1, HV2])
+        for job in jobs:
+            assert (job.status, job.rc) == ("successful", 0), job
+        written = json.loads(file_sd.read_text())
+        assert sorted((entry["labels"]["hypervisor"], entry["labels"]["proxy"]) for entry in written) == expected, written
+        addresses = dict(_egress_addresses(jobs[0]), **_egress_addresses(jobs[1]))
+        assert sorted(addresses) == sorted(entry["name"] for entry in fleet), addresses
+        assert len(set(addresses.values())) == len(fleet), addresses
+        assert first in (None, addresses), (first, addresses)
+        first = addresses
