@@ -33,12 +33,13 @@ class ScriptedProxy(http.server.ThreadingHTTPServer):
     """Answers the n-th request with answers[n] (the last one again after the end): (status, X-Egress-Proxy), with the
     body an origin gives (``peer`` the address it says it saw)."""
 
-    def __init__(self, answers, host="127.0.0.1", peer=BODY["peer"], headers=None):
+    def __init__(self, answers, host="127.0.0.1", peer=BODY["peer"], headers=None, body_bytes=None):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), ScriptedAnswer)
         self.answers = answers
         self.requests = 0
         self.body = dict(BODY, peer=peer, headers=headers or {})
+        self.body_bytes = body_bytes
 
 
 class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
@@ -48,12 +49,17 @@ class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
         status, header = self.server.answers[min(self.server.requests, len(self.server.answers) - 1)]
         self.server.requests += 1
         body = json.dumps(self.server.body).encode() + b"\n"
+        if self.server.body_bytes is not None:
+            body = b"x" * self.server.body_bytes
         self.send_response(status)
         if header:
             self.send_header("X-Egress-Proxy", header)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client read as much as it wanted
 
     def log_message(self, fmt, *args):
         pass
@@ -273,3 +279,13 @@ def test_the_inventorys_outside_address_is_expected_before_the_recorded_one_fami
     assert verify_expectations(proxy, instance, {}, "http://origin.example/", 3128)["egress"] == [
         "198.51.100.9", "2001:db8:21::7"]
     assert verify_expectations(proxy, instance, {}, "http://[2001:db8:21::1]/", 3128)["egress"] == ["2001:db8:21::7"]
+
+
+def test_an_answer_longer_than_the_bound_is_read_no_further_and_is_no_answer(tmp_path, scripted_proxy):
+    """The answer comes from the proxy, a guest: 64 MiB of it would sit in the fetch's result; 64 KiB are read."""
+    proxy = scripted_proxy([(200, PROXY)], body_bytes=64 * 1024 * 1024)
+    completed = verify(tmp_path, proxy.server_address[1], timeout=1)
+    assert completed.returncode != 0, completed.stdout
+    assert ("did not forward http://origin.example/ as expected within 1 s: the answer was longer than 65536 bytes, "
+            "X-Egress-Proxy not set" in completed.stdout), completed.stdout[-3000:]
+    assert len(completed.stdout) < 200000, len(completed.stdout)
