@@ -16,6 +16,10 @@ default), one user. From the LAN, with the user's credentials, an allowed name a
 forwarded from the egress address; a name not allowed, the denied address, the hypervisor's management address,
 the metadata address, the LAN's origin, and rebind.lab (allowed by name, resolving to the LAN) get squid's 403 and
 reach no origin; CONNECT to a port that is not TLS's is refused; no credentials and a wrong password get 407.
+Names of two addresses, one of them the allowed outside origin, are refused with GET and CONNECT whatever order DNS
+gives (issue 40 item 0): mixed.lab (allowed by name) and internal-mixed.example with the LAN's origin (internal),
+unlisted-mixed.example with a public address outside the allowlist, which the test gives the outside namespace with
+an origin of its own; none of those origins gets the request.
 
 The same proxy is dual-stack (issue 29): the LAN and the outside segment get an IPv6 prefix of the documentation
 range (2001:db8::/32, inside the lab's namespaces), the proxy an IPv6 address on each NIC. A client comes over IPv6
@@ -321,6 +325,26 @@ def denied_origin(net_fleet, tmp_path):
                        check=False)
 
 
+@pytest.fixture
+def unlisted_origin(net_fleet, tmp_path):
+    """An origin server on config.UNLISTED_ADDRESS, a public address the outside namespace holds for the test (the
+    proxy's default route leads there), outside the policy's allowlist: its log file."""
+    spec = net_fleet.hv1
+    address = config.UNLISTED_ADDRESS + "/32"
+    device = ["ip", "-n", spec.outside_netns, "addr"]
+    pidfile, log = str(tmp_path / "unlisted-origin.pid"), str(tmp_path / "unlisted-origin.log")
+    subprocess.run(device + ["add", address, "dev", config.OUTSIDE_IFACE], check=True)
+    try:
+        origin.ensure_origin(spec.outside_netns, config.UNLISTED_ADDRESS, config.ORIGIN_PORT, pidfile, log,
+                             hypervisors.REPO_ROOT)
+        yield log
+    finally:
+        pid = origin.origin_pid(pidfile)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+        subprocess.run(device + ["del", address, "dev", config.OUTSIDE_IFACE], check=False)
+
+
 Monitoring = namedtuple("Monitoring", "file_sd syslog_log query targets")
 
 
@@ -376,7 +400,8 @@ def logged(*paths):
 
 @pytest.mark.boot
 def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address(net_fleet, lan_outsider, denied_origin,
-                                                                                 lan_monitoring, ipv6_segments):
+                                                                                 lan_monitoring, ipv6_segments,
+                                                                                 unlisted_origin):
     spec = net_fleet.hv1
     inside, outside = "%s.%d/24" % (spec.lan_prefix, PROXY_HOST), "%s.%d/24" % (spec.outside_prefix, PROXY_HOST)
     elsewhere = "%s.%d/24" % (spec.outside_prefix, PROXY_HOST + 1)
@@ -456,14 +481,29 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
         "the metadata address": "http://169.254.169.254/%s/metadata" % marker,
         "the LAN's origin (internal, the proxy's own network)": "%s%s/lan" % (spec.origin_url(spec.lan_address), marker),
         "rebind.lab (allowed by name, resolving to the LAN)": "%s%s/rebind" % (spec.origin_url(config.REBIND_NAME), marker),
+        "a public address not allowed": "%s%s/unlisted" % (spec.origin_url(config.UNLISTED_ADDRESS), marker),
     }
+    # Names of two addresses, the allowed outside origin and the LAN's (internal) or a public one not allowed: each
+    # asked several times, as dnsmasq gives their addresses in turns.
+    mixed = {
+        "mixed.lab (allowed by name; the outside origin and the LAN's)": config.MIXED_LAB_NAME,
+        "internal-mixed.example (the outside origin and the LAN's)": config.MIXED_INTERNAL_NAME,
+        "unlisted-mixed.example (the outside origin and a public address not allowed)": config.MIXED_UNLISTED_NAME,
+    }
+    for turn in range(3):
+        refused.update(("%s, %d" % (what, turn), "%s%s/mixed-%d" % (spec.origin_url(name), marker, turn))
+                       for what, name in mixed.items())
     answers = {what: through_proxy(spec.lan_netns, squid, url) for what, url in refused.items()}
     assert {what: answer[:4] for what, answer in answers.items()} == dict.fromkeys(refused, (0, 403, PROXY, SQUID_REFUSED)), \
         answers
     # CONNECT to a port that is not TLS's.
     answer = through_proxy(spec.lan_netns, squid, "%s%s/connect" % (spec.origin_url(config.ORIGIN_NAME), marker), tunnel=True)
     assert answer.status == 403, answer
-    assert marker not in logged(spec.run_file("origin.log"), denied_log)
+    # CONNECT to TLS's port of the names of two addresses: refused by the policy (nothing listens on 443 there, so a
+    # CONNECT the policy let through would get squid's 503 instead).
+    tunnels = {what: through_proxy(spec.lan_netns, squid, "http://%s:443/" % name, tunnel=True) for what, name in mixed.items()}
+    assert {what: answer.status for what, answer in tunnels.items()} == dict.fromkeys(mixed, 403), tunnels
+    assert marker not in logged(spec.run_file("origin.log"), denied_log, unlisted_origin)
     # Proxy users: no credentials, a wrong password: squid's 407.
     for credentials in (None, (USER, PASSWORD + "x")):
         answer = through_proxy(spec.lan_netns, squid, origin, credentials=credentials)

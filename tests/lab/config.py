@@ -109,6 +109,13 @@ ORIGIN_PORT = 8080
 # LAN's, an internal address behind a name a policy may allow (the DNS-rebinding case).
 ORIGIN_NAME = "origin.lab"
 REBIND_NAME = "rebind.lab"
+# Names of two addresses, the outside segment's origin and another (issue 40 item 0): MIXED_LAB_NAME (in the lab's
+# domain) and MIXED_INTERNAL_NAME the LAN's origin, an internal address; MIXED_UNLISTED_NAME UNLISTED_ADDRESS, a public
+# address a test gives the outside namespace (tests/integration/test_networking.py), outside what a policy allows.
+MIXED_LAB_NAME = "mixed.lab"
+MIXED_INTERNAL_NAME = "internal-mixed.example"
+MIXED_UNLISTED_NAME = "unlisted-mixed.example"
+UNLISTED_ADDRESS = "93.184.216.99"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,8 +190,12 @@ class HypervisorSpec:
 
     @property
     def dns_records(self):
-        """(name, address) of each name the LAN's dnsmasq answers besides its DHCP clients' names."""
-        return ((ORIGIN_NAME, self.outside_address), (REBIND_NAME, self.lan_address))
+        """(name, address) of each name the LAN's dnsmasq answers besides its DHCP clients' names; a name of two
+        addresses comes twice (dnsmasq answers both, in turns)."""
+        return ((ORIGIN_NAME, self.outside_address), (REBIND_NAME, self.lan_address),
+                (MIXED_LAB_NAME, self.outside_address), (MIXED_LAB_NAME, self.lan_address),
+                (MIXED_INTERNAL_NAME, self.outside_address), (MIXED_INTERNAL_NAME, self.lan_address),
+                (MIXED_UNLISTED_NAME, self.outside_address), (MIXED_UNLISTED_NAME, UNLISTED_ADDRESS))
 
     @property
     def dhcp_range(self):
