@@ -196,6 +196,27 @@ def test_a_pool_the_inventory_does_not_show_is_refused_in_a_limited_run(hv_fleet
     assert egress_addresses(whole) == {name("pa"): base + "100", name("pc"): base + "101"}
 
 
+def test_a_proxy_is_not_defined_with_an_egress_address_another_domain_records(hv_fleet):
+    """Issue 40 item 3: a run whose allocation listed the domains before another run defined its proxy (two deploys of
+    one pool at once) gave the address again. kvm_proxy_set refuses it before anything is touched, check mode too: here
+    another deployment (another owner, no pool) gives by hand the address the pool gave pa."""
+    run = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, [("pa", HV1, 201)]))
+    assert run.rc == 0, run
+    taken = egress_addresses(run)[name("pa")]
+    outside = dict(pool_outside(hv_fleet), address=taken + "/24")
+    del outside["pool"], outside["prefix6"]
+    other = hv_fleet.inventory(hv_fleet.role_vars(egress_proxy_uid="eptest-fleet-other", egress_proxy_outside=outside,
+                                                  egress_proxy_fleet=[{"name": name("pz"), "hypervisor": HV1,
+                                                                       "address": "%s.209/24" % hv_fleet.hv1.lan_prefix}]))
+    for options in (("--check",), ()):
+        refused = hv_fleet.playbook("deploy.yml", other, options=options)
+        assert refused.rc != 0, refused
+        messages = " | ".join(message or "" for _host, _task, message in refused.failures(HV1))
+        assert ("proxies[0] (%s): its egress address %s (outside.address) is recorded by domain '%s' on this hypervisor"
+                % (name("pz"), taken, name("pa"))) in messages, messages
+    assert hv_fleet.domains_local(hv_fleet.hv1) == {name("pa"): "running"}
+
+
 @pytest.mark.parametrize("entries, host_vars, words", [
     ([{"name": name("x"), "hypervisor": HV1}, {"name": name("y"), "hypervisor": "lab-hv9"}], {},
      ["egress_proxy_fleet[1].hypervisor", name("y"), "lab-hv9", "not in the inventory"]),
