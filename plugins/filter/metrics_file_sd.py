@@ -20,7 +20,7 @@ description:
   - A hypervisor of the inventory that gave no groups this run (unreachable, failed, left out by C(--limit)) keeps
     the groups the file had for it, so its proxies go on being scraped and alerted on; a hypervisor that is no longer
     in O(inventory_hosts) is left out. With O(inventory_hosts=null) every other hypervisor keeps its groups.
-  - The join of M(egress_proxies.kvm.proxy_file_sd), which the egress_proxy role writes the file with: that module
+  - The join of M(egress_proxies.kvm.proxy_file_sd), which the egress_proxy role writes the file with; that module
     reads, joins and writes under a lock on the file's host, so runs at once keep each other's groups. Use this filter
     where one run alone writes the file.
 author:
