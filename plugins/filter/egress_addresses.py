@@ -28,7 +28,12 @@ description:
     text checked, so a control character, a blank or a scope id is refused), a range that runs backwards, overlapping entries, two
     hypervisors' pools that differ but share addresses, a pool address some proxy has as its own
     C(outside.address), an own address outside the NIC's prefix, a pool that shares addresses with a hypervisor whose
-    proxies were not listed, and a pool too small, naming how many addresses are missing.
+    proxies were not listed, a pool that cannot be proven unique, and a pool too small, naming how many addresses are
+    missing.
+  - A pool cannot be proven unique when a hypervisor outside the play (C(--limit), a sliced AWX job) shares an inventory
+    group other than C(all) with a pooled one, and either the pool is not an inventory variable of the pooled one (the
+    play's C(vars:)) or the inventory shows the other no pool (C(include_vars) loads it for the hosts that ran it only):
+    C(hostvars) hold neither, so the addresses the other's proxies hold are unknown.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 positional: _input, hostvars, fleet, inventory_hosts
