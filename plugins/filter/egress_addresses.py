@@ -102,7 +102,8 @@ def egress_addresses(play_hosts, hostvars, fleet=None, inventory_hosts=None):
                             "instances": view["instances"], "proxies": listing.get("proxies") or []})
     outside_hosts = []
     for host in inventory_hosts or []:
-        if host not in play_hosts:
+        if host not in seen:
+            # Outside the play, or in it but failed before its view was kept (unreachable): its proxies were not listed.
             outside_hosts.append(OutsideHost(host, tuple(hostvars[host].get("group_names") or ()),
                                              _inventory_pool(hostvars[host])))
         if host not in seen:

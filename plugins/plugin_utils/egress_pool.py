@@ -432,12 +432,12 @@ class OutsideHost:
 
 
 def check_hidden_pools(play_pools, outside_hosts):
-    """PoolError when a pool of the play cannot be proven unique: a hypervisor outside the play (--limit, a sliced AWX
-    job, a play on other hosts) shares an inventory group with a pooled hypervisor of the play, and either the play's
-    pool is not an inventory variable (``vars:`` of the play: the same play would give it to that hypervisor, whose
-    domains this run does not list) or the inventory shows that hypervisor no pool (``include_vars`` loads the pool
-    for the hosts that run it only). A pool the inventory shows for both is judged by the overlap rule
-    (fleet_allocation's ``unlisted``)."""
+    """PoolError when a pool of the play cannot be proven unique: a hypervisor not listed (outside the play: --limit, a
+    sliced AWX job, a play on other hosts; or one of the play that failed before its listing) shares an inventory group
+    with a pooled hypervisor of the play, and either the play's pool is not an inventory variable (``vars:`` of the
+    play: the same play would give it to that hypervisor, whose domains this run does not list) or the inventory shows
+    that hypervisor no pool (``include_vars`` loads the pool for the hosts that run it only). A pool the inventory shows
+    for both is judged by the overlap rule (fleet_allocation's ``unlisted``)."""
     for mine in play_pools:
         for other in outside_hosts:
             shared = sorted(set(mine.groups) & set(other.groups) - {ALL_HOSTS})
@@ -448,14 +448,13 @@ def check_hidden_pools(play_pools, outside_hosts):
                        "it to %s too" % (POOL_VARIABLE, mine.name, other.name))
             else:
                 why = ("the inventory shows %s no %s, so this run cannot tell whether it takes addresses from the same "
-                       "pool (one loaded by include_vars or set in the play is seen for the hosts of the play only)"
-                       % (other.name, POOL_VARIABLE))
+                       "pool (one loaded by include_vars is seen for the hosts that ran it only)" % (other.name, POOL_VARIABLE))
             raise PoolError(
-                "%s of %s cannot be proven unique: %s, in group %s with %s, is outside this play (--limit, a sliced "
-                "AWX job, or a play on other hosts), and %s; its proxies were not listed, so the addresses they hold "
-                "are unknown. Put the pool in the inventory (group_vars of the hypervisors that share it, or each "
-                "hypervisor's own pool in its host_vars) or run every hypervisor of group %s in one play, without "
-                "--limit or job slicing. Nothing was changed." % (
+                "%s of %s cannot be proven unique: %s, in group %s with %s, was not listed in this run (outside the "
+                "play: --limit, a sliced AWX job or a play on other hosts; or unreachable, or failed before its "
+                "listing), and %s, so the addresses its proxies hold are unknown. Put the pool in the inventory "
+                "(group_vars of the hypervisors that share it, or each hypervisor's own pool in its host_vars) or run "
+                "every hypervisor of group %s in one play, without --limit or job slicing. Nothing was changed." % (
                     POOL_VARIABLE, mine.name, other.name, shared[0], mine.name, why, shared[0]))
 
 

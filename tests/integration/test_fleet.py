@@ -184,8 +184,8 @@ def test_a_pool_the_inventory_does_not_show_is_refused_in_a_limited_run(hv_fleet
         run = hv_fleet.playbook(str(playbook), inventory, options=("--limit", limit))
         assert run.rc != 0, run
         messages = " | ".join(message or "" for _host, _task, message in run.failures())
-        assert ("egress_proxy_outside.pool of %s cannot be proven unique: %s, in group hypervisors with %s, is outside "
-                "this play (--limit" % (limit, other, limit)) in messages, messages
+        assert ("egress_proxy_outside.pool of %s cannot be proven unique: %s, in group hypervisors with %s, was not "
+                "listed in this run (outside the play: --limit" % (limit, other, limit)) in messages, messages
         assert all(run.ran(task) == [] for task in TOUCHING_TASKS), run
     for spec in hv_fleet.specs:
         assert hv_fleet.domains_local(spec) == {}

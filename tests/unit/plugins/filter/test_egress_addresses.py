@@ -79,7 +79,8 @@ def test_a_pool_not_shown_for_a_hypervisor_outside_the_play_is_refused(hv1, hv2,
         egress_addresses(["hv1"], hostvars, [], ["hv1", "hv2", "prometheus"])
     message = raised.value.message
     assert message.startswith("egress_proxy_outside.pool of hv1 cannot be proven unique: hv2, in group hypervisors "
-                              "with hv1, is outside this play (--limit, a sliced AWX job, or a play on other hosts)"), message
+                              "with hv1, was not listed in this run (outside the play: --limit, a sliced AWX job or a "
+                              "play on other hosts; or unreachable, or failed before its listing)"), message
     assert all(word in message for word in words), message
     assert message.endswith("without --limit or job slicing. Nothing was changed."), message
 
@@ -93,3 +94,13 @@ def test_a_pool_provable_unique_is_allocated(play, hv2):
                 "hv2": grouped(host([], []) if len(play) == 2 else hv2, "hypervisors"),
                 "prometheus": grouped({}, "monitoring")}
     assert egress_addresses(play, hostvars, [], ["hv1", "hv2", "prometheus"])["hv1"] == {"a": {"address": "198.18.21.10/24"}}
+
+
+def test_a_hypervisor_of_the_play_that_failed_before_its_listing_is_not_given_away():
+    """Hunt on item 3: hv2 unreachable (no view, no listing) while the pool is in the play's vars: its hostvars show no
+    pool, so the allocation would have handed out the addresses its proxies hold."""
+    hostvars = {"hv1": grouped(hidden([{"name": "a"}], []), "hypervisors"), "hv2": grouped({}, "hypervisors")}
+    with pytest.raises(AnsibleFilterError) as raised:
+        egress_addresses(["hv1", "hv2"], hostvars, [], ["hv1", "hv2"])
+    assert raised.value.message.startswith("egress_proxy_outside.pool of hv1 cannot be proven unique: hv2, in group "
+                                           "hypervisors with hv1, was not listed in this run"), raised.value.message
