@@ -113,6 +113,11 @@ _NO_ADDRESS_CODES = {
 # ARP source this code is "no address", with libvirt's words.
 _NO_ARP_ADDRESS_CODES = dict(_NO_ADDRESS_CODES)
 _NO_ARP_ADDRESS_CODES[VIR_ERR_INTERNAL_ERROR] = ("host ARP table unreadable", "VIR_ERR_INTERNAL_ERROR", True)
+# The agent's own error reply (a command disabled, or a compromised guest's answer) reaches us as libvirt's
+# VIR_ERR_INTERNAL_ERROR: it is the guest's word, so "no address" from that guest, never a failure of the whole
+# set, and its text (the guest's) is not repeated.
+_NO_AGENT_ADDRESS_CODES = dict(_NO_ADDRESS_CODES)
+_NO_AGENT_ADDRESS_CODES[VIR_ERR_INTERNAL_ERROR] = ("guest agent answered an error", "VIR_ERR_INTERNAL_ERROR", False)
 
 
 def _describe(error, no_address_codes):
@@ -164,7 +169,7 @@ def nic_addresses(hypervisor, dom, macs, wanted=None):
                 if asked and found is None]
 
     for name, source, no_address_codes in ((SOURCE_ARP, ADDRESS_SOURCE_ARP, _NO_ARP_ADDRESS_CODES),
-                                           (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_ADDRESS_CODES)):
+                                           (SOURCE_AGENT, ADDRESS_SOURCE_AGENT, _NO_AGENT_ADDRESS_CODES)):
         # libvirt's ARP source reads the IPv4 neighbours only: it is asked for the NICs still without their IPv4.
         families_asked = ("IPv4",) if source == ADDRESS_SOURCE_ARP else ("IPv4", "IPv6")
         pending = {mac: [family for family in missing(mac) if family in families_asked] for mac in lookups}

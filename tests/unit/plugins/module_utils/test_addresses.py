@@ -106,12 +106,22 @@ def test_unreadable_arp_table_is_no_arp_address_and_the_agent_answers(hypervisor
     }
 
 
-@pytest.mark.parametrize("code, message", [(errors.VIR_ERR_INTERNAL_ERROR, "boom"), (errors.VIR_ERR_RPC, "connection reset")])
-def test_other_errors_from_the_agent_after_an_empty_arp_answer_propagate(hypervisor, code, message):
+def test_other_errors_from_the_agent_after_an_empty_arp_answer_propagate(hypervisor):
     dom = running(hypervisor, arp={})
-    hypervisor.fail("domain_addresses", code, message, when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
+    hypervisor.fail("domain_addresses", errors.VIR_ERR_RPC, "connection reset",
+                    when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
     with pytest.raises(errors.TransientError):
         domain_ipv4(hypervisor, dom)
+
+
+def test_an_error_the_guest_agent_answers_is_no_address_without_the_guests_words(hypervisor):
+    # A compromised guest (or an agent with the command disabled) answers an error: libvirt's INTERNAL_ERROR.
+    dom = running(hypervisor, arp={})
+    hypervisor.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "unable to execute QEMU agent command "
+                    "'guest-network-get-interfaces': \x1b[2J" + "x" * 100000,
+                    when=lambda _dom, source: source == ADDRESS_SOURCE_AGENT)
+    lookup = domain_ipv4(hypervisor, dom)
+    assert lookup.ip is None and lookup.sources["agent"] == "guest agent answered an error (VIR_ERR_INTERNAL_ERROR)"
 
 
 def test_only_link_local_is_no_routable_ip(hypervisor):
@@ -142,7 +152,6 @@ def test_mac_filter_ignores_other_interfaces_of_the_guest(hypervisor):
 @pytest.mark.parametrize("code, error_class", [
     (errors.VIR_ERR_NO_DOMAIN, errors.NotFoundError),
     (errors.VIR_ERR_RPC, errors.TransientError),
-    (errors.VIR_ERR_INTERNAL_ERROR, errors.TransientError),
     (errors.VIR_ERR_ACCESS_DENIED, errors.PermanentError),
 ])
 def test_other_libvirt_errors_propagate(hypervisor, code, error_class):

@@ -408,7 +408,8 @@ def test_list_skips_a_domain_undefined_after_the_listing(hv1):
     (lambda hv: hv.fail("domain_state", errors.VIR_ERR_INTERNAL_ERROR, "boom", when=_only("proxy-one")), "boom"),
     (lambda hv: hv.fail("domain_xml", errors.VIR_ERR_OPERATION_TIMEOUT, "cannot acquire state change lock", when=_only("proxy-one")),
      "state change lock"),
-    (lambda hv: hv.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "agent exploded", when=_only("proxy-one")), "agent exploded"),
+    (lambda hv: hv.fail("domain_addresses", errors.VIR_ERR_OPERATION_TIMEOUT, "agent timed out", when=_only("proxy-one")),
+     "agent timed out"),
     (lambda hv: hv.add_domain("proxy-one", "<domain><name>proxy-one</name>"), "not well-formed"),
     (lambda hv: hv.add_domain("proxy-one", "<domain><name>proxy-one</name><memory unit='parsecs'>1</memory></domain>"), "unreadable size"),
 ])

@@ -18,6 +18,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest import policy as guest_policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import EXCHANGE_SECONDS, GuestProtocolError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_guest_agent import MAX_ANSWERS, hostile
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import domain_of
@@ -60,6 +61,20 @@ def test_a_hostile_guest_with_a_current_policy_is_named_in_its_result_and_the_se
         assert "could not be read back" in warning and "the guest agent of domain 'proxy-b' broke the protocol: " \
             "guest-file-read of /var/lib/cloud/instance/boot-finished answered count 1 with 0 bytes" in warning
     assert hv.domains["proxy-b"].guest.answered < 20 and fake_time.now == 1000
+
+
+def test_a_hostile_guest_that_answers_an_error_for_its_addresses_is_no_address_and_the_set_goes_on(run, converge):
+    hv = running_set(converge)
+    hostile(hv.domains["proxy-b"], "guest-file-read", NEVER_ENDING_READ)
+    hv.fail("domain_addresses", errors.VIR_ERR_INTERNAL_ERROR, "unable to execute QEMU agent command "
+            "'guest-network-get-interfaces': not served here",
+            when=lambda dom, source: dom.name == "proxy-b" and source == ADDRESS_SOURCE_AGENT)
+    for check_mode in (True, False):
+        result = run(hv, set_request(NAMES, policy=policy()), check_mode=check_mode)
+        assert [p["outcome"] for p in result["proxies"]] == ["unchanged", "unchanged"]
+        assert result["proxies"][1]["ip"] is None and "broke the protocol" in result["proxies"][1]["warnings"][0]
+        assert result["proxies"][1]["ip_sources"]["agent"] == "guest agent answered an error (VIR_ERR_INTERNAL_ERROR)"
+        assert result["proxies"][0]["ip"] is not None
 
 
 def test_a_hostile_guest_fails_its_apply_by_name_and_the_other_proxy_converges(run, fake_time):
