@@ -32,7 +32,7 @@ description:
     missing.
   - A pool cannot be proven unique when a hypervisor outside the play (C(--limit), a sliced AWX job) shares an inventory
     group other than C(all) with a pooled one, and either the pool is not an inventory variable of the pooled one (the
-    play's C(vars:)) or the inventory shows the other no pool (C(include_vars) loads it for the hosts that ran it only):
+    play's C(vars:)) or the inventory shows the other no pool (C(include_vars) loads it for the hosts that ran it only).
     C(hostvars) hold neither, so the addresses the other's proxies hold are unknown.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)

@@ -34,6 +34,8 @@ NOT_RUN = {
                   "proxy on the lab), and kvm_proxy_info's output",
     "Observability": "Prometheus' own configuration and access lines (test_networking.py runs a Prometheus with the role's "
                      "file_sd and the shipped rules, and a syslog server, against a booted proxy)",
+    "Moving a proxy": "a fleet entry re-pointed and the old copy listed absent (test_fleet_move.py moves a proxy between "
+                      "lab-hv1 and lab-hv2 and back)",
 }
 # A block of the page that is inventory files starts with a comment naming its first file.
 FILE_HEADER = re.compile(r"^# (?P<path>\S+\.yml)$", re.M)
