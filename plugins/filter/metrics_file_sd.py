@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.metrics_targets import TargetsError, file_sd
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
 
 DOCUMENTATION = r"""
 name: metrics_file_sd

@@ -17,9 +17,6 @@ import ipaddress
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_PRESENT
 
-# The file's join is the proxy_file_sd module's, which runs it on the file_sd host under the file's lock.
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd  # noqa: F401
-
 
 def _endpoint(address, port):
     host = address.split("/")[0]

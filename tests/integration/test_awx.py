@@ -131,8 +131,8 @@ class PrivateDataDir:
         jobs = []
         for ident, process in started:
             stdout, stderr = process.communicate(timeout=900)
-            jobs.append(Job(self.root / "artifacts" / ident, subprocess.CompletedProcess(process.args, process.returncode,
-                                                                                           stdout, stderr)))
+            completed = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+            jobs.append(Job(self.root / "artifacts" / ident, completed))
         return jobs
 
     def close_connections(self):
@@ -317,8 +317,8 @@ def _egress_addresses(job):
             for proxy in item["event_data"]["res"].get("proxies", [])}
 
 
-def test_two_slices_at_once_keep_every_proxy_in_the_file_sd_file_and_a_shared_pool_is_refused(awx_lab, private_data_dir,
-                                                                                           tmp_path):
+def test_two_slices_at_once_keep_every_proxy_in_the_file_sd_file_and_a_shared_pool_is_refused(
+        awx_lab, private_data_dir, tmp_path):
     """Issue 40 item 14: the jobs of a sliced job template run the playbook at once, one per slice of the hypervisors.
     Each rewrote the whole file_sd file from what it read before the other wrote, so one slice's proxies went missing;
     the file's lock keeps both. A pool per hypervisor (host_vars) gives unique addresses; one pool shared by the slices

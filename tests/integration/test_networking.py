@@ -272,8 +272,8 @@ def verify_as_pooled_over_ipv6(net_fleet, variables, inside, inside6, outside, o
     reported, checked = verified(run, HV1)
     assert "forwarded %s as %s: HTTP 200, X-Egress-Proxy %s" % (origin6, USER, PROXY) in reported, reported
     assert "the origin saw %s (the egress address)" % host(outside6) in checked, checked
-    for url, network in ((spec.origin_url(spec.lan_address), inside), ("http://[%s]:%d/" % (LAN6[1], config.ORIGIN_PORT),
-                                                                        inside6)):
+    lan_urls = ((spec.origin_url(spec.lan_address), inside), ("http://[%s]:%d/" % (LAN6[1], config.ORIGIN_PORT), inside6))
+    for url, network in lan_urls:
         refused = net_fleet.playbook("verify.yml", inventory, timeout=300,
                                      extra_vars={"egress_proxy_hosts": HV1, "egress_proxy_verify_url": url})
         assert refused.rc != 0 and refused.ran("Fetch the URL through each proxy, waiting for it to answer") == [], refused

@@ -33,8 +33,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_co
     MANAGER_PORT,
     squid_settings,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, role_instances
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.metrics_targets import TargetsError, file_sd
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     EXPORTER_DEFAULTS,

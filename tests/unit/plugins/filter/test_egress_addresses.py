@@ -65,8 +65,8 @@ def hidden(instances, proxies=None):
 
 
 @pytest.mark.parametrize("hv1, hv2, words", [
-    (hidden([{"name": "a"}], []), {}, ["is not an inventory variable (set in the play's vars:), so the same play would "
-                                      "give it to hv2 too"]),
+    (hidden([{"name": "a"}], []), {},
+     ["is not an inventory variable (set in the play's vars:), so the same play would give it to hv2 too"]),
     (host([{"name": "a"}], []), {}, ["the inventory shows hv2 no egress_proxy_outside.pool"]),
     (hidden([{"name": "a"}], []), {"egress_proxy_outside": OUTSIDE},
      ["is not an inventory variable (set in the play's vars:)"]),

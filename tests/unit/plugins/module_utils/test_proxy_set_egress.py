@@ -34,8 +34,8 @@ def a_set(*proxies, **changes):
     ("198.18.21.10/24", None, "address", "198.18.21.10"),
     ("198.18.21.11/24", "2001:db8:21::10/64", "address6", "2001:db8:21::10"),
 ], ids=["IPv4", "IPv6"])
-def test_a_proxy_whose_egress_address_another_domain_records_is_refused_before_anything(run, address, address6, field,
-                                                                                       held):
+def test_a_proxy_whose_egress_address_another_domain_records_is_refused_before_anything(
+        run, address, address6, field, held):
     hv = ready_host()
     run(hv, a_set(two_nics("proxy-a", "198.18.21.10/24", "2001:db8:21::10/64")))
     before = len(hv.calls)
