@@ -48,8 +48,8 @@ INTERNAL_NETWORKS = (
     "240.0.0.0/4", "::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
     "2002::/16", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 )
-# squid keeps an IPv4 address in its IPv4-mapped IPv6 form, so a dst acl's IPv6 network that covers this range matches
-# every IPv4 address, and one inside it matches IPv4 addresses: an IPv6 network stands for IPv6 destinations only.
+# squid keeps an IPv4 address in its IPv4-mapped IPv6 form, so an acl's (src or dst) IPv6 network that covers this range
+# matches every IPv4 address, and one inside it matches IPv4 addresses: an IPv6 network stands for IPv6 addresses only.
 _IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 # NAT64's well-known prefix (RFC 6052): its addresses carry an IPv4 address in their last 32 bits, where a DNS64
 # resolver sends an IPv6-only proxy to every IPv4 destination.
@@ -139,6 +139,13 @@ def _client(network):
     return str(network)
 
 
+def _clients(networks):
+    """The acl src values of ``networks`` (allowed_clients or metrics_clients, ip_network objects): each network in
+    the order given, as squid matches exactly its addresses (_squid_matched, _squid_values); a list without 0.0.0.0/0
+    or IPv6 networks at or around the IPv4-mapped range is written as given."""
+    return _squid_values([matched for network in networks for matched in _squid_matched(network)])
+
+
 def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     """What squid.conf gets for ``proxy`` (name, port, allowed_clients, address, outside) and the role's settings.
 
@@ -181,7 +188,7 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "port": port,
         "listen_addresses": [_http_port_address(interface.ip) for interface in inside] if outgoing_addresses else [],
         "outgoing_addresses": outgoing_addresses,
-        "allowed_clients": [_client(network) for network in networks if network is not None],
+        "allowed_clients": _clients(network for network in networks if network is not None),
         "safe_ports": _ports("egress_proxy_safe_ports", safe_ports, problems),
         "connect_ports": _ports("egress_proxy_connect_ports", connect_ports, problems),
         "forwarded_for": forwarded_for,
@@ -219,7 +226,7 @@ def _metrics(proxy, port, allowed_clients, problems):
            for index, (client, network) in enumerate(zip(given, networks)) if network is None]
     if bad:
         problems.append("%s: not an IPv4 or IPv6 address or network (address/prefix, no host bits, no %%scope)" % ", ".join(bad))
-    clients = [_client(network) for network in networks if network is not None] if given else list(allowed_clients)
+    clients = _clients(network for network in networks if network is not None) if given else list(allowed_clients)
     return dict(loopback, metrics_port=metrics_port, metrics_clients=clients)
 
 
@@ -316,26 +323,31 @@ def _minus(networks, removed):
     return _collapsed(left)
 
 
-def _squid_networks(networks):
-    """The destinations ``networks`` (texts) stand for, as ip_network objects squid's dst acl matches exactly.
+def _squid_matched(network):
+    """``network`` (an ip_network) as the networks that squid's acls (src and dst alike) match with exactly its
+    addresses: an IPv6 network inside the IPv4-mapped range is the IPv4 network it maps, one covering that range is the
+    rest of it (see _IPV4_MAPPED), any other network itself."""
+    if network.version == 6 and network.subnet_of(_IPV4_MAPPED):
+        return [ipaddress.ip_network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))]
+    if network.version == 6 and network.supernet_of(_IPV4_MAPPED):
+        return sorted(network.address_exclude(_IPV4_MAPPED))
+    return [network]
 
-    An IPv6 network inside the IPv4-mapped range is the IPv4 network it maps; one covering that range loses it (see
-    _IPV4_MAPPED). Each IPv4 network brings its image under NAT64_PREFIX, so an address there is judged by the IPv4
-    address it carries, in every list alike.
+
+def _squid_networks(networks):
+    """The destinations ``networks`` (texts) stand for, as ip_network objects squid's dst acl matches exactly
+    (_squid_matched), collapsed. Each IPv4 network brings its image under NAT64_PREFIX, so an address there is judged
+    by the IPv4 address it carries, in every list alike.
     """
-    parsed = []
-    for network in (ipaddress.ip_network(text) for text in networks):
-        if network.version == 6 and network.subnet_of(_IPV4_MAPPED):
-            network = ipaddress.ip_network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
-        parsed.append(network)
+    matched = _collapsed([found for text in networks for found in _squid_matched(ipaddress.ip_network(text))])
     images = [ipaddress.ip_network((int(NAT64_PREFIX.network_address) | int(network.network_address), 96 + network.prefixlen))
-              for network in parsed if network.version == 4]
-    return _minus(parsed + images, [_IPV4_MAPPED])
+              for network in matched if network.version == 4]
+    return _collapsed(matched + images)
 
 
 def _squid_values(networks):
-    """``networks`` (ip_network objects) as dst acl values: a single address without its prefix, and 0.0.0.0/0 as its
-    two halves (squid reads 0.0.0.0/0 as its "all", which matches IPv6 too)."""
+    """``networks`` (ip_network objects) as src or dst acl values: a single address without its prefix, and 0.0.0.0/0
+    as its two halves (squid reads 0.0.0.0/0 as its "all", which matches IPv6 too)."""
     halves = [half for network in networks
               for half in (network.subnets(1) if network.prefixlen == 0 else [network])]
     return [_client(network) for network in halves]
