@@ -39,7 +39,7 @@ def serve(port, until):
     decoder = json.JSONDecoder()
     pending = ""
     while time.monotonic() < until:
-        ready, _, _ = select.select([port], [], [], 1)
+        ready = select.select([port], [], [], 1)[0]
         if not ready:
             continue
         try:

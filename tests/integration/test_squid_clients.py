@@ -36,8 +36,8 @@ CASES = {
 def test_allowed_clients_admit_exactly_the_clients_written(case):
     clients, admitted, refused = CASES[case]
     with squid_namespace(squid_conf(egress_proxy_allowed_clients=clients), {}, ADDRESSES) as namespace:
-        found = {(source, method): namespace.get(ORIGIN, "%s-%s" % (source, method), tunnel=method == "CONNECT",
-                                                  source=source)
+        found = {(source, method): namespace.get(ORIGIN, "%s-%s" % (source, method),
+                                                 tunnel=method == "CONNECT", source=source)
                  for source in admitted + refused for method in ("GET", "CONNECT")}
         statuses = {key: (status, body and body["reached"]) for key, (status, body) in found.items()}
         expected = {(source, method): (200, "::ffff:" + ORIGIN) if source in admitted else (403, None)

@@ -206,13 +206,13 @@ class GuestAgent:
         """The bytes of base64 ``text`` (a reply's ``field``), the last ``limit`` of them when given."""
         if limit is not None:
             # Only the tail is decoded: a guest's megabytes of output are not worth the memory.
-            keep = 4 * -(-limit // 3)
+            keep = 4 * ((limit + 2) // 3)
             text = text[-keep:] if len(text) > keep else text
         try:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             raise self._broke(command, "answered '%s' that is not base64" % field) from None
-        return data if limit is None else data[-limit:]
+        return data if limit is None else data[max(len(data) - limit, 0):]
 
     def sleep(self, seconds):
         """A pause of a poll: it counts against the budget like the exchanges it separates."""

@@ -164,6 +164,34 @@ def test_ipv6_networks_mean_ipv6_destinations_and_ipv4_mapped_ones_their_ipv4_ne
     assert acl_networks(squid, "unlisted_networks") == acl_networks(squid, "internal_destinations") == []
 
 
+def acl_values(parsed, name):
+    """The values of the src acl ``name`` as squid read them (squid_parsed's directives), in their order."""
+    return [value for line in parsed if line.startswith("acl %s src " % name) for value in line.split()[3:]]
+
+
+# Client networks as squid's src acl matches exactly their addresses (issue 40): 0.0.0.0/0 is squid's "all" (IPv6
+# clients too), an IPv6 network covering ::ffff:0:0/96 would admit every IPv4 client, an IPv4-mapped one is IPv4.
+@pytest.mark.parametrize("clients, written", [
+    (["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1"]),
+    (["::ffff:10.0.0.0/104"], ["10.0.0.0/8"]),
+    (["::ffff:198.51.100.7"], ["198.51.100.7"]),
+    (["2001:db8:10::/64", "198.51.100.0/24", "10.1.2.3"], ["2001:db8:10::/64", "198.51.100.0/24", "10.1.2.3"]),
+], ids=["ipv4-everything", "ipv4-mapped-network", "ipv4-mapped-address", "order-kept"])
+def test_client_networks_are_written_as_squid_matches_them(tmp_path, clients, written):
+    _proxy, files = rendered(egress_proxy_allowed_clients=clients, egress_proxy_metrics_clients=clients)
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    assert acl_values(parsed, "egress_clients") == acl_values(parsed, "egress_metrics_clients") == written
+
+
+def test_an_ipv6_client_network_covering_the_ipv4_mapped_range_leaves_it_out(tmp_path):
+    _proxy, files = rendered(egress_proxy_allowed_clients=["::/1"])
+    written = [ipaddress.ip_network(value) for value in acl_values(squid_parsed(files[SQUID_CONF]["content"], tmp_path),
+                                                                    "egress_clients")]
+    assert len(written) == 95 and not [network for network in written if network.overlaps(IPV4_MAPPED)]
+    assert covering(written, "::1") and covering(written, "::fffe:ffff:ffff") and covering(written, "::1:0:0:0")
+    assert sum(network.num_addresses for network in written) == 2 ** 127 - 2 ** 32
+
+
 def test_deny_internal_covers_the_special_ranges_and_the_proxys_own_networks():
     _proxy, files = rendered()
     squid = files[SQUID_CONF]["content"]

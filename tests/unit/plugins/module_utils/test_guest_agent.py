@@ -219,8 +219,8 @@ def test_every_exchange_of_one_proxy_shares_one_budget_in_seconds():
     first.read_file(path, 4096)  # observe
     second = GuestAgent(hv, dom, "proxy-a", time, first.budget)  # the apply, later in the same run
     with pytest.raises(GuestTimeoutError) as raised:
-        for _ in range(10):
-            second.read_file(path, 4096)
+        for size in [4096] * 10:
+            second.read_file(path, size)
     assert raised.value.message.startswith("the guest agent of domain 'proxy-a' was not done within the 30 s its "
                                            "exchanges may take in one run")
     assert 30 <= first.budget.spent <= 34

@@ -78,7 +78,7 @@ def test_a_hostile_guest_that_answers_an_error_for_its_addresses_is_no_address_a
 
 
 def test_a_hostile_guest_fails_its_apply_by_name_and_the_other_proxy_converges(run, fake_time):
-    hv = running_set(lambda hv, req: run(hv, req))
+    hv = running_set(run)
     hostile_dom = hv.domains["proxy-b"]
     hostile(hostile_dom, "guest-file-read", NEVER_ENDING_READ)
     predicted = run(hv, set_request(NAMES, policy=CHANGED), check_mode=True)
@@ -109,7 +109,7 @@ def test_a_hostile_guest_that_must_get_a_new_policy_is_replaced_with_on_unreacha
 
 
 def test_a_slow_guest_is_bounded_by_its_budget_while_the_other_proxy_converges(run, fake_time):
-    hv = running_set(lambda hv, req: run(hv, req))
+    hv = running_set(run)
     slow_dom = hv.domains["proxy-b"]
 
     def never_exits(arguments, honest):
@@ -148,10 +148,10 @@ STEPS = [
 ]
 
 
-@pytest.mark.parametrize("step, when", STEPS, ids=[step for step, _ in STEPS])
+@pytest.mark.parametrize("step, when", STEPS, ids=[entry[0] for entry in STEPS])
 @pytest.mark.parametrize("code", [errors.VIR_ERR_AGENT_UNRESPONSIVE, errors.VIR_ERR_INTERNAL_ERROR])
 def test_an_apply_cut_off_before_validate_passed_leaves_the_old_files_enforced(run, step, when, code):
-    hv = running_set(lambda hv, req: run(hv, req))
+    hv = running_set(run)
     hv.fail("guest_change", code=code, times=1, when=lambda dom, command, arguments: dom.name == "proxy-b" and when(
         dom, command, arguments))
     with pytest.raises(errors.KvmError) as raised:
@@ -168,7 +168,7 @@ def test_an_apply_cut_off_before_validate_passed_leaves_the_old_files_enforced(r
 
 def test_an_install_whose_answer_is_lost_is_rolled_back(run):
     """The install ran in the guest, then the agent went away before its status came back: the files moved."""
-    hv = running_set(lambda hv, req: run(hv, req))
+    hv = running_set(run)
     guest = hv.domains["proxy-b"].guest
     installing = []
 
@@ -184,7 +184,7 @@ def test_an_install_whose_answer_is_lost_is_rolled_back(run):
 
 @pytest.mark.parametrize("reply", [{"exited": True, "exitcode": "0"}, {"exited": True, "exitcode": 0, "out-data": "@"}])
 def test_a_validate_whose_answer_breaks_the_protocol_is_rolled_back(run, reply):
-    hv = running_set(lambda hv, req: run(hv, req))
+    hv = running_set(run)
     dom = hv.domains["proxy-b"]
 
     def breaks_on_validate(arguments, honest):
@@ -265,4 +265,3 @@ def test_an_apply_cut_off_after_validate_passed_is_not_recorded_and_the_next_run
     assert guest.ran[-1] == ["/usr/sbin/squid", "-k", "reconfigure"] and leftovers(hv, "proxy-b") == []
     assert content(hv, "proxy-b") == CHANGED["files"][0]["content"].encode()
     assert domain_of(hv, "proxy-b").metadata.policy_digest == digest(CHANGED)
-
