@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import squid_settings as checked_squid_settings
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import squid_settings as checked_squid_settings
 
 DOCUMENTATION = r"""
 name: squid_settings

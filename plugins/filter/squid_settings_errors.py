@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import authorized_keys_problems, squid_settings
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import authorized_keys_problems, squid_settings
 
 DOCUMENTATION = r"""
 name: squid_settings_errors

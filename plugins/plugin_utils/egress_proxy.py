@@ -33,13 +33,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
     kvm_proxy_set_argument_spec,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     authorized_keys_problems,
     is_user_name,
     squid_settings,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 
 # The per-instance keys and the role-wide variable each one falls back to (meta/argument_specs.yml).
 INSTANCE_DEFAULTS = (

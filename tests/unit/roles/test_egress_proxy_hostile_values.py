@@ -31,9 +31,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metada
     instance_metadata_from_domain_element,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.xml import etree
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import internal_networks
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import NIC_VARIABLES
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import internal_networks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     SQUID_USERS,
     policy_files,

@@ -28,13 +28,13 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_targets import metrics_targets
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import (
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, role_instances
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     EXPORTER_PORT,
     MANAGER_PORT,
     squid_settings,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, role_instances
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     EXPORTER_DEFAULTS,

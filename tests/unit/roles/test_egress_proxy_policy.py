@@ -22,7 +22,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.squid_conf import destination, internal_networks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import destination, internal_networks
 from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (

@@ -15,9 +15,7 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES, TEXTS_TEMPLATE
-
-ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES, ROLE, TEXTS_TEMPLATE
 
 
 def read(*parts):

@@ -10,9 +10,8 @@ import os
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import role_instances, set_arguments
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import ROLE, role_variables
 
-ROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles", "egress_proxy")
 REMOVE_PROXIES = "Remove the proxies and their disks"
 REMOVE_IMAGE = "Remove the cached base image"
 
