@@ -1,7 +1,8 @@
 """The examples of docs/role-egress_proxy.md, read from the page, and the one rule that adapts them to the lab.
 
 tests/integration/test_role_examples.py runs them on the lab's hypervisors (its docstring tabulates the rule);
-tests/unit/test_role_examples_parse.py checks, without the lab, that every block of the page is read and adapted.
+tests/unit/roles/test_egress_proxy_examples_parse.py checks, without the lab, that every block of the page is read and
+adapted.
 """
 
 import copy
@@ -27,7 +28,7 @@ QUICK_START, FLEET, SERIAL, DESTROY, FACT = (
     "The fact `egress_proxy_proxies`")
 # The page's other blocks, by section, with the reason no run takes them.
 NOT_RUN = {
-    "What runs inside a proxy": "squid.conf as the role renders it (tests/unit/test_role_docs.py checks it)",
+    "What runs inside a proxy": "squid.conf as the role renders it (tests/unit/roles/test_egress_proxy_docs.py checks it)",
     "Policy": "the policy's variables and their vaulted passwords (tests/unit/roles/test_egress_proxy_policy.py renders "
               "them and squid -k parse reads the result; test_networking.py proves a policy on a booted proxy)",
     "Networking": "static addresses on a LAN and an uplink with a router (test_networking.py proves a two-NIC "
