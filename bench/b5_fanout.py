@@ -17,12 +17,11 @@ import tempfile
 import yaml
 
 from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, ansible_env, config, figure, read_text, timed, write_text
-from tests.integration.fleet_fixtures import Fleet
+from tests.lab.fleet_runs import LAB_HOSTS, Fleet
 
 PROXIES = 3
 UID = PREFIX + "b5"
 LOCAL = "lab-local"
-LAB_HOSTS = os.path.join(REPO_ROOT, "inventories", "lab", "hosts.yml")
 # (hypervisors, forks): the comparisons, forks 1 first on each set of hosts.
 CASES = ((2, 1), (2, 2), (3, 1), (3, 3))
 

@@ -31,7 +31,7 @@ import yaml
 
 from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, Virsh, agent_ipv4, ansible_env, read_text, rounded, timed, write_text
 from bench.b7_egress import HOST, LAB, SQUID_PORT, spec
-from tests.integration.fleet_fixtures import CALLBACKS, FleetRun
+from tests.lab.fleet_runs import CALLBACKS, FleetRun
 
 UID = PREFIX + "b8"
 MEMORY_MIB = 384

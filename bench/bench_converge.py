@@ -29,8 +29,8 @@ import sys
 import tempfile
 
 from bench._common import BUILD_COLLECTIONS, COUNT_LIBVIRT, HYPERVISOR_PYTHON, REPO_ROOT, RUN_MODULE, figure, peer_venv, peer_version
-from tests.integration.fleet_fixtures import Fleet
 from tests.lab import config, hypervisors
+from tests.lab.fleet_runs import Fleet
 
 HOST = "lab-hv1"
 RESULT = os.path.join(REPO_ROOT, "bench", "results", "converge.json")
@@ -87,7 +87,7 @@ LOOP_PLAYBOOK = """
         cpu_mode: "{{ egress_proxy_cpu_mode }}"
         user_data: "#cloud-config\\n{}\\n"
         vendor_data: ""
-        # The role's own (fleet_fixtures' role_vars): the small image never boots, so no guest acts on an ACPI
+        # The role's own (Fleet.role_vars): the small image never boots, so no guest acts on an ACPI
         # shutdown, and at kvm_proxy's default each removal waited 120 s before its hard stop.
         shutdown_timeout: "{{ egress_proxy_shutdown_timeout }}"
       loop: "{{ bench_names }}"

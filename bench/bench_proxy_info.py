@@ -1,7 +1,7 @@
 """Cost of listing the fleet (kvm_proxy_info, the kvm_proxies inventory), on the local lab.
 
 N managed domains named eptest-bench-<i> are defined in the lab pool (bench/fleet.py: the domain XML of
-tests/integration/proxy_fleet.py, as kvm_proxy writes it, tiny qcow2 overlays and raw seeds); a few of them are
+tests/lab/proxy_domains.py, as kvm_proxy writes it, tiny qcow2 overlays and raw seeds); a few of them are
 started (virt type qemu, no cpu model, on the lab bridge; they need not boot), so the running path with its
 address lookups is measured too. A fresh process on the hypervisor's Python (/usr/bin/python3 with
 Debian's python3-libvirt 9.0) then times kvm_proxy_info's main() (as AnsiballZ runs it there: connect,

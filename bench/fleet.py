@@ -1,6 +1,6 @@
 """A fleet of managed-looking domains for the listing benchmarks, defined with plain libvirt-python.
 
-Each domain `eptest-bench-<i>` is the small proxy domain of tests/integration/proxy_fleet.py (the XML
+Each domain `eptest-bench-<i>` is the small proxy domain of tests/lab/proxy_domains.py (the XML
 kvm_proxy writes, with the collection's metadata element, so kvm_proxy_info and the kvm_proxies plugin
 list it), with an empty 1 MiB qcow2 overlay and a 64 KiB raw seed. Only the fleet is built with the
 collection's code; what is measured runs the modules and the plugin as a user does.
@@ -14,7 +14,7 @@ import libvirt
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from bench._common import PREFIX, config
-from tests.integration.proxy_fleet import managed_domain_xml
+from tests.lab.proxy_domains import managed_domain_xml
 
 BENCH_DOMAIN = re.compile(re.escape(PREFIX) + r"\d+")
 OVERLAY_BYTES = 1 << 20

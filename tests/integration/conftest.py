@@ -33,6 +33,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
 from tests.integration import lab_objects  # noqa: E402 - as above
 from tests.lab import config as lab_config  # noqa: E402 - as above
 from tests.lab import lab as lab_control  # noqa: E402 - needs the sys.path entries above
+from tests.lab.fleet_runs import CALLBACKS  # noqa: E402 - as above
 
 VENV_BIN = os.path.join(REPO_ROOT, ".venv", "bin")
 # Modules run on the distro Python with Debian's python3-libvirt, lxml, pycdlib and requests,
@@ -112,7 +113,7 @@ def lab_cleanup(lab, hypervisor):
 
 
 class AnsibleRun:
-    """rc, raw stdout/stderr, and for playbooks the parsed output of callback_plugins/json_results.py."""
+    """rc, raw stdout/stderr, and for playbooks the parsed output of tests/lab/callback_plugins/json_results.py."""
 
     def __init__(self, completed, parse_json):
         self.rc = completed.returncode
@@ -155,7 +156,7 @@ def _ansible_env(tmp_dir, json_output):
         "ANSIBLE_PYTHON_INTERPRETER": HYPERVISOR_PYTHON,
     })
     if json_output:
-        env["ANSIBLE_CALLBACK_PLUGINS"] = os.path.join(REPO_ROOT, "tests", "integration", "callback_plugins")
+        env["ANSIBLE_CALLBACK_PLUGINS"] = CALLBACKS
         env["ANSIBLE_STDOUT_CALLBACK"] = "json_results"
     return env
 

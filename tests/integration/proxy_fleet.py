@@ -17,12 +17,11 @@ from dataclasses import dataclass
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import Hypervisor
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from tests.integration import lab_objects
 from tests.lab import config
+from tests.lab.proxy_domains import managed_domain_xml
 
 SEED_BYTES = 64 * 1024
 
@@ -77,26 +76,6 @@ def _hand_made_xml(member, lab):
         "<devices><interface type='bridge'><source bridge='%s'/><mac address='%s'/><model type='virtio'/></interface></devices>"
         "</domain>" % (lab.virt_type, member.name, lab.bridge, member.mac)
     )
-
-
-def managed_domain_xml(name, uid, created_at, pool, bridge, virt_type, cpu_mode, mac=None):
-    """A small proxy domain of owner ``uid`` as kvm_proxy defines one (the collection's builders), on ``bridge``.
-
-    Its disks are the volumes overlay_volume_name(name) and seed_volume_name(name) of ``pool``; the fleets of
-    the listing tests and of the listing benchmarks (bench/fleet.py) are made of these.
-    """
-    return build_domain_xml(DomainParams(
-        name=name,
-        metadata=build_instance_element(uid, created_at, "0" * 64),
-        vcpus=1,
-        memory_mib=128,
-        pool=pool,
-        overlay_volume=overlay_volume_name(name),
-        seed_volume=seed_volume_name(name),
-        interfaces=(NicInfo(mac=mac, bridge=bridge, network=None),),
-        virt_type=virt_type,
-        cpu_mode=cpu_mode,
-    ))
 
 
 def _managed_xml(member, lab):

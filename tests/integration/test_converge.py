@@ -20,8 +20,9 @@ import pytest
 
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
-from tests.integration.fleet_fixtures import PREFIX, fetch, overlap  # noqa: E402
+from tests.integration.fleet_fixtures import fetch  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
+from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration

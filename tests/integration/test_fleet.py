@@ -14,12 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-# The fixtures' module is loaded as a plugin below and imported here for its constants: rewritten for
-# pytest's assertion messages before either import.
-pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
-
-from tests.integration.fleet_fixtures import PREFIX, REPO_ROOT, overlap  # noqa: E402
-from tests.lab import config, hypervisors  # noqa: E402
+from tests.lab import config, hypervisors
+from tests.lab.fleet_runs import PREFIX, REPO_ROOT, overlap
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration

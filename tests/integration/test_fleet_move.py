@@ -8,11 +8,7 @@ non-booting image on lab-hv1 and lab-hv2, each reached over its own sshd, as in 
 
 import pytest
 
-# The fixtures' module is loaded as a plugin below and imported here for its constants: rewritten for
-# pytest's assertion messages before either import.
-pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
-
-from tests.integration.fleet_fixtures import PREFIX  # noqa: E402
+from tests.lab.fleet_runs import PREFIX
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration

@@ -19,11 +19,9 @@ import time
 
 import pytest
 
-pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
-
-from tests.integration.fleet_fixtures import PLAYBOOKS, REPO_ROOT, VENV_BIN, Fleet, FleetRun  # noqa: E402
-from tests.lab import bare_host, config  # noqa: E402
-from tests.lab import lab as lab_control  # noqa: E402
+from tests.lab import bare_host, config
+from tests.lab import lab as lab_control
+from tests.lab.fleet_runs import PLAYBOOKS, REPO_ROOT, VENV_BIN, Fleet, FleetRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.hypervisors]
 pytest_plugins = ["tests.integration.fleet_fixtures"]

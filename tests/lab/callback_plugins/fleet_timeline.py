@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Notification callback for the fleet tests: when each task started and ended on each host.
 
-tests/integration/fleet_fixtures.py enables it next to json_results and reads the file, to tell
+tests/lab/fleet_runs.py enables it next to json_results and reads the file, to tell
 whether two hypervisors ran a task at the same time and how long a failing one took.
 """
 
