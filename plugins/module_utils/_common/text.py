@@ -19,6 +19,8 @@ __metaclass__ = type
 import ipaddress
 import re
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+
 # 20 digits hold any 64-bit number; a longer run of digits is no count or size anyone means.
 MAX_DECIMAL_DIGITS = 20
 _ASCII_DECIMAL = re.compile(r"[0-9]{1,%d}" % MAX_DECIMAL_DIGITS)
@@ -34,6 +36,13 @@ _QUOTE_CHARS = 60
 _URL_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#\r\n]*)")
 # What a URL's password is shown as, the mark Ansible masks a no_log value with.
 HIDDEN = "********"
+# Control characters no text file holds (tab, line feed and carriage return are text).
+_BINARY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Each file the collection writes into a guest (a seed's, a policy's) at most 1 MiB: cloud-config, scripts, network
+# configuration and policy files are text of a few KiB, the whole seed then stays far below what _seed reads back to
+# compare (16 MiB), and a payload larger than this belongs in the image or behind an #include URL.
+MAX_FILE_BYTES = 1024 * 1024
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
 def ascii_decimal(text):
@@ -126,3 +135,51 @@ def ipv6_interface(text):
 def ipv6_address(text):
     """``text`` as an IPv6Address when it is one in plain ASCII (no scope id), else None."""
     return _parsed_ip(text, ipaddress.IPv6Address)
+
+
+def normalize_mac(mac):
+    """Return ``mac`` in lowercase colon form when it is a unicast MAC address, else raise ValidationError."""
+    if not isinstance(mac, str) or not _MAC.fullmatch(mac):
+        raise ValidationError("MAC address %s is not valid: use six hex pairs separated by ':', e.g. 52:54:00:12:34:56" % (quoted(mac),))
+    mac = mac.lower()
+    if int(mac[:2], 16) & 1:
+        raise ValidationError("MAC address %r is a multicast address; a NIC needs a unicast one (even first octet)" % (mac,))
+    if mac == "00:00:00:00:00:00":
+        raise ValidationError("MAC address %r is all zeros; a NIC needs a real address" % (mac,))
+    return mac
+
+
+def text_bytes(value, what):
+    """``value`` (text, or bytes that are UTF-8 text) as the bytes of a file for a guest; the messages never quote it.
+
+    The options often hold secrets, so a refusal says where (``what``), never what.
+    """
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationError("%s is not UTF-8 text (the byte at offset %d cannot be decoded): give text, "
+                                  "encoded as UTF-8" % (what, exc.start)) from exc
+    if not isinstance(value, str):
+        raise ValidationError("%s must be a string, got %s" % (what, type(value).__name__))
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # Ansible reads a file that is not UTF-8 into text with its bytes as lone surrogates.
+        raise ValidationError("%s is not UTF-8 text (the character at offset %d is not a character UTF-8 can "
+                              "encode, as when a file in another encoding or a binary file is read): give text, "
+                              "encoded as UTF-8" % (what, exc.start)) from exc
+    binary = _BINARY.search(value)
+    if binary is not None:
+        raise ValidationError("%s holds binary data (the control character U+%04X at offset %d): a seed file must "
+                              "be text" % (what, ord(binary.group()), binary.start()))
+    return within_file_limit(data, what)
+
+
+def within_file_limit(data, what):
+    """``data`` (bytes) when a file for a guest may hold them (MAX_FILE_BYTES), else ValidationError naming ``what``."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ValidationError("%s is %d bytes, more than the %d bytes (1 MiB) a seed file may hold: keep large "
+                              "content in the image, or let cloud-init fetch it (#include URL)"
+                              % (what, len(data), MAX_FILE_BYTES))
+    return data

@@ -133,7 +133,7 @@ class Completed:
     stdout: bytes
     stderr: bytes
 
-    def said(self):
+    def last_lines(self):
         """The last lines the program wrote (stderr, else stdout) as one line for a message: a failing program says
         why last, after whatever it logged on the way (squid -k parse logs every directive first)."""
         text = (self.stderr or self.stdout).decode("utf-8", "replace")

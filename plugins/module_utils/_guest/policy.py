@@ -37,14 +37,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     TransientError,
     ValidationError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES, control_character, quoted, text_bytes
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
     ROLLBACK_SECONDS,
     UNUSABLE_AGENT,
     AgentUnavailableError,
     GuestFileError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, text_bytes
 
 # An absolute path of plain components: no "." or "..", no white space, quotes or shell characters.
 _PATH = re.compile(r"(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)+")
@@ -312,7 +311,7 @@ def apply_policy(agent, policy, paths):
             checked = agent.run(policy.validate)
             if checked.exitcode != 0:
                 raise PermanentError("%s refused the new policy (exit %d): %s" % (
-                    " ".join(policy.validate), checked.exitcode, checked.said()))
+                    " ".join(policy.validate), checked.exitcode, checked.last_lines()))
     except KvmError as error:
         raise _undone(agent, error, [SHELL, "-c", _ROLLBACK, "sh"] + moved,
                       "the old files are back in place and still enforced",
@@ -341,5 +340,5 @@ def _run(agent, argv, doing, allowed=()):
     completed = agent.run(argv)
     if completed.exitcode != 0 and completed.exitcode not in allowed:
         raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
-            doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.said()))
+            doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.last_lines()))
     return completed

@@ -21,7 +21,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_vm_name,
     validate_volume_name,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, normalize_mac, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     INSTANCE_TAG,
     METADATA_URI,
@@ -42,7 +42,6 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024
 
 _MIB = 1024 * 1024
 _MACHINE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
 @dataclass(frozen=True)
@@ -112,18 +111,6 @@ class DomainInfo:
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def normalize_mac(mac):
-    """Return ``mac`` in lowercase colon form when it is a unicast MAC address, else raise ValidationError."""
-    if not isinstance(mac, str) or not _MAC.fullmatch(mac):
-        raise ValidationError("MAC address %s is not valid: use six hex pairs separated by ':', e.g. 52:54:00:12:34:56" % (quoted(mac),))
-    mac = mac.lower()
-    if int(mac[:2], 16) & 1:
-        raise ValidationError("MAC address %r is a multicast address; a NIC needs a unicast one (even first octet)" % (mac,))
-    if mac == "00:00:00:00:00:00":
-        raise ValidationError("MAC address %r is all zeros; a NIC needs a real address" % (mac,))
-    return mac
 
 
 def validate_domain_params(params):

@@ -111,7 +111,7 @@ class Member:
         return (self.request.state == STATE_PRESENT and (self.label is None or bool(self.plan.steps))
                 and self.outcome.verdict.kind not in (LEAVE, REMOVE, CLEAN))
 
-    def said(self, text, who=None):
+    def labelled(self, text, who=None):
         """``text`` about this proxy in a set's message or actions, after ``who`` (its name); as is for kvm_proxy's."""
         return text if self.label is None else "%s: %s" % (who or self.request.name, text)
 
@@ -255,9 +255,9 @@ class ProxyFlow:
         failed = []
         for member, error in zip(busy, errors):
             actions = member.plan.actions if error is None else error.completed_actions or []
-            done.extend(member.said(action) for action in actions)
+            done.extend(member.labelled(action) for action in actions)
             if error is not None:
-                failed.append(member.said(error.message, "proxy '%s'" % member.request.name))
+                failed.append(member.labelled(error.message, "proxy '%s'" % member.request.name))
         first = next((error for error in errors if error is not None), None)
         if first is not None:
             raise first.after("; ".join(failed), done) from first

@@ -30,10 +30,10 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv4_interface,
     ipv6_address,
     ipv6_interface,
+    normalize_mac,
     quoted,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, Wanted
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import normalize_mac
 
 ROLE_INSIDE = "inside"
 ROLE_OUTSIDE = "outside"

@@ -35,14 +35,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
     validate_volume_name,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import normalize_mac, quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.options import DEFAULT_DOWNLOAD_OPTIONS, DownloadOptions
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.spec import MAX_DISK_SIZE_GB, ImageSpec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     VIRT_TYPES,
     DomainParams,
-    normalize_mac,
     validate_domain_settings,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element, validate_uid

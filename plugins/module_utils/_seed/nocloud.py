@@ -11,7 +11,7 @@
     ``vendor-data`` (like user-data; DEFAULT_VENDOR_DATA unless given), and
     ``network-config`` when given. Raises ValidationError naming the option
     for a value it cannot write: not UTF-8 text, binary (control characters),
-    larger than MAX_FILE_BYTES, or user-data and vendor-data text that
+    larger than _common.text.MAX_FILE_BYTES, or user-data and vendor-data text that
     cloud-init would ignore (no first line it acts on, such as YAML without
     ``#cloud-config``).
 
@@ -32,6 +32,7 @@ from collections import OrderedDict
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import text_bytes, within_file_limit
 
 USER_DATA = "user-data"
 META_DATA = "meta-data"
@@ -61,12 +62,6 @@ def _render_json(data):
     return _YAML_UNSAFE.sub(lambda match: "\\u%04x" % ord(match.group()), text) + "\n"
 
 
-# Each file of the seed at most 1 MiB: cloud-config, scripts and network
-# configuration are text of a few KiB, the whole seed then stays far below
-# what _seed reads back to compare (16 MiB), and a payload larger than this
-# belongs in the image or behind an #include URL.
-MAX_FILE_BYTES = 1024 * 1024
-
 # What cloud-init acts on, by the start of user-data or vendor-data (after
 # leading white space, any case); anything else it skips with a log line only.
 CLOUD_INIT_STARTS = ("#cloud-config", "#!", "#include", "#cloud-boothook", "#part-handler", "#upstart-job",
@@ -74,45 +69,6 @@ CLOUD_INIT_STARTS = ("#cloud-config", "#!", "#include", "#cloud-boothook", "#par
 # cloud-init reads a MIME multi-part archive when its first 4096 bytes name a MIME version.
 _MIME_VERSION = "mime-version:"
 _MIME_SCAN_CHARS = 4096
-
-# Control characters no text file of a seed holds (tab, line feed and carriage return are text).
-_BINARY = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def text_bytes(value, what):
-    """``value`` (text, or bytes that are UTF-8 text) as the bytes of a seed file; the messages never quote it.
-
-    The options often hold secrets, so a refusal says where, never what.
-    """
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValidationError("%s is not UTF-8 text (the byte at offset %d cannot be decoded): give text, "
-                                  "encoded as UTF-8" % (what, exc.start)) from exc
-    if not isinstance(value, str):
-        raise ValidationError("%s must be a string, got %s" % (what, type(value).__name__))
-    try:
-        data = value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        # Ansible reads a file that is not UTF-8 into text with its bytes as lone surrogates.
-        raise ValidationError("%s is not UTF-8 text (the character at offset %d is not a character UTF-8 can "
-                              "encode, as when a file in another encoding or a binary file is read): give text, "
-                              "encoded as UTF-8" % (what, exc.start)) from exc
-    binary = _BINARY.search(value)
-    if binary is not None:
-        raise ValidationError("%s holds binary data (the control character U+%04X at offset %d): a seed file must "
-                              "be text" % (what, ord(binary.group()), binary.start()))
-    return _limited(data, what)
-
-
-def _limited(data, what):
-    if len(data) > MAX_FILE_BYTES:
-        raise ValidationError("%s is %d bytes, more than the %d bytes (1 MiB) a seed file may hold: keep large "
-                              "content in the image, or let cloud-init fetch it (#include URL)"
-                              % (what, len(data), MAX_FILE_BYTES))
-    return data
-
 
 def _require_cloud_init_start(text, option):
     """Refuse non-empty text that cloud-init would skip without a word (YAML that is not #cloud-config, plain text)."""
@@ -137,7 +93,7 @@ def _render_dict(data, option):
         rendered = _render_json(data).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValidationError("%s cannot be written as YAML: %s" % (option, exc)) from exc
-    return _limited(rendered, option)
+    return within_file_limit(rendered, option)
 
 
 def render_meta_data(name, meta_data=None):
@@ -170,7 +126,7 @@ def render_cloud_data(value, option):
     same reason a string must start with a line cloud-init acts on.
     """
     if isinstance(value, dict):
-        return _limited(b"#cloud-config\n" + _render_dict(value, option), option)
+        return within_file_limit(b"#cloud-config\n" + _render_dict(value, option), option)
     if isinstance(value, (str, bytes)):
         data = text_bytes(value, option)
         _require_cloud_init_start(data.decode("utf-8"), option)
@@ -214,7 +170,7 @@ def with_cloud_config(user_data, cloud_config, name):
         parts.insert(0, _mime_part("text/x-not-multipart", "user-data", user_data))
     text = 'Content-Type: multipart/mixed; boundary="%s"\nMIME-Version: 1.0\n\n' % boundary
     text += "".join("--%s\n%s" % (boundary, part) for part in parts) + "--%s--\n" % boundary
-    return _limited(text.encode("ascii"), "user_data with %s" % name)
+    return within_file_limit(text.encode("ascii"), "user_data with %s" % name)
 
 
 def seed_files(name, user_data="", meta_data=None, vendor_data=None, network_config=None):

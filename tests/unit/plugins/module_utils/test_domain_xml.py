@@ -10,8 +10,6 @@ import dataclasses
 import datetime
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
@@ -21,7 +19,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain
     DomainParams,
     NicInfo,
     build_domain_xml,
-    normalize_mac,
     parse_domain_xml,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
@@ -184,16 +181,6 @@ def test_qemu_virt_type_and_machine():
 def test_invalid_params_are_rejected(changes, message):
     with pytest.raises(ValidationError, match=message):
         build_domain_xml(params(**changes))
-
-
-@given(st.from_regex(r"([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}", fullmatch=True))
-def test_normalize_mac_accepts_exactly_unicast_nonzero(mac):
-    lowered = mac.lower()
-    if int(lowered[:2], 16) & 1 or lowered == "00:00:00:00:00:00":
-        with pytest.raises(ValidationError):
-            normalize_mac(mac)
-    else:
-        assert normalize_mac(mac) == lowered
 
 
 def test_parse_reads_back_the_builder_output():

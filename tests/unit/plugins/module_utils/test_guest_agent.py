@@ -82,8 +82,8 @@ def test_waiting_for_an_agent_gives_up_after_its_time():
 def test_a_programs_message_is_its_last_lines():
     logged = "\n".join("2026/12/03| Processing: line %d" % number for number in range(200))
     completed = Completed(1, b"", (logged + "\nFATAL: Bungled squid.conf line 51: bogus\n").encode())
-    assert completed.said().endswith("Processing: line 199 / FATAL: Bungled squid.conf line 51: bogus")
-    assert len(Completed(1, b"x" * 1000, b"").said()) == 400
+    assert completed.last_lines().endswith("Processing: line 199 / FATAL: Bungled squid.conf line 51: bogus")
+    assert len(Completed(1, b"x" * 1000, b"").last_lines()) == 400
 
 
 # --- a compromised guest ------------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_a_huge_program_output_keeps_its_end_only():
                                        "err-data": base64.b64encode(out[:-8] + b"error\n").decode()})
     completed = agent.run(["/bin/yes"])
     assert len(completed.stdout) == len(completed.stderr) == OUTPUT_LIMIT
-    assert completed.stdout.endswith(b"y\nthe end\n") and completed.said().endswith("y / error")
+    assert completed.stdout.endswith(b"y\nthe end\n") and completed.last_lines().endswith("y / error")
 
 
 def test_every_exchange_of_one_proxy_shares_one_budget_in_seconds():

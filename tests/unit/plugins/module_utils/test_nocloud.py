@@ -11,7 +11,8 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import MAX_FILE_BYTES, seed_files
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import seed_files
 
 NAME = "proxy-1"
 SECRET = "s3cret-password"

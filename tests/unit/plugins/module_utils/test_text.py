@@ -2,15 +2,24 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The password of a URL, found as requests reads it and hidden in what a message quotes (issue 31 item 2)."""
+"""The password of a URL, found as requests reads it and hidden in what a message quotes (issue 31 item 2); a MAC
+address checked as text."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted, url_passwords, without_url_passwords
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
+    normalize_mac,
+    quoted,
+    url_passwords,
+    without_url_passwords,
+)
 
 
 @pytest.mark.parametrize("text, passwords, shown", [
@@ -42,3 +51,13 @@ def test_quoted_describes_a_number_python_would_refuse_to_write():
     # int("9" * 5000) is what an argument spec makes of the text; repr() of it raises ValueError (over 4300 digits).
     assert quoted(int("9" * 20)) == "99999999999999999999"
     assert quoted(10 ** 20) == quoted(-10 ** 4500) == "a number of more than 20 digits"
+
+
+@given(st.from_regex(r"([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}", fullmatch=True))
+def test_normalize_mac_accepts_exactly_unicast_nonzero(mac):
+    lowered = mac.lower()
+    if int(lowered[:2], 16) & 1 or lowered == "00:00:00:00:00:00":
+        with pytest.raises(ValidationError):
+            normalize_mac(mac)
+    else:
+        assert normalize_mac(mac) == lowered
