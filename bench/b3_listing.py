@@ -1,7 +1,7 @@
 """B3: listing N managed domains with owner and creation time, beside community.libvirt.
 
 N stopped domains `eptest-bench-<i>` carrying the collection's metadata are defined
-in the lab pool (bench/fleet.py: a 1 MiB overlay and a 64 KiB seed each).
+in the lab pool (bench/_fleet.py: a 1 MiB overlay and a 64 KiB seed each).
 Timed through Ansible on the same machine, the modules on /usr/bin/python3:
 
 - `kvm_proxy_info uid=...` (every entry has uid and created_at);
@@ -17,7 +17,7 @@ With PER_HYPERVISOR domains on the single lab, as many are defined on each lab
 hypervisor (over qemu+ssh) and both plugins read the three hypervisors at once: ours from
 one source with three entries, the peer's from one source per hypervisor (it takes one URI).
 
-The libvirt calls are counted, not estimated: bench_proxy_info's MEASURE process runs
+The libvirt calls are counted, not estimated: B11's (b11_proxy_info.py) MEASURE process runs
 kvm_proxy_info's main() with every libvirt-python connection, domain, pool, volume and
 stream method wrapped (each call recorded with the domain it is about). A domain's `name`
 is answered by libvirt-python itself, so the round trips per domain are the calls minus those.
@@ -30,7 +30,7 @@ import uuid
 
 import libvirt
 
-from bench import bench_proxy_info
+from bench import b11_proxy_info
 from bench._common import (
     BUILD_COLLECTIONS,
     PREFIX,
@@ -46,7 +46,7 @@ from bench._common import (
     timed,
     write_text,
 )
-from bench.fleet import grow_fleet, remove_fleet
+from bench._fleet import grow_fleet, remove_fleet
 
 # 100 x get_xml took 51 s while the issue was prepared: at 1000 it would be most of bench/run's time.
 GET_XML_UP_TO = 100
@@ -67,8 +67,8 @@ GET_XML_PLAYBOOK = """
 
 
 def counted_calls(uid):
-    measured = bench_proxy_info.measure(uid, 1)
-    round_trips, overhead, methods = bench_proxy_info.calls_per_domain(measured)
+    measured = b11_proxy_info.measure(uid, 1)
+    round_trips, overhead, methods = b11_proxy_info.calls_per_domain(measured)
     # "libvirt-python": the counts are of libvirt's own calls (report.py tells them from the seam's of older runs).
     return {"counted": "libvirt-python", "calls_per_domain": sorted({len(called) for called in methods.values()}),
             "round_trips_per_domain": sorted(set(round_trips.values())), "other_calls": overhead,

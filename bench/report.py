@@ -2,7 +2,7 @@
 
 Every table puts this collection, the floor or the peer, the ratio and the
 target side by side; a missed target says why and what would close it, with
-the run's own figures. B2's figures are bench/bench_converge.py's
+the run's own figures. B2's figures are bench/b2_converge.py's
 (bench/results/converge.json, which bench/run has it rewrite).
 """
 
@@ -719,8 +719,8 @@ def b2w_lines(figures, counts):
     """B2w: the whole no-op playbook beside a one-task ping playbook of the same run, and the loop's and the peer's."""
     pings = figures.get("ping_playbook")
     if not pings:
-        return ["", "B2w (the whole no-op playbook over a one-task ping playbook) was not measured in this run: its "
-                "bench_converge.py predates it."]
+        return ["", "B2w (the whole no-op playbook over a one-task ping playbook) was not measured in this run, "
+                "whose B2 bench predates it."]
     noop = figures["noop"]
     lines = ["", "B2w: the whole no-op playbook (wall seconds) beside a playbook of the one ping task, timed as often "
              "in the same run:", ""]
@@ -778,13 +778,13 @@ def b2_section(results, b2, plots):
     counts = sorted(int(count) for count in noop["set"])
     big = "%d" % counts[-1]
     peer_changed = sorted({changed for runs in figures["noop_changed"]["peer"].values() for changed in runs})
-    lines = ["`bench/bench_converge.py` on %s over SSH, the lab's small non-booting image, medians of %d runs. Every "
+    lines = ["`bench/b2_converge.py` on %s over SSH, the lab's small non-booting image, medians of %d runs. Every "
              "playbook opens with an `ansible.builtin.ping` task, so each figure has Ansible's fixed cost of the same "
              "run beside it. Task time: start to end of the converge task on the host (the fleet_timeline callback). "
              "This collection is the role's one kvm_proxy_set task. Beside it, the same desired state two other ways:"
              % (b2["host"], b2["runs"]), "",
              "- a loop of kvm_proxy tasks, one per proxy (how the role worked before kvm_proxy_set);",
-             "- community.libvirt %s (`PEER_DEPLOY` and `PEER_DESTROY` in bench_converge.py). `get_url` caches the base "
+             "- community.libvirt %s (`PEER_DEPLOY` and `PEER_DESTROY` in b2_converge.py). `get_url` caches the base "
              "with its checksum. Then one task per step loops over the proxies: an overlay on the base and a cloud-init "
              "seed (`virt_volume`), the domain defined (`virt command=define`, `ADD_MAC_ADDRESSES_FUZZY` so a redefine "
              "keeps the MAC) and running (`virt state=running`). Its time is from its first task's start to its last "
@@ -907,7 +907,7 @@ def merged(paths):
         results["failed"].update(run.get("failed", {}))
         for key in pieces:
             results["failed"].pop(key, None)
-    # B2 is bench_converge.py's: runs without it take its latest figures, whichever run wrote them.
+    # B2 is b2_converge.py's: runs without it take its latest figures, whichever run wrote them.
     if "B2" not in results and os.path.exists(CONVERGE_JSON):
         with open(CONVERGE_JSON) as handle:
             results["B2"] = json.load(handle)

@@ -6,7 +6,7 @@ Usage (as root, lab up, under the integration lock):
     bench/run --report-only bench/results/<run>.json ...  # regenerate the doc and plots from runs
 
 --baseline runs B1 and B6 a second time with the collection of that commit
-(unpacked from git), for the before/after of a change. B2 is bench/bench_converge.py
+(unpacked from git), for the before/after of a change. B2 is bench/b2_converge.py
 (its own script, writing bench/results/converge.json); it is run when present and its
 JSON is folded into this run's.
 """
@@ -67,7 +67,7 @@ def machine():
 
 
 def converge(runs):
-    subprocess.run([sys.executable, "-m", "bench.bench_converge", "--runs", str(runs)], check=True, cwd=REPO_ROOT)
+    subprocess.run([sys.executable, "-m", "bench.b2_converge", "--runs", str(runs)], check=True, cwd=REPO_ROOT)
     with open(CONVERGE_JSON) as handle:
         return json.load(handle)
 

@@ -1,6 +1,6 @@
 """Small proxy domains as kvm_proxy defines them, for the fleets the listing tests and benchmarks build.
 
-tests/integration/proxy_fleet.py (the kvm_proxy_info and inventory plugin tests) and bench/fleet.py (the listing
+tests/integration/proxy_fleet.py (the kvm_proxy_info and inventory plugin tests) and bench/_fleet.py (the listing
 benchmarks) define domains of this XML on the lab's libvirtd, each with volumes of their own making.
 """
 

@@ -1,6 +1,6 @@
 """Cost of listing the fleet (kvm_proxy_info, the kvm_proxies inventory), on the local lab.
 
-N managed domains named eptest-bench-<i> are defined in the lab pool (bench/fleet.py: the domain XML of
+N managed domains named eptest-bench-<i> are defined in the lab pool (bench/_fleet.py: the domain XML of
 tests/lab/proxy_domains.py, as kvm_proxy writes it, tiny qcow2 overlays and raw seeds); a few of them are
 started (virt type qemu, no cpu model, on the lab bridge; they need not boot), so the running path with its
 address lookups is measured too. A fresh process on the hypervisor's Python (/usr/bin/python3 with
@@ -9,7 +9,7 @@ list, close), and counts libvirt calls per domain in one more run, every call of
 connection, domain, pool, volume or stream method in that process. The fleet grows from one N to the next;
 for the largest N the module is also timed through ``ansible localhost -m kvm_proxy_info``.
 
-Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.bench_proxy_info [N ...]
+Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.b11_proxy_info [N ...]
 Default: 10 50 100, 3 of them running. Every domain and volume made here is removed afterwards,
 also when the run fails or is interrupted.
 """
@@ -29,7 +29,7 @@ import libvirt
 
 from bench._common import BUILD_COLLECTIONS as COLLECTIONS
 from bench._common import COUNT_LIBVIRT, HYPERVISOR_PYTHON, REPO_ROOT, RSS_READER, RUN_MODULE
-from bench.fleet import BENCH_DOMAIN, grow_fleet, remove_fleet
+from bench._fleet import BENCH_DOMAIN, grow_fleet, remove_fleet
 from tests.lab import config
 
 # Runs in the measured process: kvm_proxy_info's main() ``runs`` times, then once more with libvirt's calls counted.

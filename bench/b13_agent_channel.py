@@ -1,7 +1,7 @@
 """Reaching inside a running guest through the qemu guest agent: community.libvirt's connection plugin against raw qemuAgentCommand.
 
 Run as root on the lab after `scripts/demo` (egress-demo-1 on lab-hv1, egress-demo-2 on lab-hv2), from the
-repository root: `python3 bench/agent_channel.py [--runs 5] [--reps 20] [--poll 0.05] [--json out.json]`.
+repository root: `python3 bench/b13_agent_channel.py [--runs 5] [--reps 20] [--poll 0.05] [--json out.json]`.
 It changes nothing in the guests but two files under /tmp, removed at the end; the domains stay running.
 
 Three ways, side by side, on egress-demo-1:
@@ -426,7 +426,7 @@ def main():
         for python in (os.path.join(REPO_ROOT, ".venv", "bin", "python"), "/usr/bin/python3"):
             if os.path.exists(python) and subprocess.run([python, "-c", "import libvirt"], check=False).returncode == 0:
                 os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
-        sys.exit("agent_channel.py: no Python with libvirt-python here")
+        sys.exit("b13_agent_channel.py: no Python with libvirt-python here")
     config, specs = lab()
     hv1 = specs[0]
     results = {"taint before": {DOMAIN: taint(config, hv1, DOMAIN), OTHER_DOMAIN: taint(config, specs[1], OTHER_DOMAIN)}}

@@ -9,7 +9,7 @@ download, parse, compare, delete, create, upload). Each step reports its wall ti
 process's peak resident memory during that step (the peak is reset before each step through
 /proc/self/clear_refs).
 
-Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.bench_seed [USER_DATA_KIB ...]
+Usage (as root, lab up, from the checkout):  PYTHONPATH=build/collections .venv/bin/python -m bench.b12_seed [USER_DATA_KIB ...]
 Default sizes: 1 1024 8192 (1 KiB, 1 MiB, 8 MiB). The volume is removed afterwards, also when the run
 fails or is interrupted.
 """

@@ -15,7 +15,7 @@ Last, the libvirt calls of a no-op set of 40 are counted: kvm_proxy_set's main()
 libvirt-python method wrapped, on a set of its own made and removed there.
 
 Usage (as root, lab up, under the integration lock; bench/run runs it as part of B2):
-  flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.bench_converge [--runs 3] [--ways set,loop,peer]
+  flock /tmp/egress-integration.lock env PYTHONPATH=build/collections .venv/bin/python -m bench.b2_converge [--runs 3] [--ways set,loop,peer]
 Writes bench/results/converge.json. Every domain and volume made here is removed afterwards.
 """
 
