@@ -22,13 +22,15 @@ import fcntl
 import hashlib
 import os
 import tempfile
-import time
 from contextlib import contextmanager
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing, polls
 
 DEFAULT_LOCK_TIMEOUT = 3600
 LOCK_DIR_NAME = "egress_proxies_kvm-locks"
+# How often a lock another run holds is tried again.
+LOCK_POLL = 0.2
 
 
 def default_lock_dir():
@@ -64,14 +66,32 @@ def _open_lock_file(path):
         return os.open(path, os.O_RDONLY)
 
 
+def flock_within(descriptor, timeout, timing=None):
+    """Take the exclusive flock of ``descriptor``, trying again until ``timeout`` seconds passed on ``timing`` (a
+    _common.timing.Timing; the real clocks when None): True once held, False while another process still holds it.
+
+    Raises OSError for any failure other than the lock being held.
+    """
+    timing = timing if timing is not None else Timing()
+    for _ in polls(timing.deadline(timeout), timing.sleep, LOCK_POLL):
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+    return False
+
+
 @contextmanager
-def volume_lock(uri, pool_name, volume_name, timeout=DEFAULT_LOCK_TIMEOUT, lock_dir=None):
+def volume_lock(uri, pool_name, volume_name, timeout=DEFAULT_LOCK_TIMEOUT, lock_dir=None, timing=None):
     """Hold the machine-wide lock of one volume of one pool of one hypervisor.
 
-    Waits up to ``timeout`` seconds for another run holding it, then raises
-    TransientError. Lock files are never deleted: removing one while another
-    process waits on it would let a third process lock a new file beside it.
-    The kernel drops the lock when the process dies, however it dies.
+    Waits up to ``timeout`` seconds (on ``timing``, see flock_within) for
+    another run holding it, then raises TransientError. Lock files are never
+    deleted: removing one while another process waits on it would let a
+    third process lock a new file beside it. The kernel drops the lock when
+    the process dies, however it dies.
     """
     path = lock_path(uri, pool_name, volume_name, lock_dir)
     try:
@@ -79,20 +99,15 @@ def volume_lock(uri, pool_name, volume_name, timeout=DEFAULT_LOCK_TIMEOUT, lock_
     except OSError as exc:
         raise PermanentError("cannot open lock file %s for volume '%s': %s" % (path, volume_name, exc.strerror)) from exc
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise PermanentError("cannot lock %s for volume '%s': %s" % (path, volume_name, exc.strerror)) from exc
-            if time.monotonic() >= deadline:
-                raise TransientError(
-                    "timed out after %ss waiting for another run that holds the lock of volume '%s' in pool '%s' "
-                    "(lock file %s); it is probably still downloading the image, retry later"
-                    % (timeout, volume_name, pool_name, path))
-            time.sleep(0.2)
+        try:
+            held = flock_within(fd, timeout, timing)
+        except OSError as exc:
+            raise PermanentError("cannot lock %s for volume '%s': %s" % (path, volume_name, exc.strerror)) from exc
+        if not held:
+            raise TransientError(
+                "timed out after %ss waiting for another run that holds the lock of volume '%s' in pool '%s' "
+                "(lock file %s); it is probably still downloading the image, retry later"
+                % (timeout, volume_name, pool_name, path))
         yield path
     finally:
         os.close(fd)

@@ -41,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     PermanentError,
     TransientError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Deadline, polls
 
 # Seconds libvirt waits for one agent reply. A guest under TCG answers a file command in milliseconds and starts a
 # program in well under a second; one that does not reply in this long is not serving its agent.
@@ -52,6 +53,8 @@ CHUNK = 256 * 1024
 EXEC_TIMEOUT = 60
 EXEC_POLL_FIRST = 0.02
 EXEC_POLL_MAX = 0.25
+# How often an agent that does not answer yet (a guest still booting) is asked again.
+ANSWER_POLL = 1
 # What is kept of a program's stdout and of its stderr: the end, where a failing program says why (squid -k parse
 # logs every directive first). qemu-ga itself captures up to 16 MiB.
 OUTPUT_LIMIT = 64 * 1024
@@ -144,7 +147,7 @@ class Completed:
 class GuestAgent:
     """The guest agent of domain ``dom`` (named ``name`` in messages) on ``hypervisor``.
 
-    ``timing`` (an _proxy.execute.Timing or anything with ``sleep``) pauses
+    ``timing`` (a _common.timing.Timing or anything with ``sleep``) pauses
     the polls, so tests wait for nothing; ``budget`` (a GuestBudget) bounds
     every exchange in time. A reader that never polls (check mode) needs no
     ``timing``.
@@ -226,16 +229,16 @@ class GuestAgent:
         """Raise AgentUnavailableError unless the agent answers."""
         self._reply("guest-ping", self._query("guest-ping"), {})
 
-    def await_answer(self, timeout):
-        """Ping until the agent answers (a guest that is still booting), at most ``timeout`` seconds."""
-        deadline = self.budget.monotonic() + timeout
-        while True:
+    def await_answer(self, deadline):
+        """Ping until the agent answers (a guest that is still booting), until ``deadline`` (a _common.timing.Deadline)
+        passes; then the last AgentUnavailableError."""
+        unavailable = None
+        for _ in polls(deadline, self.sleep, ANSWER_POLL):
             try:
                 return self.ping()
-            except AgentUnavailableError:
-                if self.budget.monotonic() >= deadline:
-                    raise
-            self.sleep(1)
+            except AgentUnavailableError as error:
+                unavailable = error
+        raise unavailable
 
     def read_file(self, path, limit):
         """The bytes of ``path`` in the guest, at most ``limit`` + 1 of them (more means "larger than limit").
@@ -316,10 +319,8 @@ class GuestAgent:
         """
         started = self._reply("guest-exec", self._change("guest-exec", {
             "path": argv[0], "arg": list(argv[1:]), "capture-output": True}), {"pid": (int, True)})
-        deadline = self.budget.monotonic() + timeout
-        pause = EXEC_POLL_FIRST
         command = "guest-exec-status"
-        while True:
+        for _ in polls(Deadline(timeout, self.budget.monotonic), self.sleep, EXEC_POLL_FIRST, EXEC_POLL_MAX):
             status = self._reply(command, self._query(command, {"pid": started["pid"]}), {
                 "exited": (bool, True), "exitcode": (int, False), "out-data": (str, False), "err-data": (str, False)})
             if status["exited"]:
@@ -327,10 +328,7 @@ class GuestAgent:
                 return Completed(status.get("exitcode", -1),
                                  self._decoded(command, status.get("out-data", ""), "out-data", OUTPUT_LIMIT),
                                  self._decoded(command, status.get("err-data", ""), "err-data", OUTPUT_LIMIT))
-            if self.budget.monotonic() >= deadline:
-                raise TransientError("%s did not finish within %d s in domain '%s'" % (argv[0], timeout, self.name))
-            self.sleep(pause)
-            pause = min(pause * 2, EXEC_POLL_MAX)
+        raise TransientError("%s did not finish within %d s in domain '%s'" % (argv[0], timeout, self.name))
 
 
 def _kind(value):

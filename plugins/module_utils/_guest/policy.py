@@ -38,7 +38,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES, control_character, quoted, text_bytes
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
+    ANSWER_POLL,
     ROLLBACK_SECONDS,
     UNUSABLE_AGENT,
     AgentUnavailableError,
@@ -235,19 +237,17 @@ def _first_boot_over(agent):
     return True
 
 
-def await_first_boot(agent, timeout):
-    """Wait until the guest's first boot is over, at most ``timeout`` seconds; its agent may restart meanwhile."""
-    deadline = agent.budget.monotonic() + timeout
-    while True:
+def await_first_boot(agent, deadline):
+    """Wait until the guest's first boot is over, until ``deadline`` (a _common.timing.Deadline) passes; its agent may
+    restart meanwhile."""
+    for _ in polls(deadline, agent.sleep, ANSWER_POLL):
         try:
             if _first_boot_over(agent):
                 return
         except AgentUnavailableError:
             pass  # restarted by the first boot's runcmd
-        if agent.budget.monotonic() >= deadline:
-            raise TransientError("the first boot of domain '%s' (cloud-init) did not finish within %d s, so its "
-                                 "policy was not applied; run the task again once it has" % (agent.name, timeout))
-        agent.sleep(1)
+    raise TransientError("the first boot of domain '%s' (cloud-init) did not finish within %d s, so its policy was not "
+                         "applied; run the task again once it has" % (agent.name, deadline.seconds))
 
 
 def read_policy(agent, policy):

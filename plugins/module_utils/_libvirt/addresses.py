@@ -39,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     PermanentError,
     TransientError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Deadline, polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
@@ -218,12 +219,11 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
     The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
     guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
     At ``timeout`` the wait fails naming every proxy still without one, with what each address source said.
-    ``timing`` gives ``monotonic`` and ``sleep`` (_proxy.execute.Timing).
+    ``timing`` gives ``monotonic`` and ``sleep`` (a _common.timing.Timing).
     """
-    deadline = timing.monotonic() + timeout
     pending = OrderedDict((one.name, one) for one in awaited)
     said = {}  # name -> (libvirt state, its last AddressLookup or None, the address that did not answer on port)
-    while pending:
+    for _ in polls(Deadline(timeout, timing.monotonic), timing.sleep, POLL_INTERVAL):
         stopped = []
         for name, one in list(pending.items()):
             try:
@@ -257,15 +257,13 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
                                                         for name in stopped)))
         if not pending:
             return
-        if timing.monotonic() >= deadline:
-            families = {one.wanted.family for one in pending.values()}
-            raise TransientError(
-                "%s got no routable %s%s within wait_timeout (%d s): %s. A guest may still be booting (raise "
-                "wait_timeout), or its first NIC gets no address where it is attached" % (
-                    ", ".join(pending), families.pop() if len(families) == 1 else "address",
-                    " answering on port %d" % port if port else "", timeout,
-                    "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
-        timing.sleep(POLL_INTERVAL)
+    families = {one.wanted.family for one in pending.values()}
+    raise TransientError(
+        "%s got no routable %s%s within wait_timeout (%d s): %s. A guest may still be booting (raise wait_timeout), or "
+        "its first NIC gets no address where it is attached" % (
+            ", ".join(pending), families.pop() if len(families) == 1 else "address",
+            " answering on port %d" % port if port else "", timeout,
+            "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
 
 
 def _what_was_said(name, one, said, port):

@@ -14,10 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import time
 import uuid
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
     VIR_ERR_ARGUMENT_UNSUPPORTED,
@@ -32,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import volume_lock
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.plan import execute
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import UNUSABLE_AGENT, GuestAgent
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import (
     apply_policy,
@@ -55,7 +54,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.storag
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.volume_xml import VolumeSpec, build_volume_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import BaseImage
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import build_metadata_element, utcnow
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import build_metadata_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.verdict import left_as_it_was
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed import ensure_seed
 
@@ -63,18 +62,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed impo
 # came last, in 1.2.9) with one of _UNSUPPORTED_FLAG_CODES.
 UNDEFINE_FLAG_FALLBACKS = (UNDEFINE_ALL, UNDEFINE_MANAGED_SAVE | UNDEFINE_SNAPSHOTS_METADATA, UNDEFINE_MANAGED_SAVE, 0)
 _UNSUPPORTED_FLAG_CODES = (VIR_ERR_NO_SUPPORT, VIR_ERR_ARGUMENT_UNSUPPORTED, VIR_ERR_INVALID_ARG)
-
-
-@dataclass(frozen=True)
-class Timing:
-    """``clock`` gives the aware UTC time recorded as createdAt; ``sleep`` and ``monotonic`` drive the polls.
-
-    Tests pass fakes, so nothing really waits.
-    """
-
-    clock: Any = utcnow
-    sleep: Any = time.sleep
-    monotonic: Any = time.monotonic
 
 
 def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget):
@@ -139,7 +126,7 @@ class _Operations:
         # prune of the image cache from removing the base in between: prune
         # looks for overlays under the same lock.
         with volume_lock(self.hv.uri, request.pool, base.volume, request.download.lock_timeout,
-                         self.images.lock_dir):
+                         self.images.lock_dir, self.timing):
             if find_volume(self.hv, self.pool, base.volume) is None:
                 raise TransientError(
                     "base volume '%s' disappeared from pool '%s' before the overlay of '%s' was created (removed by "
@@ -180,10 +167,10 @@ class _Operations:
                   "not answer or breaks the protocol")
         try:
             if steps.START_DOMAIN in outcome.actions:
-                agent.await_answer(request.wait_timeout)
+                agent.await_answer(self.timing.deadline(request.wait_timeout))
             else:
                 agent.ping()  # an agent that is not there fails at once, not after wait_timeout
-            await_first_boot(agent, request.wait_timeout)
+            await_first_boot(agent, self.timing.deadline(request.wait_timeout))
         except UNUSABLE_AGENT as error:
             raise error.after("%s; it still enforces the policy it had. %s" % (error.message, advice), []) from error
         try:
@@ -214,15 +201,12 @@ class _Operations:
         """ACPI shutdown, then a hard stop when the guest has not powered off within shutdown_timeout."""
         dom = _acting_on(target, outcome)
         unless_already(VIR_ERR_OPERATION_INVALID, self.hv.shutdown_domain, dom)
-        deadline = self.timing.monotonic() + self.request.shutdown_timeout
-        while self.hv.domain_state(dom) in steps.SHUTTING_DOWN:
-            if self.timing.monotonic() >= deadline:
-                warning = ("domain '%s' did not power off within %d s of the ACPI shutdown request and was stopped hard; "
-                           "raise shutdown_timeout if the guest needs longer" % (self.request.name,
-                                                                                 self.request.shutdown_timeout))
-                return self.destroy(dom, replace(outcome, warnings=outcome.warnings + (warning,)))
-            self.timing.sleep(POLL_INTERVAL)
-        return replace(outcome, dom=dom)
+        for _ in polls(self.timing.deadline(self.request.shutdown_timeout), self.timing.sleep, POLL_INTERVAL):
+            if self.hv.domain_state(dom) not in steps.SHUTTING_DOWN:
+                return replace(outcome, dom=dom)
+        warning = ("domain '%s' did not power off within %d s of the ACPI shutdown request and was stopped hard; raise "
+                   "shutdown_timeout if the guest needs longer" % (self.request.name, self.request.shutdown_timeout))
+        return self.destroy(dom, replace(outcome, warnings=outcome.warnings + (warning,)))
 
     def destroy(self, target, outcome):
         dom = _acting_on(target, outcome)

@@ -51,12 +51,13 @@ from typing import Any, Optional
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestBudget
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing, carry_out
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import carry_out
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import ImageSource, Listing, SharedImages, observe_proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.plan import plan
@@ -132,7 +133,7 @@ class Member:
 class ProxyFlow:
     """Plan and carry out one hypervisor's SetRequest.
 
-    ``timing`` (an _proxy.execute.Timing; the real clocks when None) drives
+    ``timing`` (a _common.timing.Timing; the real clocks when None) drives
     createdAt, the shutdown and address polls; ``http`` and ``lock_dir`` go to the image
     cache, whose answers the proxies share (SharedImages).
     """

@@ -17,7 +17,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import datetime
 import hashlib
 import json
 from dataclasses import dataclass
@@ -104,10 +103,6 @@ POLICY_PART = "egress-proxies-kvm-policy"
 SET_OPTIONS = ("proxies", "gc", "gc_grace_period", "max_unavailable", "wait_for_port", "image_prune")
 # A proxy's options that only the set gives: one owner and one hypervisor for all of them, one wait.
 SET_WIDE_PROXY_OPTIONS = ("uid", "adopt_uids", "host", "force", "wait_for_ip", "wait_timeout")
-
-
-def utcnow():
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 def _sha256(data):

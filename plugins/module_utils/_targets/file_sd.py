@@ -17,20 +17,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import errno
-import fcntl
 import json
 import os
 import tempfile
-import time
 from contextlib import contextmanager
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import flock_within
 
 LABELS = ("hypervisor", "proxy", "owner")
 # A file_sd file of a large fleet is tens of kilobytes; one larger than this is not ours to rewrite.
 MAX_FILE_BYTES = 16 * 1024 * 1024
-POLL_SECONDS = 0.2
 
 
 class TargetsError(PermanentError):
@@ -88,18 +85,13 @@ def locked(path, timeout):
     except OSError as error:
         raise PermanentError("cannot open the lock file %s: %s" % (name, error.strerror)) from None
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as error:
-                if error.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise PermanentError("cannot lock %s: %s" % (name, error.strerror)) from None
-            if time.monotonic() >= deadline:
-                raise TransientError("another run has held the lock file %s for more than %d seconds (lock_timeout) "
-                                     "while it writes the same file; nothing was written" % (name, timeout))
-            time.sleep(POLL_SECONDS)
+        try:
+            held = flock_within(descriptor, timeout)
+        except OSError as error:
+            raise PermanentError("cannot lock %s: %s" % (name, error.strerror)) from None
+        if not held:
+            raise TransientError("another run has held the lock file %s for more than %d seconds (lock_timeout) "
+                                 "while it writes the same file; nothing was written" % (name, timeout))
         yield
     finally:
         os.close(descriptor)

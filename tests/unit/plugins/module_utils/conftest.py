@@ -10,7 +10,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_set
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import MUTATING, NOW, FakeTime
 

@@ -14,6 +14,7 @@ import base64
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Deadline
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
     CHUNK,
     COMMAND_TIMEOUT,
@@ -75,7 +76,7 @@ def test_waiting_for_an_agent_gives_up_after_its_time():
     _hv, dom, agent = guest()
     dom.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
     with pytest.raises(AgentUnavailableError):
-        agent.await_answer(30)
+        agent.await_answer(Deadline(30, agent.timing.monotonic))
     assert 1030 <= agent.timing.monotonic() <= 1032
 
 

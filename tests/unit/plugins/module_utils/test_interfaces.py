@@ -14,12 +14,12 @@ import pytest
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import nic_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy, run_set
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.interfaces import (
     Interface,

@@ -21,6 +21,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import base_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import (
     DomainParams,
@@ -38,7 +39,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hyperv
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import build_instance_element
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import request as proxy_request
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import Timing
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.flow import run_proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import DEFAULT_VENDOR_DATA
