@@ -126,7 +126,7 @@ class _Operations:
         # prune of the image cache from removing the base in between: prune
         # looks for overlays under the same lock.
         with volume_lock(self.hv.uri, request.pool, base.volume, request.download.lock_timeout,
-                         self.images.lock_dir, self.timing):
+                         self.images.lock_dir):
             if find_volume(self.hv, self.pool, base.volume) is None:
                 raise TransientError(
                     "base volume '%s' disappeared from pool '%s' before the overlay of '%s' was created (removed by "
