@@ -37,12 +37,11 @@ options:
   texts:
     description:
       - The role's user-data and squid.conf of each instance to run, by the instance's name, as the role's template
-        C(proxy_texts.json.j2) renders them for the whole set at once; each instance's C(user_data) and C(squid_conf).
-        The JSON text the template lookup returns, or the mapping ansible-core before 2.19 makes of it.
+        C(proxy_texts.j2) renders them for the whole set at once; each instance's C(user_data) and C(squid_conf).
         The squid.conf and the users' file become the proxy's
         O(egress_proxies.kvm.kvm_proxy_set#module:proxies[].policy). Unused with C(egress_proxy_user_data), which every
         proxy gets instead, without a policy.
-    type: raw
+    type: dict
 """
 
 EXAMPLES = r"""

@@ -412,16 +412,15 @@ def squid_policy(instance, squid_conf, variables):
 
 def set_arguments(instances, variables, texts=None, removing=False):
     """kvm_proxy_set's arguments for the hypervisor's ``instances`` (role_instances'), checked by the module's own
-    validation; ``texts`` the render of templates/proxy_texts.json.j2 ({name: {"user_data", "squid_conf"}}, as JSON
-    text or already parsed), for the proxies to run. Raises RoleInputError naming the hypervisor.
+    validation; ``texts`` the render of templates/proxy_texts.j2 ({name: {"user_data", "squid_conf"}}), for the
+    proxies to run. Raises RoleInputError naming the hypervisor.
 
     Options the role leaves unset (None) are left out, so the module's defaults apply. vendor_data unset with
     egress_proxy_install_packages false is none at all: kvm_proxy's default installs qemu-guest-agent, and cloud-init
     takes its `packages` when the role's user-data has none.
     """
     arguments = {option: variables[variable] for option, variable in TARGET_OPTIONS}
-    # The template lookup returns the render as text; ansible-core before 2.19 converts a text that reads as data.
-    texts = json.loads(texts) if isinstance(texts, str) else texts or {}
+    texts = texts or {}
     proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts)
                for instance in instances]
     if removing:

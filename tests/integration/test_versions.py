@@ -13,9 +13,11 @@ import subprocess
 import pytest
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
 from tests.integration import collection_artifact
 from tests.integration.hypervisor_inventory import hypervisor_inventory
 from tests.lab import config, hypervisors
+from tests.unit.role_templates import user_data_parts
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +50,20 @@ def test_module_smoke(release, lab, lab_cleanup, tmp_path):
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
 
 
+# A key whose comment holds a character beyond U+FFFF: ansible-core 2.15 to 2.18 read a render that looks like data
+# with literal_eval, and a JSON escape of it is two surrogates to a YAML reader.
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq9 versions \U0001f600"
+
+
+def _seed_keys(spec, name, tmp_path):
+    """The SSH keys of the user-data in the seed of ``name`` on the hypervisor ``spec``, as cloud-init reads them."""
+    path = tmp_path / "seed.iso"
+    hypervisors.virsh(spec, "vol-download", "--pool", config.HV_POOL_NAME, name + "-seed.iso", str(path))
+    (cloud_config,) = [part for part in user_data_parts(read_iso(path.read_bytes())["user-data"])
+                       if part.startswith(b"#cloud-config")]
+    return yaml.safe_load(cloud_config)["ssh_authorized_keys"]
+
+
 def _domains(spec):
     return sorted(name for name in hypervisors.virsh(spec, "list", "--all", "--name").stdout.split() if name.startswith(PREFIX))
 
@@ -62,13 +78,14 @@ def test_role_deploy_and_destroy_on_one_hypervisor(release, lab, tmp_path):
     group["hosts"] = {"lab-hv1": group["hosts"]["lab-hv1"]}
     group["vars"].update({"ansible_ssh_private_key_file": os.path.join(config.SSH_DIR, "id_ed25519"),
                           "egress_proxy_uid": name, "egress_proxy_memory_mib": 128,
-                          "egress_proxy_instances": [{"name": name}]})
+                          "egress_proxy_instances": [{"name": name}], "egress_proxy_ssh_authorized_keys": [KEY]})
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump(inventory))
     try:
         deployed = _ansible(release, "ansible-playbook", ["-i", str(path), "egress_proxies.kvm.deploy"], tmp_path)
         assert deployed.returncode == 0, deployed.stdout[-4000:] + deployed.stderr[-2000:]
         assert _domains(spec) == [name]
+        assert _seed_keys(spec, name, tmp_path) == [KEY]
         destroyed = _ansible(release, "ansible-playbook", ["-i", str(path), "-e", "egress_proxy_remove_image=true", "egress_proxies.kvm.destroy"], tmp_path)
         assert destroyed.returncode == 0, destroyed.stdout[-4000:] + destroyed.stderr[-2000:]
         assert _domains(spec) == []

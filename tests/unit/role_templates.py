@@ -59,8 +59,8 @@ def render(template, variables):
 
 
 # What tasks/arguments.yml's set_fact renders: one template for the whole set, which includes each proxy's two; the key
-# of each text in its object, and the template of that text.
-TEXTS_TEMPLATE = "proxy_texts.json.j2"
+# of each text in its mapping, and the template of that text.
+TEXTS_TEMPLATE = "proxy_texts.j2"
 PROXY_TEMPLATES = (("user_data", "user-data.yml.j2"), ("squid_conf", "squid.conf.j2"))
 # What kvm_proxy_set is told to check the policy's files with, and to load them with, on the proxy.
 SQUID_CONF = "/etc/squid/squid.conf"
@@ -70,16 +70,18 @@ SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
 
 
 def render_texts(renders):
-    """Each of ``renders`` (the role's variables, egress_proxy__instances the instances) rendered as the set_fact of
-    tasks/arguments.yml renders it (TEXTS_TEMPLATE): {"text": the JSON text}, or {"error": the template's message}."""
-    return render_each([(TEXTS_TEMPLATE, variables) for variables in renders])
+    """Each of ``renders`` (the role's variables, egress_proxy__instances the instances) rendered and read back as the
+    set_fact of tasks/arguments.yml does (TEXTS_TEMPLATE, then from_json): {"texts": {name: {key: text}}}, or
+    {"error": the template's message}."""
+    return [rendered if "error" in rendered else {"texts": json.loads(rendered["text"])}
+            for rendered in render_each([(TEXTS_TEMPLATE, variables) for variables in renders])]
 
 
 def render_proxies(cases):
     """Each of ``cases`` (the role's variables, egress_proxy_instance one proxy) rendered alone as the set_fact of
     tasks/arguments.yml renders it: {key: text} of PROXY_TEMPLATES, or {"error": the failing template's message}."""
     renders = [dict(variables, egress_proxy__instances=[variables["egress_proxy_instance"]]) for variables in cases]
-    return [rendered if "error" in rendered else json.loads(rendered["text"])[variables["egress_proxy_instance"]["name"]]
+    return [rendered if "error" in rendered else rendered["texts"][variables["egress_proxy_instance"]["name"]]
             for variables, rendered in zip(cases, render_texts(renders))]
 
 
@@ -97,8 +99,7 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
     (rendered,) = render_texts([dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy__instances=instances,
                                      **overrides)])
     assert "error" not in rendered, rendered["error"]
-    # The JSON text, as the template lookup of ansible-core 2.19 and later returns it.
-    return proxy_set_args(instances, variables, texts=rendered["text"])
+    return proxy_set_args(instances, variables, texts=rendered["texts"])
 
 
 def policy_files(proxy):

@@ -133,7 +133,7 @@ def read_by_the_module(cases):
     read = []
     for listed, each, rendered in zip(instances, variables, renders):
         assert "error" not in rendered, rendered["error"]
-        checked = validator.validate(proxy_set_args(listed, each, texts=rendered["text"]))
+        checked = validator.validate(proxy_set_args(listed, each, texts=rendered["texts"]))
         assert not checked.error_messages, checked.error_messages
         (proxy,) = SetRequest.from_params(checked.validated_parameters).proxies
         read.append((spec_digest(proxy.spec()), proxy.policy_digest, proxy.state, proxy.autostart))

@@ -9,7 +9,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -28,7 +27,7 @@ def variables(**overrides):
 
 
 def rendered(*names):
-    """The role's render of the texts (templates/proxy_texts.json.j2): user-data and squid.conf by name."""
+    """The role's render of the texts (templates/proxy_texts.j2): user-data and squid.conf by name."""
     return {name: {"user_data": "#cloud-config\n# %s\n" % name, "squid_conf": "# squid.conf of %s" % name}
             for name in names}
 
@@ -180,13 +179,3 @@ def test_the_report_lines_and_the_gc_summary():
         "gc": "would remove: egress-old; kept: egress-young (no reason given); not this owner's: none"}
     assert proxy_report(converged)["proxies"][:2] == ["hosts/hv1/domains/egress-a Running no address",
                                                       "hosts/hv1/domains/egress-b removed"]
-
-
-def test_the_texts_are_read_as_the_lookups_json_text_or_as_the_mapping_older_ansible_makes_of_it():
-    """ansible-core 2.19 and later hand the template lookup's JSON text over as text; 2.15 to 2.18 convert it."""
-    settings = variables()
-    filled = proxy_instances([{"name": "egress-a"}], settings)
-    texts = rendered("egress-a")
-    from_mapping = proxy_set_args(filled, settings, texts=texts)
-    assert proxy_set_args(filled, settings, texts=json.dumps(texts)) == from_mapping
-    assert from_mapping["proxies"][0]["user_data"] == "#cloud-config\n# egress-a\n"
