@@ -250,14 +250,21 @@ options:
     description:
       - With O(state=present), wait until the VM runs with a routable IPv4 address, asking the host's ARP table first
         and the guest agent second, and return it in RV(egress_proxies.kvm.kvm_proxy#module:ip).
-      - Fails after O(wait_timeout) seconds with the VM's state and what each address source said, and at once when
-        the VM stops (crashes, is destroyed, is powered off by its guest) while its address is awaited, naming its
-        state.
+      - Fails when the proxy's O(wait_timeout) runs out with the VM's state and what each address source said, and at
+        once when the VM stops (crashes, is destroyed, is powered off by its guest) while its address is awaited,
+        naming its state.
     type: bool
     default: false
   wait_timeout:
     description:
-      - Seconds O(wait_for_ip) waits for the address.
+      - Seconds a run may wait on each proxy, counted from its first wait on that proxy (one limit for all of those
+        waits together, not one for each). A proxy that is not up by then fails the task, naming what it did not get.
+      - A run waits on a proxy for its guest agent to answer (a VM this run starts) and for its first boot (cloud-init)
+        to end, before it applies a policy the VM does not hold yet (O(policy)), with or without O(wait_for_ip); and,
+        with O(wait_for_ip), for its address (in M(egress_proxies.kvm.kvm_proxy_set), with
+        O(egress_proxies.kvm.kvm_proxy_set#module:wait_for_port), for that port to answer too).
+      - The proxies of a set are waited on side by side, each within its own limit. A shutdown is bounded by
+        O(shutdown_timeout), the guest agent's exchanges by their own budget (see O(policy)).
     type: int
     default: 300
   shutdown_timeout:

@@ -22,8 +22,8 @@ description:
     looked at, so nothing else was changed. RV(images) says what was done to each; with O(image_prune) its older cached
     copies that no volume uses are removed.
   - Proxies that are created, started, stopped or removed are handled first; with O(wait_for_ip), their addresses are
-    awaited together under one O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s; a proxy whose VM
-    stops while awaited fails the task at once, naming it and its state.
+    awaited together, each within its O(wait_timeout), in the same wait as M(egress_proxies.kvm.kvm_proxy)'s; a proxy
+    whose VM stops while awaited fails the task at once, naming it and its state.
   - With O(wait_for_ip), replacements of running proxies (after a change of spec) roll, at most O(max_unavailable) at
     a time. The next replacement starts only when the previous ones have an IPv4 address (and, with O(wait_for_port),
     answer on that port from where the module runs). A replacement that does not come up in time stops the roll; the

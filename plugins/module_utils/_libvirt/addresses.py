@@ -39,7 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     PermanentError,
     TransientError,
 )
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Deadline, polls
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import (
     ADDRESS_SOURCE_AGENT,
     ADDRESS_SOURCE_ARP,
@@ -203,27 +203,42 @@ POLL_INTERVAL = 1
 @dataclass(frozen=True)
 class Awaited:
     """A started proxy whose address is awaited: its name, its domain, its first NIC's MAC and where that NIC is,
-    and the address awaited there (its IPv4; its IPv6 when the NIC is IPv6-only)."""
+    its deadline (wait_timeout), and the address awaited there (its IPv4; its IPv6 when the NIC is IPv6-only)."""
 
     name: str
     dom: Any
     mac: Optional[str]
     attached: str  # the first NIC's bridge or network as a message says it ("bridge br0")
+    deadline: Any  # a _common.timing.Deadline, which earlier waits on the proxy may have started
     wanted: Wanted = IPV4
 
 
-def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
-    """Poll every Awaited under one deadline until each runs with a routable address (its IPv4, or its IPv6 when its
-    first NIC is IPv6-only), answering on ``port`` if given.
+class _FirstPendingDeadline:
+    """An address wait's deadline: passed once a proxy still without its address is past its own."""
+
+    def __init__(self, pending):
+        self.pending = pending
+
+    def start(self):
+        for one in self.pending.values():
+            one.deadline.start()
+
+    def passed(self):
+        return any(one.deadline.passed() for one in self.pending.values())
+
+
+def await_ipv4(hypervisor, awaited, timing, port=None):
+    """Poll every Awaited together until each runs with a routable address (its IPv4, or its IPv6 when its first NIC
+    is IPv6-only), answering on ``port`` if given.
 
     The one wait of kvm_proxy and kvm_proxy_set. A domain that stops (crashed, destroyed, powered off by its
     guest) or vanishes fails the wait at once, naming it and its state: no address comes from it any more.
-    At ``timeout`` the wait fails naming every proxy still without one, with what each address source said.
-    ``timing`` gives ``monotonic`` and ``sleep`` (a _common.timing.Timing).
+    Once a proxy still without one is past its deadline, the wait fails naming every proxy still without one, with
+    what each address source said. ``timing`` gives ``sleep`` (a _common.timing.Timing).
     """
     pending = OrderedDict((one.name, one) for one in awaited)
     said = {}  # name -> (libvirt state, its last AddressLookup or None, the address that did not answer on port)
-    for _ in polls(Deadline(timeout, timing.monotonic), timing.sleep, POLL_INTERVAL):
+    for _ in polls(_FirstPendingDeadline(pending), timing.sleep, POLL_INTERVAL):
         stopped = []
         for name, one in list(pending.items()):
             try:
@@ -262,7 +277,7 @@ def await_ipv4(hypervisor, awaited, timeout, timing, port=None):
         "%s got no routable %s%s within wait_timeout (%d s): %s. A guest may still be booting (raise wait_timeout), or "
         "its first NIC gets no address where it is attached" % (
             ", ".join(pending), families.pop() if len(families) == 1 else "address",
-            " answering on port %d" % port if port else "", timeout,
+            " answering on port %d" % port if port else "", next(iter(pending.values())).deadline.seconds,
             "; ".join(_what_was_said(name, one, said[name], port) for name, one in pending.items())))
 
 

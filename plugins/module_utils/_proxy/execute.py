@@ -64,15 +64,16 @@ UNDEFINE_FLAG_FALLBACKS = (UNDEFINE_ALL, UNDEFINE_MANAGED_SAVE | UNDEFINE_SNAPSH
 _UNSUPPORTED_FLAG_CODES = (VIR_ERR_NO_SUPPORT, VIR_ERR_ARGUMENT_UNSUPPORTED, VIR_ERR_INVALID_ARG)
 
 
-def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget):
+def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget, wait):
     """Carry out ``plan``'s steps for ``request``; the Outcome as they leave it.
 
     ``images`` is the proxy's _proxy.observe.ImageSource (its lock directory
     also guards the overlay's creation); ``pool`` the requested pool's handle,
     to build in (None when nothing is built); ``guest_budget`` the proxy's
-    _guest.agent.GuestBudget, what its observation left of it.
+    _guest.agent.GuestBudget, what its observation left of it; ``wait`` its
+    wait_timeout (a _common.timing.Deadline), shared by every wait on it.
     """
-    operations = _Operations(hypervisor, request, images, timing, pool, guest_budget)
+    operations = _Operations(hypervisor, request, images, timing, pool, guest_budget, wait)
 
     def failed(error, step, done):
         # Everything before this step stays done, and running the task again resumes from here.
@@ -91,13 +92,14 @@ def _acting_on(target, outcome):
 class _Operations:
     """The operations of a proxy's steps; each ``(target, outcome) -> outcome``."""
 
-    def __init__(self, hypervisor, request, images, timing, pool, guest_budget):
+    def __init__(self, hypervisor, request, images, timing, pool, guest_budget, wait):
         self.hv = hypervisor
         self.request = request
         self.images = images
         self.timing = timing
         self.pool = pool
         self.guest_budget = guest_budget
+        self.wait = wait
 
     def by_name(self):
         return {
@@ -158,8 +160,9 @@ class _Operations:
     def apply_policy(self, domain, outcome):
         """The policy's files written in place through the guest agent, checked, the service reloaded, then recorded.
 
-        A VM this run started is given until wait_timeout for its agent to come up: it enforces the policy
-        before it counts as up. A VM whose first boot is still going on is given until wait_timeout to end it.
+        A VM this run started waits for its agent to come up: it enforces the policy before it counts as up. A VM
+        whose first boot is still going on waits for it to end. Both within the proxy's one wait_timeout (``wait``),
+        which its address wait shares.
         """
         request = self.request
         agent = GuestAgent(self.hv, domain.handle, request.name, self.timing, self.guest_budget)
@@ -167,10 +170,10 @@ class _Operations:
                   "not answer or breaks the protocol")
         try:
             if steps.START_DOMAIN in outcome.actions:
-                agent.await_answer(self.timing.deadline(request.wait_timeout))
+                agent.await_answer(self.wait)
             else:
                 agent.ping()  # an agent that is not there fails at once, not after wait_timeout
-            await_first_boot(agent, self.timing.deadline(request.wait_timeout))
+            await_first_boot(agent, self.wait)
         except UNUSABLE_AGENT as error:
             raise error.after("%s; it still enforces the policy it had. %s" % (error.message, advice), []) from error
         try:

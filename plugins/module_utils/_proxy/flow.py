@@ -93,6 +93,7 @@ class Member:
     plan: Any
     outcome: Any  # the plan's Outcome, completed once its steps ran
     guest_budget: Any  # its _guest.agent.GuestBudget: one for all its guest agent exchanges in the run
+    wait: Any  # its wait_timeout, a _common.timing.Deadline: one for every wait on it in the run, from the first
     settled: Any = None
 
     @property
@@ -222,7 +223,8 @@ class ProxyFlow:
             if label is None:
                 raise
             raise error.after("%s: %s" % (label, error.message), error.completed_actions or []) from error
-        return Member(proxy, label, images, observation, planned, planned.result, guest_budget)
+        return Member(proxy, label, images, observation, planned, planned.result, guest_budget,
+                      self.timing.deadline(proxy.wait_timeout))
 
     def _execute(self, members, removals, done):
         """First what adds capacity or costs none, awaited; then what takes capacity away, ``max_unavailable`` at a time.
@@ -268,14 +270,15 @@ class ProxyFlow:
         pool = member.observation.build.pool if member.observation.build is not None else None
         try:
             member.outcome = carry_out(self.hv, member.request, member.plan, member.images, self.timing, pool,
-                                       member.guest_budget)
+                                       member.guest_budget, member.wait)
         except KvmError as error:
             return error
         return None
 
     def _await(self, members):
-        """Wait, under one deadline, until every proxy of ``members`` has its address (and answers on the port): its
-        first NIC's IPv4, or IPv6 when that NIC is IPv6-only.
+        """Wait until every proxy of ``members`` has its address (and answers on the port): its first NIC's IPv4, or
+        IPv6 when that NIC is IPv6-only; each within its wait_timeout, counted from its first wait in the run (its
+        agent and first boot before a policy was applied) or from now.
 
         Without wait_for_ip nothing is awaited, so replacements do not roll: nothing tells when one is up.
         """
@@ -286,8 +289,9 @@ class ProxyFlow:
             dom, info = member.settle(self.hv)
             macs = info.macs()
             first = member.request.interfaces[0]
-            awaited.append(Awaited(member.request.name, dom, macs[0] if macs else None, first.source, first.wanted))
-        await_ipv4(self.hv, awaited, self.request.wait_timeout, self.timing, self.request.wait_for_port)
+            awaited.append(Awaited(member.request.name, dom, macs[0] if macs else None, first.source, member.wait,
+                                   first.wanted))
+        await_ipv4(self.hv, awaited, self.timing, self.request.wait_for_port)
 
     def _result(self, member):
         # A proxy the run did not touch is described as observed: its state and autostart are not asked again.

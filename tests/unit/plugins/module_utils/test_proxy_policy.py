@@ -267,3 +267,31 @@ def test_a_first_boot_that_does_not_end_in_time_fails_naming_the_proxy(converge)
     with pytest.raises(errors.TransientError) as raised:
         converge(hv, set_request(NAMES, policy=policy(conf="# changed\n"), wait_timeout=20))
     assert "the first boot of domain 'proxy-a' (cloud-init) did not finish within 20 s" in raised.value.message
+
+
+@pytest.mark.parametrize("agent_answers, boot_ends, message", [
+    (10, 20, "proxy-a got no routable IPv4 within wait_timeout (30 s)"),
+    (20, 45, "the first boot of domain 'proxy-a' (cloud-init) did not finish within 30 s"),
+])
+def test_wait_timeout_bounds_the_agent_the_first_boot_and_the_address_together(run, converge, fake_time, agent_answers,
+                                                                               boot_ends, message):
+    """A proxy this run starts is waited on for its agent, its first boot, then its address: one wait_timeout for the
+    three, counted from the first wait (before: each wait had its own, up to three times wait_timeout)."""
+    hv = running_set(converge)
+    dom = hv.domains["proxy-a"]
+    dom.state = SHUTOFF
+    dom.addresses.clear()
+    dom.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    del dom.guest.files[BOOT_FINISHED]
+    started = fake_time.now
+
+    def comes_up(_slept):
+        if fake_time.now - started >= agent_answers:
+            dom.agent_error = None
+        if fake_time.now - started >= boot_ends:
+            dom.guest.files[BOOT_FINISHED] = FakeFile(b"done\n")
+    fake_time.on_sleep = comes_up
+    with pytest.raises(errors.TransientError) as raised:
+        run(hv, set_request(NAMES, policy=policy(conf=SQUID_CONF + "# changed\n"), wait_for_ip=True, wait_timeout=30))
+    assert message in raised.value.message
+    assert fake_time.now - started <= 30 + 1
