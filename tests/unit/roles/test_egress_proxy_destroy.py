@@ -34,8 +34,9 @@ def test_the_image_removal_is_predicted_in_check_mode_before_any_proxy_is_remove
     assert [module_of(task) for task in predictions] == ["egress_proxies.kvm.kvm_proxy_set", "egress_proxies.kvm.kvm_base_image"]
     image_prediction = predictions[1]
     assert image_prediction["egress_proxies.kvm.kvm_base_image"]["state"] == "absent"
-    # The overlays of the proxies the removal takes do not count as the image's users.
-    assert "egress_proxy__removal_predicted" in image_prediction["egress_proxies.kvm.kvm_base_image"]["departing_volumes"]
+    # The overlays of the proxies the removal takes do not count as the image's users: the image's prediction reads
+    # what the removal's prediction, just before it, registered.
+    assert predictions[0]["register"] + ".proxies" in image_prediction["egress_proxies.kvm.kvm_base_image"]["departing_volumes"]
     # A base in use is a refusal the next tasks act on, not a failure of the host.
     assert image_prediction["failed_when"] is False
 
@@ -51,6 +52,23 @@ def test_the_image_goes_only_as_predicted_and_otherwise_a_warning_says_why_and_t
     # The report comes last, after every task that touches the image, with no condition.
     names = sorted(tasks, key=lambda name: tasks[name][0])
     assert names[-1] == "Report the proxies of this hypervisor" and "when" not in tasks[names[-1]][1]
+
+
+def test_each_module_call_is_written_once_and_run_as_the_prediction_then_for_real():
+    """The prediction is the removal in check mode: the same arguments (one YAML anchor each), and each kvm_base_image
+    run reads the kvm_proxy_set run just before it, as both register the same result."""
+    tasks = removal_block()
+    for prediction, removal in (("Predict which proxies the removal takes", REMOVE_PROXIES),
+                                ("Predict whether the image can go once they are removed", REMOVE_IMAGE)):
+        module = module_of(tasks[removal][1])
+        assert module_of(tasks[prediction][1]) == module
+        assert tasks[prediction][1][module] == tasks[removal][1][module], module
+        assert tasks[prediction][1]["check_mode"] is True and "check_mode" not in tasks[removal][1]
+    assert tasks["Predict which proxies the removal takes"][1]["register"] == tasks[REMOVE_PROXIES][1]["register"]
+    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
+        text = handle.read()
+    for argument in ('uri: "{{ egress_proxy__destroy_args.uri }}"', 'name: "{{ egress_proxy_image.name }}"'):
+        assert text.count(argument) == 1, argument
 
 
 def test_the_removal_gives_a_running_proxy_the_roles_shutdown_timeout():
