@@ -22,8 +22,9 @@ mode predicts the whole set from the same code. Then, unless in check mode:
 
 - proxies that are created, started, stopped or removed go first, side by
   side (with the garbage collection, _proxy.sweep, of proxies that are not
-  running); their addresses are awaited together, under one deadline
-  (_libvirt.addresses.await_ipv4, the one wait);
+  running); their addresses are awaited together (_libvirt.addresses.await_ipv4),
+  each proxy within its wait_timeout, one Deadline for every wait on it in the
+  run (its agent and first boot before a policy apply, then its address);
 - then what takes capacity away rolls, at most ``max_unavailable`` at a time:
   replacements of running proxies first, then the garbage collection of
   running ones. With ``wait_for_ip`` the next batch starts only when the
