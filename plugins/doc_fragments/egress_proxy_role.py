@@ -8,8 +8,8 @@ __metaclass__ = type
 
 
 class ModuleDocFragment:
-    # The options the egress_proxy role's data filters share: proxy_instances and proxy_set_args read the role's
-    # variables from one mapping (egress_proxy__variables in the role's vars/main.yml), for one entry point or the other.
+    # The option the egress_proxy role's data filters share: proxy_instances and proxy_set_args read the role's
+    # variables from one mapping (egress_proxy__variables in the role's vars/main.yml).
     DOCUMENTATION = r"""
 options:
   variables:
@@ -18,8 +18,4 @@ options:
         C(inventory_hostname), the hypervisor the messages name.
     type: dict
     required: true
-  removing:
-    description: For the destroy entry point, where every instance is removed.
-    type: bool
-    default: false
 """

@@ -39,6 +39,10 @@ options:
     type: list
     elements: dict
     required: true
+  removing:
+    description: For the destroy entry point, where every instance is removed.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""

@@ -16,13 +16,14 @@ short_description: The arguments of kvm_proxy_set for one hypervisor of the egre
 version_added: 0.1.0
 description:
   - Turns the instances of one hypervisor (from P(egress_proxies.kvm.proxy_instances#filter)) and the role's variables
-    into the arguments of M(egress_proxies.kvm.kvm_proxy_set), each instance one entry of its O(egress_proxies.kvm.kvm_proxy_set#module:proxies).
+    into the O(egress_proxies.kvm.kvm_proxy_set#module:proxies) of M(egress_proxies.kvm.kvm_proxy_set), each instance
+    one entry, beside the set-wide O(options) the role's converge task writes.
   - Then runs the module's own validation on them (its argument spec, then its checks of every proxy and of the set's
     options, as P(egress_proxies.kvm.kvm_proxy_set_errors#filter) does), without connecting anywhere, and fails with
     the module's message and the hypervisor's name; so the role refuses whatever the module would, before its first
     task that talks to libvirt.
-  - Options the role leaves unset are left out, so the module's defaults apply.
-  - With O(removing) (the destroy entry point) the arguments remove every instance, garbage collection off.
+  - An option equal to O(omitted) is left out, in an option's mapping too, as Ansible leaves it out of a task's
+    arguments, so the module's default applies.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 positional: _input, variables
@@ -34,6 +35,15 @@ options:
     type: list
     elements: dict
     required: true
+  options:
+    description:
+      - The set-wide options of M(egress_proxies.kvm.kvm_proxy_set) (all but O(egress_proxies.kvm.kvm_proxy_set#module:proxies)),
+        as the converge task passes them.
+    type: dict
+    default: {}
+  omitted:
+    description: The play's C(omit), which marks the options the task leaves out.
+    type: raw
   texts:
     description:
       - The role's user-data and squid.conf of each instance to run, by the instance's name, as the role's template
@@ -47,9 +57,13 @@ options:
 EXAMPLES = r"""
 - name: Converge the proxies of this hypervisor
   vars:
-    set_args: "{{ instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, texts=texts) }}"
+    options: &options
+      uid: "{{ egress_proxy_uid }}"
+      image: "{{ egress_proxy_image }}"
+      cpu_mode: "{{ egress_proxy_cpu_mode | default(omit, true) }}"
+    set_args: "{{ instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, options=options, omitted=omit, texts=texts) }}"
   egress_proxies.kvm.kvm_proxy_set:
-    uid: "{{ set_args.uid }}"
+    <<: *options
     proxies: "{{ set_args.proxies }}"
 """
 
@@ -60,10 +74,10 @@ _value:
 """
 
 
-def proxy_set_args(instances, variables, texts=None, removing=False):
+def proxy_set_args(instances, variables, options=None, omitted=None, texts=None):
     """kvm_proxy_set's arguments for one hypervisor, checked by the module's validation; fails on what it refuses."""
     try:
-        return set_arguments(instances, variables, texts, removing)
+        return set_arguments(instances, variables, options, omitted, texts)
     except RoleInputError as error:
         raise AnsibleFilterError(str(error)) from None
 

@@ -70,12 +70,6 @@ ROLE_WIDE_SQUID = (
     ("syslog", "egress_proxy_syslog"),
     ("syslog_protocol", "egress_proxy_syslog_protocol"),
 )
-# What every call of kvm_proxy_set gets from the role: the hypervisor and the bound on reaching it, the owner, the pool.
-TARGET_OPTIONS = (("uri", "egress_proxy_uri"), ("connect_timeout", "egress_proxy_connect_timeout"),
-                  ("host", "egress_proxy_host"), ("uid", "egress_proxy_uid"),
-                  ("adopt_uids", "egress_proxy_adopt_uids"), ("pool", "egress_proxy_pool"))
-
-
 class RoleInputError(Exception):
     """What the role refuses, as the sentence its task fails with."""
 
@@ -410,47 +404,29 @@ def squid_policy(instance, squid_conf, variables):
     return {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
 
 
-def set_arguments(instances, variables, texts=None, removing=False):
+def set_arguments(instances, variables, options=None, omitted=None, texts=None):
     """kvm_proxy_set's arguments for the hypervisor's ``instances`` (role_instances'), checked by the module's own
-    validation; ``texts`` the render of templates/proxy_texts.j2 ({name: {"user_data", "squid_conf"}}), for the
-    proxies to run. Raises RoleInputError naming the hypervisor.
-
-    Options the role leaves unset (None) are left out, so the module's defaults apply. vendor_data unset with
-    egress_proxy_install_packages false is none at all: kvm_proxy's default installs qemu-guest-agent, and cloud-init
-    takes its `packages` when the role's user-data has none.
+    validation: ``options`` the set-wide options as the role's task writes them (the converge's in tasks/main.yml,
+    the removal's in tasks/destroy.yml), each equal to ``omitted`` (the play's omit) left out, in an option's mapping
+    too, as the task leaves it out; the proxies from the instances, with ``texts`` the render of
+    templates/proxy_texts.j2 ({name: {"user_data", "squid_conf"}}) for those to run. Raises RoleInputError naming the
+    hypervisor.
     """
-    arguments = {option: variables[variable] for option, variable in TARGET_OPTIONS}
-    texts = texts or {}
-    proxies = [{"name": instance["name"], "state": STATE_ABSENT} if removing else _proxy(instance, variables, texts)
-               for instance in instances]
-    if removing:
-        arguments.update(state=STATE_ABSENT, gc=False, shutdown_timeout=variables["egress_proxy_shutdown_timeout"],
-                         proxies=proxies)
-        return _checked(arguments, "The proxies of %s cannot be removed: %s.", variables)
-    image = variables["egress_proxy_image"]
-    vendor_data = variables["egress_proxy_vendor_data"]
-    if vendor_data is None and not _bool(variables["egress_proxy_install_packages"]):
-        vendor_data = ""
-    arguments.update(
-        image={key: value for key, value in image.items() if value} if image else None,
-        image_prune=_bool(variables["egress_proxy_image_prune"]) if image else None,
-        virt_type=variables["egress_proxy_virt_type"],
-        cpu_mode=variables["egress_proxy_cpu_mode"] or None,
-        machine=variables["egress_proxy_machine"] or None,
-        vendor_data=vendor_data,
-        on_drift=variables["egress_proxy_on_drift"],
-        on_unreachable_agent=variables["egress_proxy_on_unreachable_agent"],
-        shutdown_timeout=variables["egress_proxy_shutdown_timeout"],
-        wait_for_ip=_bool(variables["egress_proxy_wait_for_ip"]),
-        wait_timeout=variables["egress_proxy_wait_timeout"],
-        wait_for_port=variables["egress_proxy_port"] if _bool(variables["egress_proxy_wait_for_port"]) else None,
-        gc=_bool(variables["egress_proxy_gc"]),
-        gc_grace_period=variables["egress_proxy_gc_grace_period"],
-        max_unavailable=variables["egress_proxy_max_unavailable"],
-        proxies=proxies,
-    )
-    return _checked({option: value for option, value in arguments.items() if value is not None},
+    arguments = _given(options or {}, omitted)
+    arguments["proxies"] = [_proxy(instance, variables, texts or {}) for instance in instances]
+    removing = arguments.get("state") == STATE_ABSENT
+    return _checked(arguments, "The proxies of %s cannot be removed: %s." if removing else
                     "The proxies of %s are not usable: %s.", variables)
+
+
+def _given(options, omitted):
+    """``options`` without the values that are ``omitted``, in a mapping's values too (Ansible's omit: a placeholder
+    text before ansible-core 2.19, an object of its own since)."""
+    def given(value):
+        return not (value is omitted or (isinstance(value, str) and value == omitted))
+
+    return {option: {key: item for key, item in value.items() if given(item)} if isinstance(value, dict) else value
+            for option, value in options.items() if given(value)}
 
 
 # kvm_proxy_set names a proxy's NICs by their place in its interfaces (_nics): which of the role's variables each is.

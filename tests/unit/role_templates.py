@@ -16,6 +16,7 @@ __metaclass__ = type
 import email
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -32,16 +33,48 @@ def role_defaults():
         return yaml.safe_load(handle)
 
 
+# The names vars/main.yml gathers with the varnames lookup.
+ROLE_VARIABLE = "^egress_proxy_[a-z]"
+# What the tests give for the play's omit (a placeholder text, as ansible-core before 2.19 gives).
+OMIT = "__omit_place_holder__role_templates"
+
+
 def role_variables(hypervisor="hv1", **overrides):
-    """The mapping vars/main.yml hands the filters proxy_instances and proxy_set_args (egress_proxy__variables), with
-    the role's defaults and ``overrides`` in it, on the hypervisor ``hypervisor``."""
-    with open(os.path.join(ROLE, "vars", "main.yml")) as handle:
-        names = yaml.safe_load(handle)["egress_proxy__variables"]
+    """The mapping vars/main.yml hands the filters proxy_instances and proxy_set_args (egress_proxy__variables: every
+    egress_proxy_* variable, the pool's addresses and the hypervisor), with the role's defaults and ``overrides`` in
+    it, on the hypervisor ``hypervisor``."""
     # No address from a pool unless a test gives some (tasks/pool.yml allocates them).
-    variables = dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy_host=hypervisor,
-                     egress_proxy__pool_addresses={})
+    variables = dict(role_defaults(), egress_proxy_host=hypervisor)
     variables.update(overrides)
-    return {name: variables[name] for name in names}
+    variables = {name: value for name, value in variables.items() if re.match(ROLE_VARIABLE, name)}
+    variables.update(inventory_hostname=hypervisor, egress_proxy__pool_addresses=overrides.get(
+        "egress_proxy__pool_addresses", {}))
+    return variables
+
+
+# Where each entry point writes kvm_proxy_set's set-wide options: the task file and the mapping's name in its vars.
+CONVERGE_OPTIONS = ("main.yml", "egress_proxy__set_options")
+REMOVAL_OPTIONS = ("destroy.yml", "egress_proxy__removal_options")
+
+
+def converge_options(where=CONVERGE_OPTIONS):
+    """kvm_proxy_set's set-wide options as the role's task file writes them (templates, CONVERGE_OPTIONS or
+    REMOVAL_OPTIONS): what a play that runs tasks/arguments.yml alone gives it, as the block around it does."""
+    tasks_file, name = where
+    with open(os.path.join(ROLE, "tasks", tasks_file)) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if name in task.get("vars", {})]
+    return block["vars"][name]
+
+
+def set_options(variables, where=CONVERGE_OPTIONS):
+    """The set-wide options of ``where`` (converge_options) rendered with ``variables``, as the play renders them:
+    Ansible's Templar, the builtin filters, OMIT for the play's omit."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    templar = Templar(loader=DataLoader(), variables=dict(variables, omit=OMIT))
+    return {option: templar.template(trust_as_template(value)) if isinstance(value, str) else value
+            for option, value in converge_options(where).items()}
 
 
 def render_each(renders):
@@ -94,12 +127,13 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
 
     variables = role_variables(hypervisor, **overrides)
     instances = proxy_instances(desired, variables)
+    options = set_options(variables)
     if not render:
-        return proxy_set_args(instances, variables)
+        return proxy_set_args(instances, variables, options=options, omitted=OMIT)
     (rendered,) = render_texts([dict(role_defaults(), inventory_hostname=hypervisor, egress_proxy__instances=instances,
                                      **overrides)])
     assert "error" not in rendered, rendered["error"]
-    return proxy_set_args(instances, variables, texts=rendered["texts"])
+    return proxy_set_args(instances, variables, options=options, omitted=OMIT, texts=rendered["texts"])
 
 
 def policy_files(proxy):

@@ -10,7 +10,14 @@ import os
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import role_instances, set_arguments
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import ROLE, role_variables
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    OMIT,
+    REMOVAL_OPTIONS,
+    ROLE,
+    converge_options,
+    role_variables,
+    set_options,
+)
 
 REMOVE_PROXIES = "Remove the proxies and their disks"
 REMOVE_IMAGE = "Remove the cached base image"
@@ -67,7 +74,7 @@ def test_each_module_call_is_written_once_and_run_as_the_prediction_then_for_rea
     assert tasks["Predict which proxies the removal takes"][1]["register"] == tasks[REMOVE_PROXIES][1]["register"]
     with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
         text = handle.read()
-    for argument in ('uri: "{{ egress_proxy__destroy_args.uri }}"', 'name: "{{ egress_proxy_image.name }}"'):
+    for argument in ('host: "{{ egress_proxy_host }}"', 'name: "{{ egress_proxy_image.name }}"'):
         assert text.count(argument) == 1, argument
 
 
@@ -76,17 +83,23 @@ def test_the_removal_gives_a_running_proxy_the_roles_shutdown_timeout():
     for it, as a converge does, not the module's default."""
     variables = dict(role_variables(), egress_proxy_shutdown_timeout=7)
     instances = role_instances([{"name": "egress-a"}], variables, removing=True)
-    arguments = set_arguments(instances, variables, removing=True)
+    arguments = set_arguments(instances, variables, set_options(variables, REMOVAL_OPTIONS), OMIT)
     assert arguments["shutdown_timeout"] == 7 and arguments["gc"] is False
     assert arguments["proxies"] == [{"name": "egress-a", "state": "absent"}]
 
 
-def test_the_removal_passes_the_checked_arguments_each_one_visible():
+def test_the_removal_passes_the_options_its_check_validated_each_from_the_roles_variables():
+    with open(os.path.join(ROLE, "tasks", "destroy.yml")) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
+    options = converge_options(REMOVAL_OPTIONS)
+    assert set(options) == {"host", "uid", "adopt_uids", "pool", "state", "gc", "shutdown_timeout"}
+    # The connection's options come to every module of the block from module_defaults.
+    assert set(block["module_defaults"]["group/egress_proxies.kvm.kvm"]) == {"uri", "connect_timeout"}
     for name in ("Predict which proxies the removal takes", REMOVE_PROXIES):
         task = removal_block()[name][1]["egress_proxies.kvm.kvm_proxy_set"]
-        assert task == {option: "{{ egress_proxy__destroy_args.%s }}" % option for option in task}, name
-        assert set(task) == {"uri", "connect_timeout", "host", "uid", "adopt_uids", "pool", "state", "gc", "shutdown_timeout",
-                             "proxies"}
+        assert task == dict(options, proxies="{{ egress_proxy__proxies }}"), name
+    check = removal_block()["Check the removal as kvm_proxy_set will"][1]["ansible.builtin.set_fact"]
+    assert "options=egress_proxy__removal_options, omitted=omit" in " ".join(check["egress_proxy__proxies"].split())
 
 
 def test_every_module_call_of_the_removal_reaches_libvirt_within_the_connect_timeout():
@@ -94,4 +107,5 @@ def test_every_module_call_of_the_removal_reaches_libvirt_within_the_connect_tim
         (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
     assert block["module_defaults"]["group/egress_proxies.kvm.kvm"]["connect_timeout"] == "{{ egress_proxy_connect_timeout }}"
     # The bound is the modules' own: the removal's first module call is its first round trip to the hypervisor.
-    assert [task["name"] for task in block["block"]][0] == "Predict which proxies the removal takes"
+    calls = [task["name"] for task in block["block"] if any(key.startswith("egress_proxies.kvm.") for key in task)]
+    assert calls[0] == "Predict which proxies the removal takes"

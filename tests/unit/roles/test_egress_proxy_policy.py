@@ -28,6 +28,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     SQUID_CONF,
     SQUID_USERS,
+    converge_options,
     policy_files,
     render_each,
     role_defaults,
@@ -280,11 +281,12 @@ def test_bad_users_are_refused_naming_the_entry_never_the_password(users, words)
 
 def test_no_password_reaches_the_roles_output_at_vvv_only_its_hash_reaches_the_modules_policy(tmp_path):
     # Role-wide users, and a fleet entry with its own: the fleet's check loops over the entries.
-    variables = dict(BASE, egress_proxy_users=USERS, egress_proxy_instances=[ENTRY], egress_proxy_fleet=[
+    variables = dict(BASE, egress_proxy__set_options=converge_options(), egress_proxy_users=USERS,
+                     egress_proxy_instances=[ENTRY], egress_proxy_fleet=[
         dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"}, hypervisor="localhost",
              users=[{"name": "carol", "password": "fleet-entry-secret"}])])
     show = [{"name": "Show the " + key, "ansible.builtin.debug": {
-        "msg": "{{ egress_proxy__set_args.proxies | map(attribute='%s') | list }}" % key}} for key in ("user_data", "policy")]
+        "msg": "{{ egress_proxy__proxies | map(attribute='%s') | list }}" % key}} for key in ("user_data", "policy")]
     out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, after=show, options=["-vvv"])
     assert PASSWORD not in out.replace("\\n", "\n") and "fleet-entry-secret" not in out
     # Each hash once, in the policy's users' file (the user-data, shown first, holds none).

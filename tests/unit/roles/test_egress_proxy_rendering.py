@@ -15,7 +15,13 @@ import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import PROXY_TEMPLATES, ROLE, TEXTS_TEMPLATE, role_set_args
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    PROXY_TEMPLATES,
+    ROLE,
+    ROLE_VARIABLE,
+    TEXTS_TEMPLATE,
+    role_set_args,
+)
 
 
 def read(*parts):
@@ -49,11 +55,12 @@ def test_no_template_but_the_texts_builds_data_and_no_variable_builds_lists_in_j
 
 def test_the_arguments_are_shaped_once_by_the_filters_from_the_roles_variables():
     variables = yaml.safe_load(read("vars", "main.yml"))
-    assert variables["egress_proxy__set_args_lazy"].strip() == (
+    assert " ".join(variables["egress_proxy__set_args_lazy"].split()) == (
         "{{ egress_proxy__instances | egress_proxies.kvm.proxy_set_args(egress_proxy__variables, "
-        "texts=egress_proxy__texts) }}")
-    # Each value of the mapping is the role's variable of that name.
-    assert variables["egress_proxy__variables"] == {name: "{{ %s }}" % name for name in variables["egress_proxy__variables"]}
+        "options=egress_proxy__set_options, omitted=omit, texts=egress_proxy__texts) }}")
+    # The role's variables are gathered by their prefix, not copied by name: a new variable needs no line here.
+    assert variables["egress_proxy__variable_names"] == "{{ query('ansible.builtin.varnames', '%s') }}" % ROLE_VARIABLE
+    assert "egress_proxy_" not in variables["egress_proxy__variables"].replace("egress_proxy__", "")
     # The instances (they hold the users' hashes): checked by a task that shows a refusal, then kept with no_log.
     check = named(tasks("instances.yml"), "Check the proxies of this hypervisor")
     instances = check["vars"]["egress_proxy__instances_checked"]
@@ -77,32 +84,35 @@ def test_the_user_data_and_squid_conf_are_rendered_in_one_lookup_and_never_shown
         "egress_proxy__texts": "{{ lookup('ansible.builtin.template', '%s') | from_json }}" % TEXTS_TEMPLATE}
     # The check shows a refusal (no no_log); then the fact that holds the user-data and the policies is kept with no_log.
     names = [task["name"] for task in steps]
-    check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep kvm_proxy_set's arguments for the converge")
+    check, keep = names.index("Check the proxies as kvm_proxy_set will"), names.index("Keep the proxies for the converge")
     assert keep == check + 1 and names.index(RENDER) < check
     assert "no_log" not in steps[check] and steps[keep]["no_log"] is True
     assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["that"]
     assert "egress_proxy__set_args_lazy" in steps[check]["ansible.builtin.assert"]["fail_msg"]
-    assert steps[keep]["ansible.builtin.set_fact"] == {"egress_proxy__set_args": "{{ egress_proxy__set_args_lazy }}"}
+    assert steps[keep]["ansible.builtin.set_fact"] == {"egress_proxy__proxies": "{{ egress_proxy__set_args_lazy.proxies }}"}
     # Nothing else reads the lazy arguments (each reference would shape and validate them again).
     readers = [name for name in os.listdir(os.path.join(ROLE, "tasks")) if "egress_proxy__set_args_lazy" in read("tasks", name)]
     assert readers == ["arguments.yml"]
 
 
-def test_the_converge_shows_every_argument_it_passes():
+def test_each_set_wide_option_is_written_once_from_the_roles_variables_in_the_converge_task():
     (block,) = [task for task in tasks("main.yml") if "block" in task]
+    options = block["vars"]["egress_proxy__set_options"]
     converge = named(block["block"], "Converge the proxies of this hypervisor")
     arguments = converge["egress_proxies.kvm.kvm_proxy_set"]
     assert "module_defaults" not in converge
+    # The converge passes the mapping the check validated (YAML's merge key), and the proxies the check kept.
+    assert arguments == dict(options, proxies="{{ egress_proxy__proxies }}")
+    assert "<<: *egress_proxy__set_options" in read("tasks", "main.yml")
     spec = dict(common_argument_spec(), **kvm_proxy_set_argument_spec())
-    for option, value in arguments.items():
+    for option, value in options.items():
         assert option in spec, option
-        assert value.startswith("{{ egress_proxy__set_args.%s" % option), option
-    assert {"uid", "image", "image_prune", "connect_timeout", "wait_timeout", "proxies", "gc", "on_unreachable_agent"} <= set(arguments)
+        # From the role's own variables, the one named for the option among them; never from a derived fact.
+        assert "egress_proxy__" not in value and "egress_proxy_" in value, option
+    assert {"uid", "image", "image_prune", "connect_timeout", "wait_timeout", "gc", "on_unreachable_agent"} <= set(options)
     # The hypervisor's only module call: libvirt's answer, the image and the proxies in one round trip.
     modules = [key for task in block["block"] for key in task if key.startswith("egress_proxies.kvm.")]
     assert modules == ["egress_proxies.kvm.kvm_proxy_set"]
-    # The policy of each proxy (squid.conf and its users) travels inside proxies.
-    assert arguments["proxies"] == "{{ egress_proxy__set_args.proxies }}"
 
 
 def test_the_templates_neither_include_one_another_nor_call_the_template_lookup():

@@ -29,10 +29,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest, spec_digest
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    OMIT,
     REPO_ROOT,
     render_texts,
     role_defaults,
     role_variables,
+    set_options,
 )
 
 DOC = os.path.join(REPO_ROOT, "docs", "role-egress_proxy.md")
@@ -133,7 +135,8 @@ def read_by_the_module(cases):
     read = []
     for listed, each, rendered in zip(instances, variables, renders):
         assert "error" not in rendered, rendered["error"]
-        checked = validator.validate(proxy_set_args(listed, each, texts=rendered["texts"]))
+        checked = validator.validate(proxy_set_args(listed, each, options=set_options(each), omitted=OMIT,
+                                                    texts=rendered["texts"]))
         assert not checked.error_messages, checked.error_messages
         (proxy,) = SetRequest.from_params(checked.validated_parameters).proxies
         read.append((spec_digest(proxy.spec()), proxy.policy_digest, proxy.state, proxy.autostart))

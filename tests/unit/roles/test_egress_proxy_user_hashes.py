@@ -33,7 +33,12 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash i
     squid_user_hash,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import SQUID_USERS, policy_files, role_set_args
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    SQUID_USERS,
+    converge_options,
+    policy_files,
+    role_set_args,
+)
 
 OWNER = "egress-hashes"
 PASSWORD = "correct horse:battery staple"
@@ -41,6 +46,8 @@ FLEET_PASSWORD = "fleet-entry-secret"
 ENTRY = {"name": "egress-1", "address": "198.51.100.5/24"}
 BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.100.0/24"], "egress_proxy_uid": OWNER,
         "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}}
+# The options tasks/main.yml gives tasks/arguments.yml, which these plays run alone.
+PLAY_BASE = dict(BASE, egress_proxy__set_options=converge_options())
 
 
 def hash_parts(user, password):
@@ -54,8 +61,8 @@ def test_no_hash_and_no_password_reach_the_roles_output_at_vvv(tmp_path):
     variables = dict(BASE, egress_proxy_users=[{"name": "alice", "password": PASSWORD}], egress_proxy_instances=[ENTRY],
                      egress_proxy_fleet=[dict(ENTRY, name="egress-2", address="198.51.100.6/24", hypervisor="localhost",
                                               users=[{"name": "carol", "password": FLEET_PASSWORD}])])
-    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, options=["-vvv"])
-    assert "task path: " in out and "Keep kvm_proxy_set's arguments for the converge" in out  # -vvv, the whole file ran
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(PLAY_BASE, **variables), check=True, options=["-vvv"])
+    assert "task path: " in out and "Keep the proxies for the converge" in out  # -vvv, the whole file ran
     secrets = [PASSWORD, FLEET_PASSWORD] + hash_parts("alice", PASSWORD) + hash_parts("carol", FLEET_PASSWORD)
     found = [secret for secret in secrets if secret in out.replace("\\n", "\n")]
     assert found == [], "at -vvv the output holds %s" % found
@@ -67,7 +74,7 @@ def test_a_password_the_proxy_could_never_check_is_refused_naming_the_user_at_vv
     variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[
         {"name": "alice", "password": PASSWORD}, {"name": "bob", "password": password}])
     with pytest.raises(AssertionError) as failed:
-        run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, options=["-vvv"])
+        run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(PLAY_BASE, **variables), check=True, options=["-vvv"])
     out = str(failed.value)
     # The check's task fails with the role's sentence; the task that keeps the instances never ran.
     assert "TASK [egress_proxies.kvm.egress_proxy : Check the proxies of this hypervisor]" in out, out[-3000:]
@@ -81,8 +88,8 @@ def test_a_password_the_proxy_could_never_check_is_refused_naming_the_user_at_vv
 def test_a_password_of_the_limit_is_kept(tmp_path):
     longest = "€" * 170 + "p"  # 511 bytes in UTF-8
     variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[{"name": "bob", "password": longest}])
-    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True)
-    assert "Keep kvm_proxy_set's arguments for the converge" in out
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(PLAY_BASE, **variables), check=True)
+    assert "Keep the proxies for the converge" in out
 
 
 def set_request(arguments):

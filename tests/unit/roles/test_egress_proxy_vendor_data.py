@@ -11,6 +11,7 @@ import re
 import pytest
 
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import converge_options
 
 ROLE_VARS = {
     "egress_proxy_image": {"name": "debian-12", "url": "http://mirror.example/debian-12.qcow2",
@@ -19,13 +20,14 @@ ROLE_VARS = {
     "egress_proxy_allowed_clients": ["10.0.0.0/8"],
     "egress_proxy_instances": [{"name": "egress-a"}],
 }
-SHOW = [{"ansible.builtin.debug": {"msg": "VENDOR_DATA={{ egress_proxy__set_args | dict2items | selectattr('key', 'eq', "
+SHOW = [{"ansible.builtin.debug": {"msg": "VENDOR_DATA={{ egress_proxy__set_args_lazy | dict2items | selectattr('key', 'eq', "
                                           "'vendor_data') | map(attribute='value') | list | to_json }}"}}]
 
 
 def vendor_data(tmp_path, **variables):
     """[vendor_data] as the role passes it to kvm_proxy_set, [] when it leaves the option out (the module's default)."""
-    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(ROLE_VARS, **variables), check=True, after=SHOW)
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(ROLE_VARS, egress_proxy__set_options=converge_options(),
+                                                                    **variables), check=True, after=SHOW)
     return json.loads(json.loads(re.search(r'"msg": ("VENDOR_DATA=.*")', out).group(1))[len("VENDOR_DATA="):])
 
 

@@ -77,7 +77,7 @@ view = egress_pool_view([{"name": "egress-a"}], {"bridge": "br1", "pool": ["198.
 ran["egress_pool_view"] = view["instances"]
 ran["egress_addresses"] = egress_addresses(
     ["hv1"], {"hv1": {"egress_proxy__pool_view": view, "egress_proxy__pool_listing": {"proxies": []}}}, [], ["hv1"])
-arguments = proxy_set_args(instances, variables)
+arguments = proxy_set_args(instances, variables, options={"uid": "egress", "image": image})
 ran["proxy_set_args"] = [proxy["name"] for proxy in arguments["proxies"]]
 ran["proxy_report"] = proxy_report({"proxies": [{"id": "hosts/hv1/domains/egress-a", "name": "egress-a", "state": None,
                                                 "ip": None, "outcome": "created"}],

@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_variables
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import OMIT, REMOVAL_OPTIONS, role_variables, set_options
 
 IMAGE = {"name": "debian-12", "url": "https://images.example/debian-12.qcow2", "checksum": "", "format": "qcow2"}
 USABLE = dict(egress_proxy_image=IMAGE, egress_proxy_bridge="br0", egress_proxy_allowed_clients=["10.0.0.0/8"])
@@ -35,7 +35,8 @@ def rendered(*names):
 def converge(instances, **overrides):
     settings = variables(**overrides)
     filled = proxy_instances(instances, settings)
-    return proxy_set_args(filled, settings, texts=rendered(*[entry["name"] for entry in instances]))
+    return proxy_set_args(filled, settings, options=set_options(settings), omitted=OMIT,
+                          texts=rendered(*[entry["name"] for entry in instances]))
 
 
 def refusal(instances, **overrides):
@@ -120,10 +121,9 @@ def test_vendor_data_follows_install_packages_and_a_users_user_data_replaces_the
 def test_the_removal_removes_every_listed_proxy_and_nothing_else():
     settings = variables(egress_proxy_image=None, egress_proxy_bridge="")
     instances = proxy_instances([{"name": "egress-a", "state": "stopped"}], settings, removing=True)
-    assert proxy_set_args(instances, settings, removing=True) == {
-        "uri": "qemu:///system", "connect_timeout": 20, "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [],
-        "pool": "default", "state": "absent", "gc": False, "shutdown_timeout": 120,
-        "proxies": [{"name": "egress-a", "state": "absent"}]}
+    assert proxy_set_args(instances, settings, options=set_options(settings, REMOVAL_OPTIONS), omitted=OMIT) == {
+        "host": "hv1", "uid": "egress_proxies.kvm.egress_proxy", "adopt_uids": [], "pool": "default", "state": "absent",
+        "gc": False, "shutdown_timeout": 120, "proxies": [{"name": "egress-a", "state": "absent"}]}
 
 
 @pytest.mark.parametrize("instances, overrides, words", [
