@@ -186,8 +186,8 @@ def test_client_networks_are_written_as_squid_matches_them(tmp_path, clients, wr
 
 def test_an_ipv6_client_network_covering_the_ipv4_mapped_range_leaves_it_out(tmp_path):
     _proxy, files = rendered(egress_proxy_allowed_clients=["::/1"])
-    written = [ipaddress.ip_network(value) for value in acl_values(squid_parsed(files[SQUID_CONF]["content"], tmp_path),
-                                                                    "egress_clients")]
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    written = [ipaddress.ip_network(value) for value in acl_values(parsed, "egress_clients")]
     assert len(written) == 95 and not [network for network in written if network.overlaps(IPV4_MAPPED)]
     assert covering(written, "::1") and covering(written, "::fffe:ffff:ffff") and covering(written, "::1:0:0:0")
     assert sum(network.num_addresses for network in written) == 2 ** 127 - 2 ** 32
