@@ -70,6 +70,8 @@ ROLE_WIDE_SQUID = (
     ("syslog", "egress_proxy_syslog"),
     ("syslog_protocol", "egress_proxy_syslog_protocol"),
 )
+
+
 class RoleInputError(Exception):
     """What the role refuses, as the sentence its task fails with."""
 

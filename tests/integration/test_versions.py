@@ -59,8 +59,8 @@ def _seed_keys(spec, name, tmp_path):
     """The SSH keys of the user-data in the seed of ``name`` on the hypervisor ``spec``, as cloud-init reads them."""
     path = tmp_path / "seed.iso"
     hypervisors.virsh(spec, "vol-download", "--pool", config.HV_POOL_NAME, name + "-seed.iso", str(path))
-    (cloud_config,) = [part for part in user_data_parts(read_iso(path.read_bytes())["user-data"])
-                       if part.startswith(b"#cloud-config")]
+    # The role's cloud-config comes first, the policy's files after it.
+    cloud_config = user_data_parts(read_iso(path.read_bytes())["user-data"])[0]
     return yaml.safe_load(cloud_config)["ssh_authorized_keys"]
 
 

@@ -26,8 +26,8 @@ SHOW = [{"ansible.builtin.debug": {"msg": "VENDOR_DATA={{ egress_proxy__set_args
 
 def vendor_data(tmp_path, **variables):
     """[vendor_data] as the role passes it to kvm_proxy_set, [] when it leaves the option out (the module's default)."""
-    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(ROLE_VARS, egress_proxy__set_options=converge_options(),
-                                                                    **variables), check=True, after=SHOW)
+    variables = dict(ROLE_VARS, egress_proxy__set_options=converge_options(), **variables)
+    out = run_role_tasks(tmp_path, "egress_proxy", "arguments", variables, check=True, after=SHOW)
     return json.loads(json.loads(re.search(r'"msg": ("VENDOR_DATA=.*")', out).group(1))[len("VENDOR_DATA="):])
 
 
