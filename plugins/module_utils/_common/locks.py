@@ -73,7 +73,7 @@ def flock_within(descriptor, timeout, timing=None):
     Raises OSError for any failure other than the lock being held.
     """
     timing = timing if timing is not None else Timing()
-    for _ in polls(timing.deadline(timeout), timing.sleep, LOCK_POLL):
+    for _attempt in polls(timing.deadline(timeout), timing.sleep, LOCK_POLL):
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True

@@ -10,7 +10,7 @@ program in the guest, a shutdown, a lock. Each one loops through ``polls``
 on the clock and sleep of a Timing, which tests replace with fakes, so
 nothing really waits::
 
-    for _ in polls(timing.deadline(seconds), timing.sleep, pause):
+    for _attempt in polls(timing.deadline(seconds), timing.sleep, pause):
         if ready():
             return ...
     raise TransientError("... within %d s" % seconds)

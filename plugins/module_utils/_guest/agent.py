@@ -233,7 +233,7 @@ class GuestAgent:
         """Ping until the agent answers (a guest that is still booting), until ``deadline`` (a _common.timing.Deadline)
         passes; then the last AgentUnavailableError."""
         unavailable = None
-        for _ in polls(deadline, self.sleep, ANSWER_POLL):
+        for _attempt in polls(deadline, self.sleep, ANSWER_POLL):
             try:
                 return self.ping()
             except AgentUnavailableError as error:
@@ -320,7 +320,7 @@ class GuestAgent:
         started = self._reply("guest-exec", self._change("guest-exec", {
             "path": argv[0], "arg": list(argv[1:]), "capture-output": True}), {"pid": (int, True)})
         command = "guest-exec-status"
-        for _ in polls(Deadline(timeout, self.budget.monotonic), self.sleep, EXEC_POLL_FIRST, EXEC_POLL_MAX):
+        for _attempt in polls(Deadline(timeout, self.budget.monotonic), self.sleep, EXEC_POLL_FIRST, EXEC_POLL_MAX):
             status = self._reply(command, self._query(command, {"pid": started["pid"]}), {
                 "exited": (bool, True), "exitcode": (int, False), "out-data": (str, False), "err-data": (str, False)})
             if status["exited"]:

@@ -240,7 +240,7 @@ def _first_boot_over(agent):
 def await_first_boot(agent, deadline):
     """Wait until the guest's first boot is over, until ``deadline`` (a _common.timing.Deadline) passes; its agent may
     restart meanwhile."""
-    for _ in polls(deadline, agent.sleep, ANSWER_POLL):
+    for _attempt in polls(deadline, agent.sleep, ANSWER_POLL):
         try:
             if _first_boot_over(agent):
                 return

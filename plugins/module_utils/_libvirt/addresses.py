@@ -238,7 +238,7 @@ def await_ipv4(hypervisor, awaited, timing, port=None):
     """
     pending = OrderedDict((one.name, one) for one in awaited)
     said = {}  # name -> (libvirt state, its last AddressLookup or None, the address that did not answer on port)
-    for _ in polls(_FirstPendingDeadline(pending), timing.sleep, POLL_INTERVAL):
+    for _attempt in polls(_FirstPendingDeadline(pending), timing.sleep, POLL_INTERVAL):
         stopped = []
         for name, one in list(pending.items()):
             try:

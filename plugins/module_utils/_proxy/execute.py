@@ -204,7 +204,7 @@ class _Operations:
         """ACPI shutdown, then a hard stop when the guest has not powered off within shutdown_timeout."""
         dom = _acting_on(target, outcome)
         unless_already(VIR_ERR_OPERATION_INVALID, self.hv.shutdown_domain, dom)
-        for _ in polls(self.timing.deadline(self.request.shutdown_timeout), self.timing.sleep, POLL_INTERVAL):
+        for _attempt in polls(self.timing.deadline(self.request.shutdown_timeout), self.timing.sleep, POLL_INTERVAL):
             if self.hv.domain_state(dom) not in steps.SHUTTING_DOWN:
                 return replace(outcome, dom=dom)
         warning = ("domain '%s' did not power off within %d s of the ACPI shutdown request and was stopped hard; raise "

@@ -70,6 +70,7 @@ CLOUD_INIT_STARTS = ("#cloud-config", "#!", "#include", "#cloud-boothook", "#par
 _MIME_VERSION = "mime-version:"
 _MIME_SCAN_CHARS = 4096
 
+
 def _require_cloud_init_start(text, option):
     """Refuse non-empty text that cloud-init would skip without a word (YAML that is not #cloud-config, plain text)."""
     start = text.lstrip().lower()

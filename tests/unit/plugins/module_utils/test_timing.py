@@ -28,13 +28,13 @@ def fake_timing():
 
 def test_a_wait_asks_at_once_then_after_each_pause_until_its_deadline():
     fake, timing = fake_timing()
-    asked = [fake.now for _ in polls(timing.deadline(3), timing.sleep, 1)]
+    asked = [fake.now for _attempt in polls(timing.deadline(3), timing.sleep, 1)]
     assert asked == [1000, 1001, 1002, 1003] and fake.slept == [1, 1, 1]
 
 
 def test_a_pause_doubles_up_to_its_most():
     fake, timing = fake_timing()
-    for _ in polls(timing.deadline(2), timing.sleep, 0.25, 1):
+    for _attempt in polls(timing.deadline(2), timing.sleep, 0.25, 1):
         pass
     assert fake.slept == [0.25, 0.5, 1, 1]
 
@@ -50,10 +50,10 @@ def test_a_wait_past_its_deadline_still_asks_once():
 def test_waits_in_a_row_on_one_deadline_take_its_seconds_in_all():
     fake, timing = fake_timing()
     deadline = timing.deadline(10)
-    for _ in polls(deadline, timing.sleep, 1):
+    for _attempt in polls(deadline, timing.sleep, 1):
         if fake.now >= 1004:
             break
-    for _ in polls(deadline, timing.sleep, 1):
+    for _attempt in polls(deadline, timing.sleep, 1):
         pass
     assert fake.now == 1010
 
