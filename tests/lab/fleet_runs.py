@@ -29,6 +29,28 @@ PREFIX = "eptest-fleet-"
 IMAGE_NAME = "tiny-fleet"
 
 
+def tiny_proxy_vars(image_name):
+    """The egress_proxy role's settings for non-booting proxies on a lab hypervisor: each hypervisor's own mirror of
+    the tiny image, cached as ``image_name``, the lab's pool, bridge and clients."""
+    mirror = "http://127.0.0.1:8642/"  # each hypervisor's own image mirror
+    return {
+        "egress_proxy_uri": config.LIBVIRT_URI,
+        "egress_proxy_pool": config.HV_POOL_NAME,
+        "egress_proxy_bridge": config.HV_BRIDGE,
+        "egress_proxy_image": {"name": image_name, "url": mirror + config.TINY_QCOW2,
+                               "checksum": "sha256:" + mirror + config.SHA256SUMS},
+        "egress_proxy_virt_type": config.VIRT_TYPE,
+        "egress_proxy_cpu_mode": config.CPU_MODE,
+        "egress_proxy_disk_size_gb": 1,
+        "egress_proxy_install_packages": False,
+        "egress_proxy_vendor_data": "",
+        "egress_proxy_allowed_clients": ["198.18.0.0/15"],
+        # The small image never boots: no address to wait for, no guest to act on an ACPI shutdown.
+        "egress_proxy_wait_for_ip": False,
+        "egress_proxy_shutdown_timeout": config.TINY_SHUTDOWN_TIMEOUT,
+    }
+
+
 class FleetRun:
     """One ansible-playbook run: rc, output, the json_results document, the timeline, the wall time."""
 
@@ -100,28 +122,10 @@ class Fleet:
     # --- inventories ---------------------------------------------------------------------------------
 
     def role_vars(self, **overrides):
-        image = "http://127.0.0.1:8642/"  # each hypervisor's own mirror
-        variables = {
-            "egress_proxy_uri": config.LIBVIRT_URI,
-            "egress_proxy_pool": config.HV_POOL_NAME,
-            "egress_proxy_bridge": config.HV_BRIDGE,
-            "egress_proxy_image": {"name": IMAGE_NAME, "url": image + config.TINY_QCOW2,
-                                   "checksum": "sha256:" + image + config.SHA256SUMS},
-            "egress_proxy_virt_type": config.VIRT_TYPE,
-            "egress_proxy_cpu_mode": config.CPU_MODE,
-            "egress_proxy_memory_mib": 128,
-            "egress_proxy_disk_size_gb": 1,
-            "egress_proxy_install_packages": False,
-            "egress_proxy_vendor_data": "",
-            "egress_proxy_allowed_clients": ["198.18.0.0/15"],
-            # The lab is 198.18.0.0/15, internal addresses the role's egress_proxy_deny_internal refuses: a proxy that
-            # boots reaches the origins on the hypervisors' LAN and outside segments (and the tests' servers there).
-            "egress_proxy_allowed_destinations": config.origin_cidrs(self.specs),
-            "egress_proxy_uid": "eptest-fleet",
-            # The small image never boots: no address to wait for, no guest to act on an ACPI shutdown.
-            "egress_proxy_wait_for_ip": False,
-            "egress_proxy_shutdown_timeout": config.TINY_SHUTDOWN_TIMEOUT,
-        }
+        # The lab is 198.18.0.0/15, internal addresses the role's egress_proxy_deny_internal refuses: a proxy that
+        # boots reaches the origins on the hypervisors' LAN and outside segments (and the tests' servers there).
+        variables = dict(tiny_proxy_vars(IMAGE_NAME), egress_proxy_memory_mib=128, egress_proxy_uid="eptest-fleet",
+                         egress_proxy_allowed_destinations=config.origin_cidrs(self.specs))
         variables.update(overrides)
         return variables
 
