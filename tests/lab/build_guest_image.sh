@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent,
-# squid and prometheus-squid-exporter (installed, not enabled). tests/lab/images.py hashes this file:
-# any edit here rebuilds the cached image.
+# squid, prometheus-squid-exporter and keepalived (both installed, not enabled). tests/lab/images.py
+# hashes this file: any edit here rebuilds the cached image.
 #
 # Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR DEB_CACHE
 #   as root; WORKDIR is created and removed; DEB_CACHE keeps downloaded .debs between builds.
@@ -24,7 +24,7 @@ packages=(
   linux-image-cloud-amd64 systemd-sysv udev kmod dbus
   ifupdown isc-dhcp-client iproute2 netbase
   cloud-init cloud-guest-utils fdisk sudo openssh-server
-  qemu-guest-agent squid prometheus-squid-exporter
+  qemu-guest-agent squid prometheus-squid-exporter keepalived
 )
 
 rootdir=$workdir/root
@@ -100,6 +100,12 @@ echo "== configure"
 # links, through systemd-sysv-install).
 chroot "$rootdir" systemctl disable prometheus-squid-exporter.service
 test ! -e "$rootdir/etc/systemd/system/multi-user.target.wants/prometheus-squid-exporter.service"
+# keepalived's postinst enables its unit too. Debian's unit starts only with a non-empty
+# /etc/keepalived/keepalived.conf (ConditionFileNotEmpty), which the image lacks; it is disabled as
+# well, so only the role starts it (on a proxy in an HA group) and a proxy in none never runs VRRP.
+chroot "$rootdir" systemctl disable keepalived.service
+test ! -e "$rootdir/etc/systemd/system/multi-user.target.wants/keepalived.service"
+test ! -e "$rootdir/etc/keepalived/keepalived.conf"
 # NoCloud is the datasource the collection's seed ISO (label cidata) speaks.
 cat > "$rootdir/etc/cloud/cloud.cfg.d/90-egress-lab-datasource.cfg" <<'CFG'
 datasource_list: [ NoCloud, None ]
