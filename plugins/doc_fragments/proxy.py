@@ -378,6 +378,17 @@ options:
             reloads again.
         type: list
         elements: str
+      release:
+        description:
+          - A program and its arguments (run without a shell) that the guest runs before this task shuts the running
+            VM down to stop or replace it (action V(release service)), while the VM still serves: for a proxy that
+            shares a client address with others, handing that address over and returning once another one serves it.
+          - When it exits non-zero, the task fails for this proxy with its output, and the VM is left as it was
+            (running, not replaced). When the guest agent does not answer, the VM is shut down without it, with a
+            warning.
+          - It must finish within 60 seconds.
+        type: list
+        elements: str
   on_unreachable_agent:
     description:
       - What to do, when O(policy) is given, with a running VM whose guest agent does not answer, breaks the

@@ -354,7 +354,8 @@ actions:
     - What was done, in order (in check mode, what would be done, exactly).
     - Each is one of V(fetch base image), V(create overlay), V(delete overlay), V(write seed), V(delete seed),
       V(define domain), V(start domain), V(shutdown domain), V(destroy domain), V(undefine domain),
-      V(enable autostart), V(disable autostart), V(record owner), V(verify base image), V(apply policy).
+      V(enable autostart), V(disable autostart), V(record owner), V(verify base image), V(apply policy),
+      V(release service).
     - V(verify base image) is a kept VM's base, whose marker is missing or does not match, hashed where it lies and
       marked again (see M(egress_proxies.kvm.kvm_base_image)).
     - V(shutdown domain) is an ACPI request followed, after O(shutdown_timeout), by a hard stop (a warning says so).
@@ -362,6 +363,7 @@ actions:
       on it (paused, crashed).
     - V(apply policy) is O(policy) written into a running VM through its guest agent, checked with
       O(policy.validate) and loaded with O(policy.reload); its digest is then recorded.
+    - V(release service) is O(policy.release) run in a running VM before its V(shutdown domain) (to stop or replace it).
     - When the task fails, the steps completed before the failure.
   returned: always
   type: list

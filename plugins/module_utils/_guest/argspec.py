@@ -25,4 +25,5 @@ def policy_options():
                    required_one_of=[("content", "secret_content")]),
         validate=dict(type="list", elements="str"),
         reload=dict(type="list", elements="str"),
+        release=dict(type="list", elements="str"),
     )

@@ -119,11 +119,13 @@ class PolicyFile:
 
 @dataclass(frozen=True)
 class Policy:
-    """The files of a proxy's policy, and the programs (argument lists) that check and load them in the guest."""
+    """The files of a proxy's policy, and the programs (argument lists) that check and load them in the guest, and
+    the one that releases its service before the VM is shut down (``release``)."""
 
     files: tuple
     validate: tuple = ()
     reload: tuple = ()
+    release: tuple = ()
 
     @classmethod
     def from_params(cls, params):
@@ -141,7 +143,7 @@ class Policy:
         if not files:
             raise ValidationError("policy.files must list at least one file")
         return cls(tuple(files), _argv("policy.validate", params.get("validate")),
-                   _argv("policy.reload", params.get("reload")))
+                   _argv("policy.reload", params.get("reload")), _argv("policy.release", params.get("release")))
 
     def digest(self):
         """sha256 over what the guest holds: each file's path, owner, group, mode and content digest."""
@@ -342,3 +344,16 @@ def _run(agent, argv, doing, allowed=()):
         raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
             doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.last_lines()))
     return completed
+
+
+def release_service(agent, policy):
+    """Run ``policy.release`` in the guest of ``agent`` before its VM is shut down; raises a KvmError.
+
+    A refusal (non-zero exit) is a PermanentError quoting its output: the caller leaves the VM as it was. An agent
+    that does not answer raises one of UNUSABLE_AGENT, for the caller to shut the VM down without it.
+    """
+    agent.ping()
+    completed = agent.run(policy.release)
+    if completed.exitcode != 0:
+        raise PermanentError("%s refused to release the service of domain '%s' (exit %d), so it was not shut down: %s"
+                             % (" ".join(policy.release), agent.name, completed.exitcode, completed.last_lines()))

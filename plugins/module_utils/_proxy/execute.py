@@ -36,6 +36,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy i
     apply_policy,
     await_first_boot,
     read_policy,
+    release_service,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import build_domain_xml
@@ -107,7 +108,7 @@ class _Operations:
             steps.WRITE: self.write_seed, steps.DEFINE: self.define, steps.START: self.start,
             steps.AUTOSTART: self.set_autostart, steps.SHUTDOWN: self.shutdown, steps.DESTROY: self.destroy,
             steps.UNDEFINE: self.undefine, steps.DELETE: volume_deleter(self.hv), steps.RECORD: self.record_owner,
-            steps.APPLY: self.apply_policy,
+            steps.APPLY: self.apply_policy, steps.RELEASE: self.release_service,
         }
 
     def fetch_image(self, _target, outcome):
@@ -188,6 +189,18 @@ class _Operations:
                                                                                             request.name))
         self._record(domain, outcome.uid, request.policy_digest, live=True)
         return replace(outcome, dom=domain.handle)
+
+    def release_service(self, domain, outcome):
+        """The guest's policy.release run while it still serves; a guest whose agent does not answer is shut down
+        without it (its service is not serving through it anyway, or cannot be asked), with a warning."""
+        agent = GuestAgent(self.hv, domain.handle, self.request.name, self.timing, self.guest_budget)
+        try:
+            release_service(agent, self.request.policy)
+        except UNUSABLE_AGENT as error:
+            warning = "domain '%s' is shut down without releasing its service first (policy.release): %s" % (
+                self.request.name, error.message)
+            return replace(outcome, warnings=outcome.warnings + (warning,))
+        return outcome
 
     def start(self, target, outcome):
         dom = _acting_on(target, outcome)

@@ -65,6 +65,7 @@ AUTOSTART = "autostart"
 RECORD = "record"
 DELETE = "delete"
 APPLY = "apply"
+RELEASE = "release"
 
 # The actions, as the result's ``actions`` lists them (and the modules' RETURN documents them).
 FETCH_IMAGE = "fetch base image"
@@ -82,6 +83,7 @@ ENABLE_AUTOSTART = "enable autostart"
 DISABLE_AUTOSTART = "disable autostart"
 RECORD_OWNER = "record owner"
 APPLY_POLICY = "apply policy"
+RELEASE_SERVICE = "release service"
 # Once one of these ran, a replacement can no longer say it left the old VM as it was.
 REMOVAL_ACTIONS = frozenset((SHUTDOWN_DOMAIN, DESTROY_DOMAIN, DELETE_OVERLAY, DELETE_SEED, UNDEFINE_DOMAIN))
 
@@ -154,7 +156,7 @@ def _keep(request, observation, verdict):
                 "domain '%s' is in state %s and kvm_proxy only starts domains that are shut off; resume it (virsh "
                 "resume) or stop it (virsh destroy) and run the task again" % (request.name, libvirt_state_name(state)))
     elif state in SHUTTING_DOWN:
-        steps += [Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle)] + write_seed
+        steps += _release(request, domain) + [Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle)] + write_seed
     elif state != VIR_DOMAIN_SHUTOFF:
         # Paused, suspended, crashed: a guest in those states cannot act on an ACPI request.
         steps += [Step(DESTROY, DESTROY_DOMAIN, domain.handle)] + write_seed
@@ -199,12 +201,20 @@ def _policy(request, observation, started):
     return drifted, drifted, None
 
 
+def _release(request, domain):
+    """The step that lets a running guest release its service (policy.release) before it is shut down; none when the
+    request gives no such program."""
+    if request.policy is None or not request.policy.release:
+        return []
+    return [Step(RELEASE, RELEASE_SERVICE, domain)]
+
+
 def _removal(request, domain, volumes):
     steps = []
     if domain is not None and domain.state in SHUTTING_DOWN:
         # A graceful stop lets the proxy's squid finish the connections it holds (shutdown_lifetime) before the VM
         # goes: a hard stop would cut every one of them.
-        steps.append(Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle))
+        steps += _release(request, domain) + [Step(SHUTDOWN, SHUTDOWN_DOMAIN, domain.handle)]
     elif domain is not None and domain.state != VIR_DOMAIN_SHUTOFF:
         steps.append(Step(DESTROY, DESTROY_DOMAIN, domain.handle))  # paused, crashed, ...: no guest to act on ACPI
     overlay = overlay_volume_name(request.name)

@@ -295,3 +295,65 @@ def test_wait_timeout_bounds_the_agent_the_first_boot_and_the_address_together(r
         run(hv, set_request(NAMES, policy=policy(conf=SQUID_CONF + "# changed\n"), wait_for_ip=True, wait_timeout=30))
     assert message in raised.value.message
     assert fake_time.now - started <= 30 + 1
+
+
+HAND_OVER = "/usr/local/lib/egress-proxy/hand-over"
+
+
+def hand_over(exitcode=0, said=b""):
+    """A fake hand-over program that exits ``exitcode`` after writing ``said`` on stderr."""
+    def program(_argv, _guest):
+        return exitcode, b"", said
+    return program
+
+
+def releasing(**changes):
+    return policy(release=[HAND_OVER, "198.18.40.10", "3128"], **changes)
+
+
+def test_a_running_proxy_releases_its_service_before_it_is_stopped_or_replaced(run, converge):
+    hv = running_set(converge)
+    for name in NAMES:
+        hv.domains[name].guest.programs[HAND_OVER] = hand_over()
+    predicted = run(hv, set_request(NAMES, policy=releasing(), state="stopped"), check_mode=True)
+    assert predicted["proxies"][0]["actions"] == [steps.RELEASE_SERVICE, steps.SHUTDOWN_DOMAIN]
+    assert [HAND_OVER, "198.18.40.10", "3128"] not in hv.domains["proxy-a"].guest.ran
+    result = converge(hv, set_request(NAMES, policy=releasing(), state="stopped"))
+    assert result["proxies"][0]["actions"] == predicted["proxies"][0]["actions"]
+    assert hv.domains["proxy-a"].guest.ran[-1] == [HAND_OVER, "198.18.40.10", "3128"]
+    hv = running_set(converge)
+    for name in NAMES:
+        hv.domains[name].guest.programs[HAND_OVER] = hand_over()
+    old = hv.domains["proxy-a"].guest
+    replaced = converge(hv, set_request(NAMES, policy=releasing(), memory_mib=4096))
+    assert replaced["proxies"][0]["actions"][:2] == [steps.RELEASE_SERVICE, steps.SHUTDOWN_DOMAIN]
+    assert old.ran[-1] == [HAND_OVER, "198.18.40.10", "3128"]
+
+
+def test_a_release_the_guest_refuses_leaves_the_proxy_running_and_names_it(converge):
+    hv = running_set(converge)
+    hv.domains["proxy-a"].guest.programs[HAND_OVER] = hand_over()
+    hv.domains["proxy-b"].guest.programs[HAND_OVER] = hand_over(1, b"no other member answers on 198.18.40.10:3128")
+    old = hv.domains["proxy-b"]
+    with pytest.raises(errors.PermanentError) as raised:
+        converge(hv, set_request(NAMES, policy=releasing(), memory_mib=4096))
+    message = raised.value.message
+    assert "proxy 'proxy-b'" in message and "no other member answers on 198.18.40.10:3128" in message
+    assert "was not shut down" in message
+    assert hv.domains["proxy-b"] is old and old.state == RUNNING
+
+
+def test_a_proxy_whose_agent_does_not_answer_is_stopped_without_its_release_with_a_warning(converge):
+    hv = running_set(converge)
+    hv.domains["proxy-b"].agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    hv.domains["proxy-a"].guest.programs[HAND_OVER] = hand_over()
+    result = converge(hv, set_request(NAMES, policy=releasing(), state="stopped"))
+    assert result["proxies"][1]["actions"][:2] == [steps.RELEASE_SERVICE, steps.SHUTDOWN_DOMAIN]
+    assert hv.domains["proxy-b"].state == SHUTOFF
+    assert any("without releasing its service first" in warning for warning in result["proxies"][1]["warnings"])
+
+
+def test_without_a_release_program_nothing_runs_before_the_shutdown(converge):
+    hv = running_set(converge)
+    stopped = converge(hv, set_request(NAMES, policy=policy(), state="stopped"))
+    assert stopped["proxies"][0]["actions"] == [steps.SHUTDOWN_DOMAIN]
