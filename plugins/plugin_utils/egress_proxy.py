@@ -34,6 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     authorized_keys_problems,
@@ -277,6 +278,19 @@ def _shared_address_problems(kept, variables):
             % (variables["inventory_hostname"], ", ".join(shared))]
 
 
+def _ha_problems(kept, variables):
+    """egress_proxy_ha_groups as checked across the fleet (egress_proxy__ha, vars/main.yml), and what this hypervisor
+    adds: a member needs the role's squid policy, which egress_proxy_user_data replaces."""
+    problems = list((variables.get("egress_proxy__ha") or {}).get("problems") or [])
+    members = [instance["name"] for instance in kept if instance.get("ha")]
+    if members and not _blank(variables["egress_proxy_user_data"]):
+        problems.append("%s on %s %s in egress_proxy_ha_groups, but egress_proxy_user_data replaces the role's squid "
+                        "set-up, and with it the keepalived configuration a member gets; leave egress_proxy_user_data "
+                        "empty, or take the proxies out of the groups." % (
+                            ", ".join(members), variables["inventory_hostname"], "is" if len(members) == 1 else "are"))
+    return problems
+
+
 def _port_problems(kept, variables):
     if not _bool(variables["egress_proxy_wait_for_port"]):
         return []
@@ -319,8 +333,8 @@ def _agent_rpc_problems(_kept, variables):
 
 
 # The role's checks of its own variables, in the order they run: the first that finds a problem stops there.
-KEPT_CHECKS = (_placement_problems, _squid_problems, _two_nic_problems, _shared_address_problems, _port_problems,
-               _agent_rpc_problems)
+KEPT_CHECKS = (_placement_problems, _squid_problems, _two_nic_problems, _shared_address_problems, _ha_problems,
+               _port_problems, _agent_rpc_problems)
 
 
 def role_instances(desired, variables, removing=False):
@@ -336,12 +350,22 @@ def role_instances(desired, variables, removing=False):
     kept = [instance for instance in instances if instance["state"] != STATE_ABSENT]
     _refuse_first([lambda: _name_problems(instances, variables), lambda: _password_problems(kept, variables)])
     instances = [_with_user_hashes(instance, variables["egress_proxy_uid"]) for instance in instances]
+    if not removing:
+        instances = [_with_groups(instance, variables) for instance in instances]
     kept = [instance for instance in instances if instance["state"] != STATE_ABSENT]
     checks = [lambda check=check: check(kept, variables) for check in KEPT_CHECKS] if kept else []
     if not removing:
         checks.append(lambda: _cloud_data_problems(variables))
     _refuse_first(checks)
     return instances
+
+
+def _with_groups(instance, variables):
+    """``instance`` with ``ha``, the HA groups it is in (ha_groups.instance_groups: no password), when it runs in
+    any; any other instance as it was, so its squid.conf and user-data stay what they were."""
+    groups = (variables.get("egress_proxy__ha") or {}).get("groups") or []
+    found = instance_groups(groups, instance["name"]) if instance["state"] != STATE_ABSENT else []
+    return dict(instance, ha=found) if found else instance
 
 
 def _refuse_first(checks):
@@ -403,7 +427,11 @@ def squid_policy(instance, squid_conf, variables):
     if users:
         files.append({"path": SQUID_USERS_PATH, "group": "proxy", "mode": "0640",
                       "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in users)})
-    return {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
+    policy = {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
+    if instance.get("ha"):
+        passwords = {index: group.get("password") for index, group in enumerate(variables["egress_proxy_ha_groups"])}
+        return member_policy(instance, policy, passwords)
+    return policy
 
 
 def set_arguments(instances, variables, options=None, omitted=None, texts=None):

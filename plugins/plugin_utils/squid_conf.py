@@ -30,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import HEALTH_PORT, SYSCTL_PATH, listens_nonlocal
 
 MAX_PORT = 65535
 # squid's forwarded_for values.
@@ -196,6 +197,7 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     settings["dns_nameservers"] = _nameservers(proxy, problems)
     settings.update(_policy(proxy, [interface.network for interface in inside + outside], problems))
     settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
+    settings.update(_ha(proxy, port, settings["metrics_port"], problems))
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
     return settings, problems
 
@@ -228,6 +230,36 @@ def _metrics(proxy, port, allowed_clients, problems):
         problems.append("%s: not an IPv4 or IPv6 address or network (address/prefix, no host bits, no %%scope)" % ", ".join(bad))
     clients = _clients(network for network in networks if network is not None) if given else list(allowed_clients)
     return dict(loopback, metrics_port=metrics_port, metrics_clients=clients)
+
+
+def _ha(proxy, port, metrics_port, problems):
+    """What an HA group's member (``proxy["ha"]``, ha_groups.instance_groups') adds to squid.conf and its user-data:
+    ``ha_member``; ``ha_health_port``, the loopback port keepalived's check asks (None for a proxy in no group);
+    ``ha_listen_addresses``, the groups' client addresses squid listens on where it listens on named addresses (an
+    outside NIC); ``ha_outgoing``, per group whose egress address follows the client address, the acl of the client
+    addresses and the egress addresses the requests arriving there leave from; ``ha_sysctl_file``, the sysctl file
+    that lets squid listen on those addresses before it holds them (None where squid listens on every address)."""
+    groups = proxy.get("ha") or []
+    settings = {"ha_member": bool(groups), "ha_health_port": None, "ha_listen_addresses": [], "ha_outgoing": [],
+                "ha_sysctl_file": None}
+    if not groups:
+        return settings
+    for option, value in (("port", port), ("egress_proxy_metrics_port", metrics_port)):
+        if value == HEALTH_PORT:
+            problems.append("%s %d is the loopback port of the HA group's health check; choose another" % (option, value))
+    clients = [ipaddress.ip_interface(address).ip for group in groups for address in (group["address"], group["address6"])
+               if address]
+    settings["ha_health_port"] = HEALTH_PORT
+    if listens_nonlocal(proxy):
+        settings.update(ha_sysctl_file=SYSCTL_PATH, ha_listen_addresses=[_http_port_address(ip) for ip in clients])
+    for group in groups:
+        egress = [str(ipaddress.ip_interface(group[field]).ip) for field in ("egress_address", "egress_address6")
+                  if group[field]]
+        if egress:
+            settings["ha_outgoing"].append({
+                "acl": "egress_ha_%s" % group["name"], "egress": egress,
+                "clients": [str(ipaddress.ip_interface(group[field]).ip) for field in ("address", "address6") if group[field]]})
+    return settings
 
 
 def _syslog(server, protocol, problems):

@@ -39,16 +39,20 @@ ROLE_VARIABLE = "^egress_proxy_[a-z]"
 OMIT = "__omit_place_holder__role_templates"
 
 
+# What vars/main.yml's egress_proxy__ha is without egress_proxy_ha_groups (ha_groups.fleet_groups' shape).
+NO_HA_GROUPS = {"groups": [], "problems": [], "spans_hypervisors": False}
+
+
 def role_variables(hypervisor="hv1", **overrides):
     """The mapping vars/main.yml hands the filters proxy_instances and proxy_set_args (egress_proxy__variables: every
-    egress_proxy_* variable, the pool's addresses and the hypervisor), with the role's defaults and ``overrides`` in
-    it, on the hypervisor ``hypervisor``."""
+    egress_proxy_* variable, the pool's addresses, the HA groups as checked across the fleet and the hypervisor), with
+    the role's defaults and ``overrides`` in it, on the hypervisor ``hypervisor``."""
     # No address from a pool unless a test gives some (tasks/pool.yml allocates them).
     variables = dict(role_defaults(), egress_proxy_host=hypervisor)
     variables.update(overrides)
     variables = {name: value for name, value in variables.items() if re.match(ROLE_VARIABLE, name)}
     variables.update(inventory_hostname=hypervisor, egress_proxy__pool_addresses=overrides.get(
-        "egress_proxy__pool_addresses", {}))
+        "egress_proxy__pool_addresses", {}), egress_proxy__ha=overrides.get("egress_proxy__ha", NO_HA_GROUPS))
     return variables
 
 

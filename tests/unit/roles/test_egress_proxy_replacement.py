@@ -28,6 +28,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
     kvm_proxy_set_argument_spec,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest, spec_digest
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     OMIT,
     REPO_ROOT,
@@ -49,9 +50,16 @@ BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.1
         "egress_proxy_users": [{"name": "alice", "password": "correct horse"}],
         "egress_proxy_syslog": "198.51.100.9:514",
         "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}}
+# The proxy joins a group with a proxy of another hypervisor: egress_proxy__ha is what vars/main.yml finds across the
+# fleet.
+HA_GROUPS = [{"name": "office", "address": "198.51.100.10", "members": ["egress-1", "egress-2"], "password": "s3cr3t"}]
+HA_FOUND = fleet_groups(HA_GROUPS, [member_view([ENTRY], HA_GROUPS, {"egress_proxy_address": "198.51.100.5/24"}, "hv1"),
+                                    member_view([{"name": "egress-2", "address": "198.51.100.7/24"}], HA_GROUPS, {}, "hv2")],
+                        "egress_proxies.kvm.egress_proxy")
 # Each variable's change: the overrides that make it (a variable that needs others changed with it says so).
 CHANGES = {
     "egress_proxy_state": {"egress_proxy_state": "stopped"},
+    "egress_proxy_ha_groups": {"egress_proxy_ha_groups": HA_GROUPS, "egress_proxy__ha": HA_FOUND},
     "egress_proxy_autostart": {"egress_proxy_autostart": False},
     "egress_proxy_image": {"egress_proxy_image": {"name": "debian-13", "url": "https://images.example/debian-13.qcow2"}},
     "egress_proxy_pool": {"egress_proxy_pool": "proxies"},
