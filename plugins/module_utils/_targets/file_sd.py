@@ -25,7 +25,12 @@ from contextlib import contextmanager
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, TransientError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.locks import flock_within
 
-LABELS = ("hypervisor", "proxy", "owner")
+# The order of the file's groups. An HA group's target has no proxy label; two of them under one hypervisor are in
+# the order of their group labels.
+LABELS = ("hypervisor", "proxy", "owner", "group")
+# An HA group's target (its client address, answered by whichever member holds it) is labelled target="group-address".
+GROUP_TARGET_LABEL = "target"
+GROUP_ADDRESS = "group-address"
 # A file_sd file of a large fleet is tens of kilobytes; one larger than this is not ours to rewrite.
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
@@ -50,15 +55,26 @@ def previous_groups(text):
     return previous
 
 
+def _group_address(group):
+    """(owner, group name) of an HA group's target, None for a proxy's."""
+    labels = group["labels"]
+    return (labels.get("owner"), labels.get("group")) if labels.get(GROUP_TARGET_LABEL) == GROUP_ADDRESS else None
+
+
 def file_sd(fresh, previous, inventory_hosts):
     """The file_sd groups to write: ``fresh`` ({hypervisor: its groups}) for the hypervisors listed this run, and the
     groups ``previous`` (the file's current text, None when there is none) has for every other hypervisor; with
     ``inventory_hosts`` (a list) only for those of them still in it, so a hypervisor gone from the inventory is gone
     from the file. ``inventory_hosts`` None keeps every other hypervisor's groups: a sliced AWX job's inventory holds
-    its own slice only. Sorted by hypervisor and proxy, so an unchanged fleet writes the same bytes."""
+    its own slice only. An HA group's target written this run replaces the one the file has under another hypervisor
+    (a run that did not list the hypervisor that wrote it before), so each group has one. Sorted by hypervisor, proxy,
+    owner and group, so an unchanged fleet writes the same bytes."""
+    written = [group for groups in fresh.values() for group in groups]
+    rewritten = {_group_address(group) for group in written} - {None}
     kept = [group for group in previous_groups(previous) if group["labels"]["hypervisor"] not in fresh
-            and (inventory_hosts is None or group["labels"]["hypervisor"] in inventory_hosts)]
-    groups = kept + [group for groups in fresh.values() for group in groups]
+            and (inventory_hosts is None or group["labels"]["hypervisor"] in inventory_hosts)
+            and _group_address(group) not in rewritten]
+    groups = kept + written
     return sorted(groups, key=lambda group: tuple(str(group["labels"].get(label, "")) for label in LABELS))
 
 
