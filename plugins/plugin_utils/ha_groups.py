@@ -49,6 +49,7 @@ _IPV4_TEXT = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _IPV6_TEXT = re.compile(r"[0-9A-Fa-f:.]{2,45}")
 # VRRP's simple password (auth_type PASS): keepalived keeps 8 characters; these are one token of its configuration.
 _PASSWORD = re.compile(r"[A-Za-z0-9._+=@:,/-]{1,8}")
+_BOOLEAN_TEXT = re.compile(r"[A-Za-z01]{1,5}")
 PASSWORD_CHARACTERS = "letters, digits and . _ + = @ : , / -"
 FIRST_PRIORITY = 200
 PRIORITY_STEP = 10
@@ -218,6 +219,9 @@ def _priorities(entry, index, members, problems):
 def _egress(entry, index, problems):
     follows = entry.get("egress_follows", False)
     try:
+        # As text first: boolean() strips blanks and line feeds.
+        if isinstance(follows, str) and not _BOOLEAN_TEXT.fullmatch(follows):
+            raise TypeError(follows)
         follows = boolean(follows, strict=True) if follows is not None else False
     except TypeError:
         problems.append("%s %s is not a boolean" % (_label(index, "egress_follows"), quoted(follows)))
