@@ -19,7 +19,7 @@ description:
   - One C(file_sd) target group per proxy the hypervisor should run (state V(present)) with metrics on. Its target is
     the metrics endpoint at the address libvirt lists for it, or else its static inside address; its labels are
     C(hypervisor), C(proxy) and C(owner), and C(group) for a member of an HA group (O(ha_groups)).
-  - One more target group per HA group, written by one hypervisor: the group's client address at its members' metrics
+  - One more target group per HA group, written by one hypervisor, the group's client address at its members' metrics
     port (whichever member holds the address answers there), labelled C(hypervisor), C(group), C(owner) and
     C(target=group-address), without a C(proxy) label. The hypervisor that writes it is the one (of O(play)) that runs
     the group's first listed member with state V(present) and metrics on; its metrics port is that member's.
@@ -53,7 +53,7 @@ options:
     description:
       - The HA groups, C(egress_proxy_ha_groups) of the egress_proxy role, checked as the role checks them; a bad entry
         fails, naming it (C(egress_proxy_ha_groups[1].name ...)). A proxy in two groups is refused too.
-      - Empty or V(null), no group label and no group target: the groups are those of a fleet without groups.
+      - Empty or V(null), no group label and no group target, as for a fleet without groups.
     type: list
     elements: dict
   play:

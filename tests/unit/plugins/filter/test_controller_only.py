@@ -49,6 +49,7 @@ for name in %(names)r:
 from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_errors import cloud_init_data_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.egress_addresses import egress_addresses
 from ansible_collections.egress_proxies.kvm.plugins.filter.egress_pool_view import egress_pool_view
+from ansible_collections.egress_proxies.kvm.plugins.filter.ha_group_holders import ha_group_holders
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_file_sd import metrics_file_sd
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
@@ -86,6 +87,9 @@ targets = metrics_targets([{"name": "egress-a", "ip": "10.0.0.5"}], instances, "
 ran["metrics_targets"] = targets["groups"][0]["targets"]
 ran["metrics_file_sd"] = len(metrics_file_sd({"hv1": targets["groups"]}, None, ["hv1"]))
 ran["metrics_pages"] = metrics_pages("http://10.0.0.5:9301/metrics  000 7\n")
+ran["ha_group_holders"] = ha_group_holders(
+    [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"], "password": "vrrp-pw"}],
+    {"hv1": "http://10.0.0.10:9301/metrics  000 7 \n"})["groups"][0]["answer"]
 ran["verify_expectations"] = verify_expectations({"name": "egress-a", "ip": "2001:db8::5"}, {}, {}, "http://o/", 3128)[
     "proxy_url"]
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
@@ -119,6 +123,7 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
         "metrics_targets": ["10.0.0.5:9301"],
         "metrics_file_sd": 1,
         "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None}},
+        "ha_group_holders": "no answer",
         "verify_expectations": "http://[2001:db8::5]:3128",
         "proxy_report": ["hosts/hv1/domains/egress-a (would be created)"],
     }
