@@ -39,8 +39,8 @@ def proxy(name, address, hypervisor, group=None):
 
 
 def group_target(address, hypervisor, group="office"):
-    return {"targets": [address], "labels": {"hypervisor": hypervisor, "group": group, "owner": "deploy-a",
-                                              "target": "group-address"}}
+    labels = {"hypervisor": hypervisor, "group": group, "owner": "deploy-a", "target": "group-address"}
+    return {"targets": [address], "labels": labels}
 
 
 def test_members_carry_their_group_and_the_first_members_hypervisor_writes_the_groups_target():
