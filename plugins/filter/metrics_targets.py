@@ -59,7 +59,8 @@ options:
   play:
     description:
       - The instances of every hypervisor whose targets this run writes, by its inventory name, to find the
-        hypervisor of each group's first listed member. V(null), this hypervisor's O(instances) alone.
+        hypervisor of each group's first listed member. This hypervisor's are O(instances), whatever this gives for it;
+        V(null), those alone.
     type: dict
 """
 

@@ -72,7 +72,7 @@ def hypervisor_targets(hypervisor, owner, instances, listed, groups=(), play=Non
     libvirt lists for it, else its static inside address. ``instances`` are the role's (proxy_instances), ``listed``
     the proxies kvm_proxy_info or kvm_proxy_set returned. ``groups`` are the HA groups (checked_groups'): each
     member's target gets its group's name as the label ``group``, and the hypervisor that group_writer names among
-    ``play`` ({hypervisor: its instances}; without it, this hypervisor's alone) writes the group's target. Returns
+    ``play`` ({hypervisor: its instances}, with this hypervisor's ``instances``) writes the group's target. Returns
     ``(groups, unaddressed)``: the file_sd groups, and the names of the proxies with no address known yet (DHCP, not
     running), which cannot be targets."""
     addresses = {proxy["name"]: proxy.get("ip") for proxy in listed or []}
@@ -89,8 +89,11 @@ def hypervisor_targets(hypervisor, owner, instances, listed, groups=(), play=Non
         if instance["name"] in group_of:
             labels["group"] = group_of[instance["name"]]
         targets.append({"targets": [_endpoint(address, int(instance["metrics_port"]))], "labels": labels})
+    # This hypervisor's instances as given, also where the play's (read through hostvars) lack them.
+    play = dict(play or {})
+    play[hypervisor] = instances
     for group in groups:
-        writer = group_writer(group, play if play is not None else {hypervisor: instances})
+        writer = group_writer(group, play)
         if writer is not None and writer[0] == hypervisor:
             targets.append({"targets": [_endpoint(str(group["address"]), int(writer[1]["metrics_port"]))],
                             "labels": {"hypervisor": hypervisor, "group": group["name"], "owner": owner,

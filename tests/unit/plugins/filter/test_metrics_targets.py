@@ -78,6 +78,9 @@ def test_a_hypervisor_outside_the_run_leaves_the_groups_target_to_the_next_membe
 
 def test_without_play_a_hypervisor_reads_its_own_instances_and_without_groups_nothing_changes():
     assert metrics_targets([], HV1, "hv1", "deploy-a", [GROUP]) == metrics_targets([], HV1, "hv1", "deploy-a", [GROUP], PLAY)
+    # The play's instances are read through hostvars, which lack a fact the destroy keeps as a task's variable.
+    assert metrics_targets([], HV1, "hv1", "deploy-a", [GROUP], {"hv1": [], "hv2": HV2}) == metrics_targets(
+        [], HV1, "hv1", "deploy-a", [GROUP], PLAY)
     plain = metrics_targets([{"name": "egress-a", "ip": "198.18.40.50"}], HV1, "hv1", "deploy-a")
     for groups in (None, []):
         assert metrics_targets([{"name": "egress-a", "ip": "198.18.40.50"}], HV1, "hv1", "deploy-a", groups, PLAY) == plain
