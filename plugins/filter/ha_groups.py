@@ -14,14 +14,17 @@ short_description: The egress_proxy role's HA groups checked across the fleet, w
 version_added: 0.1.0
 description:
   - Checks C(egress_proxy_ha_groups) as text first (control characters, line feeds, blanks, scope ids and digits of
-    other scripts are refused in every field), then finds each member in the hypervisors' listings
-    (P(egress_proxies.kvm.ha_member_view#filter)) and refuses, naming the entry and its field, an address outside
-    the members' segment or equal to a proxy's or another group's, members on different segments, a group of one,
-    a member in two groups on one segment, an unknown member, one listed on two hypervisors, one without a static
-    inside address, members on different ports, and two groups on one segment with one VRRP id.
+    other scripts are refused in every field), then finds each member wherever it is listed. On each hypervisor of the
+    play that is the fact C(egress_proxy__ha_view) it keeps (P(egress_proxies.kvm.ha_member_view#filter)); on one
+    outside the play (C(--limit)) its C(egress_proxy_instances), the C(egress_proxy_fleet) entries naming it and the
+    settings its inventory gives.
+  - Refuses, naming the entry and its field, an address outside the members' segment or equal to a proxy's or another
+    group's, members on different segments, a group of one, a member in two groups on one segment, an unknown member,
+    one listed on two hypervisors, one without a static inside address, members on different ports, and two groups on
+    one segment with one VRRP id.
   - Derives each group's VRRP id, unless given, from the owner, the segment and the group's name, and each member's
     priority, unless given, from its place in C(members) (200, 190, ...).
-  - Never fails itself, never returns a password: the role's check of the proxies
+  - Never fails itself and never returns a password. The role's check of the proxies
     (P(egress_proxies.kvm.proxy_instances#filter)) fails with the problems.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)

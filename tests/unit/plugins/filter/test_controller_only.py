@@ -50,6 +50,8 @@ from ansible_collections.egress_proxies.kvm.plugins.filter.cloud_init_data_error
 from ansible_collections.egress_proxies.kvm.plugins.filter.egress_addresses import egress_addresses
 from ansible_collections.egress_proxies.kvm.plugins.filter.egress_pool_view import egress_pool_view
 from ansible_collections.egress_proxies.kvm.plugins.filter.ha_group_holders import ha_group_holders
+from ansible_collections.egress_proxies.kvm.plugins.filter.ha_groups import ha_groups
+from ansible_collections.egress_proxies.kvm.plugins.filter.ha_member_view import ha_member_view
 from ansible_collections.egress_proxies.kvm.plugins.filter.kvm_proxy_set_errors import kvm_proxy_set_errors
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_file_sd import metrics_file_sd
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
@@ -90,6 +92,12 @@ ran["metrics_pages"] = metrics_pages("http://10.0.0.5:9301/metrics  000 7\n")
 ran["ha_group_holders"] = ha_group_holders(
     [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"], "password": "vrrp-pw"}],
     {"hv1": "http://10.0.0.10:9301/metrics  000 7 \n"})["groups"][0]["answer"]
+ha = [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"], "password": "vrrp-pw"}]
+ha_view = ha_member_view([{"name": "egress-a", "address": "10.0.0.11/8"}], ha, {"egress_proxy_port": 3128}, "hv1")
+ran["ha_member_view"] = [member["address"] for member in ha_view]
+ran["ha_groups"] = [member["hypervisor"] for member in ha_groups(
+    ha, {"hv1": {"egress_proxy__ha_view": ha_view}, "hv2": {"egress_proxy_instances": [
+        {"name": "egress-b", "address": "10.0.0.12/8"}]}}, ["hv1"], ["hv1", "hv2"], [], "egress")["groups"][0]["members"]]
 ran["verify_expectations"] = verify_expectations({"name": "egress-a", "ip": "2001:db8::5"}, {}, {}, "http://o/", 3128)[
     "proxy_url"]
 ran["imported"] = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED or name == "ansible.module_utils.basic")
@@ -124,6 +132,8 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
         "metrics_file_sd": 1,
         "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None}},
         "ha_group_holders": "no answer",
+        "ha_member_view": ["10.0.0.11/8"],
+        "ha_groups": ["hv1", "hv2"],
         "verify_expectations": "http://[2001:db8::5]:3128",
         "proxy_report": ["hosts/hv1/domains/egress-a (would be created)"],
     }
