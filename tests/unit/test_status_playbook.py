@@ -86,10 +86,12 @@ def group_line(url, page=PAGE, headers="HTTP/1.1 200 OK\r\nX-Egress-Proxy: egres
                                base64.b64encode(headers.encode()).decode())
 
 
-def fleet(tmp_path, proxies, reads, groups):
+def fleet(tmp_path, proxies, reads, groups, port=None):
     """(the table's lines, the JSON rows, the groups) status.yml's "Show the fleet" shows on localhost, a hypervisor
-    that listed ``proxies`` and read ``reads`` (the group read's output) with egress_proxy_ha_groups ``groups``."""
+    that listed ``proxies`` and read ``reads`` (the group read's output) with egress_proxy_ha_groups ``groups``; with
+    ``reads`` None, status.yml's own read of the groups' addresses at metrics port ``port``."""
     play = status_play()
+    (read,) = [task for task in play["tasks"] if task["name"] == READ_GROUPS_TASK]
     (block,) = [task for task in play["tasks"] if "block" in task]
     shown = tmp_path / "shown.json"
     (show,) = [task for task in block["block"] if task["name"] == TABLE_TASK]
@@ -97,8 +99,10 @@ def fleet(tmp_path, proxies, reads, groups):
         {"name": "Keep what it showed", "ansible.builtin.copy": {
             "content": "{{ {'lines': show.msg, 'rows': status_rows, 'groups': status_groups} | to_json }}",
             "dest": str(shown)}}]
-    setup = [{"name": "Listed", "ansible.builtin.set_fact": {"status_listing": {"proxies": proxies},
-                                                             "status_group_metrics": {"stdout": reads}}}]
+    listed = {"status_listing": {"proxies": proxies}}
+    if reads is not None:
+        listed["status_group_metrics"] = {"stdout": reads}
+    setup = [{"name": "Listed", "ansible.builtin.set_fact": listed}] + ([read] if reads is None else [])
     playbook = tmp_path / "status.yml"
     playbook.write_text(yaml.safe_dump([dict(play, hosts="localhost", connection="local",
                                              tasks=setup + [dict(block, block=tasks)])]))
@@ -107,7 +111,8 @@ def fleet(tmp_path, proxies, reads, groups):
                ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="true")
     completed = subprocess.run(
         [str(REPO_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", str(playbook), "-e",
-         json.dumps({"ansible_python_interpreter": sys.executable, "egress_proxy_ha_groups": groups})],
+         json.dumps({"ansible_python_interpreter": sys.executable, "egress_proxy_ha_groups": groups,
+                     "egress_proxy_metrics_port": port or 9301})],
         capture_output=True, text=True, check=False, env=env, timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     kept = json.loads(shown.read_text())
@@ -221,3 +226,16 @@ def test_status_reads_each_groups_address_within_its_bounds_and_believes_only_a_
     assert [(group["answer"], group["holder"]) for group in shown["groups"]] == [
         ("up", "g0-a"), ("up", "unknown"), ("up", "unknown"), ("up", "unknown"), ("up", "unknown"),
         ("unreadable", "g5-b"), ("no answer", None)], completed.stdout[:2000]
+
+
+def test_the_playbook_reads_the_address_of_each_group_with_a_member_running_here(tmp_path, answering):
+    """status.yml's read task, as the play runs it: office's address (a member runs here) is read and its answer names
+    the holder; lab's and dmz's are not read (no member of theirs runs here), though something answers on lab's."""
+    port = answering("127.0.0.2", 0, [("X-Egress-Proxy", "egress-b")])
+    answering("127.0.0.3", port, [("X-Egress-Proxy", "egress-c")])
+    lines, rows, groups = fleet(tmp_path, [proxy("egress-a", "198.18.40.11"), proxy("lonely", "198.18.11.5")], None,
+                                GROUPS, port)
+    assert [(group["group"], group["answer"], group["holder"]) for group in groups["groups"]] == [
+        ("office", "up", "egress-b"), ("lab", None, None), ("dmz", None, None)], groups
+    assert {row["name"]: row["holds"] for row in rows} == {"egress-a": "no", "lonely": None}
+    assert "group office 127.0.0.2: held by egress-b (metrics up, read from localhost)" in lines, lines
