@@ -1,6 +1,8 @@
-"""The integration fixtures themselves: mirror, playbook runner, test sshd and the monitoring servers behave as documented."""
+"""The integration fixtures themselves: mirror, playbook runner, test sshd, the monitoring servers and the client segment
+behave as documented."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -9,9 +11,10 @@ import time
 import pytest
 import requests
 
-from tests.lab import config, monitoring, namespaces
+from tests.lab import config, hypervisors, monitoring, namespaces, network, origin
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["tests.integration.fleet_fixtures"]
 
 PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
 
@@ -126,3 +129,62 @@ def test_syslog_server_writes_each_message_received_as_one_line(monitoring_netns
     assert os.path.exists("/dev/log") == dev_log  # it opened no /dev/log of the machine's
     assert monitoring.stop_syslog(str(tmp_path))
     assert monitoring.syslog_pid(str(tmp_path), protocol, 5514) is None
+
+
+# Two hosts the test attaches to the client segment, each through br2 of another hypervisor (a veth from SEGMENT_PORT on
+# br2 to SEGMENT_CLIENT_IFACE in a namespace of its own), with the last two member addresses (a demo's proxies take the
+# first ones): a request between them crosses lab-hv1's br2, the hub's seg0 and lab-hv2's br2, as between two proxies
+# of one HA group on two hypervisors. Each has the same MAC on every run, as the same host would: with a new one the
+# client's cache entry for its address (from the run before) would hold the request back 8 s or more.
+SEGMENT_PORT = "segtest-port"
+SEGMENT_MEMBER_NUMBERS = (config.SEGMENT_MEMBERS - 1, config.SEGMENT_MEMBERS)
+
+
+def _remove_netns(netns):
+    namespaces.terminate(namespaces.netns_pids(netns))
+    if namespaces.netns_exists(netns):
+        subprocess.run(["ip", "netns", "delete", netns], check=True)  # and with it the veth pair to br2
+
+
+@pytest.fixture
+def segment_hosts(fleet_lab):
+    """[(netns, IPv4 address, IPv6 address)] of a host on br2 of lab-hv1 and one on br2 of lab-hv2."""
+    hosts = [("eplab-segtest%d" % spec.index, spec, config.segment_member_address(number),
+              config.segment_member_address6(number)) for spec, number in zip(fleet_lab[:2], SEGMENT_MEMBER_NUMBERS)]
+    for netns, spec, address, address6 in hosts:
+        _remove_netns(netns)  # left by an interrupted run
+        network.ensure_netns(netns)
+        network.ensure_sysctls(netns, hypervisors.SEGMENT_HOST_SYSCTLS)
+        network.ensure_veth(SEGMENT_PORT, spec.netns, config.SEGMENT_CLIENT_IFACE, netns, bridge=config.HV_SEGMENT_BRIDGE)
+        subprocess.run(["ip", "-n", netns, "link", "set", config.SEGMENT_CLIENT_IFACE, "address",
+                        "02:00:c6:12:28:%02x" % int(address.rsplit(".", 1)[1])], check=True)
+        network.ensure_address(config.SEGMENT_CLIENT_IFACE, "%s/%d" % (address, config.SEGMENT_PREFIX_LEN), netns)
+        network.ensure_address(config.SEGMENT_CLIENT_IFACE, "%s/%d" % (address6, config.SEGMENT_PREFIX6_LEN), netns)
+    try:
+        yield [(netns, address, address6) for netns, _spec, address, address6 in hosts]
+    finally:
+        for netns, *_rest in hosts:
+            _remove_netns(netns)
+
+
+def _peer_seen(netns, url):
+    """The peer the origin server at url saw, asked from inside netns."""
+    fetched = subprocess.run(["ip", "netns", "exec", netns, "curl", "-sS", "--noproxy", "*", "--max-time", "10", url],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert fetched.returncode == 0, "%s from netns %s: %s" % (url, netns, fetched.stderr)
+    return json.loads(fetched.stdout)["peer"]
+
+
+def test_client_segment_joins_the_hub_the_client_and_every_hypervisors_br2(segment_hosts, tmp_path):
+    url4, url6 = config.segment_origin_urls()
+    client = config.SEGMENT_CLIENT_NETNS
+    assert _peer_seen(client, url4) == config.SEGMENT_CLIENT_ADDRESS
+    assert _peer_seen(client, url6) == config.SEGMENT_CLIENT_ADDRESS6
+    (on_hv1, address, address6), (on_hv2, other, other6) = segment_hosts
+    for served in (address, address6):
+        origin.ensure_origin(on_hv1, served, config.ORIGIN_PORT, str(tmp_path / ("origin-%s.pid" % served)),
+                             str(tmp_path / "origin.log"), hypervisors.REPO_ROOT)
+    assert _peer_seen(on_hv2, "http://%s:%d/" % (address, config.ORIGIN_PORT)) == other
+    assert _peer_seen(on_hv2, "http://[%s]:%d/" % (address6, config.ORIGIN_PORT)) == other6
+    assert _peer_seen(on_hv1, url4) == address
+    assert _peer_seen(client, "http://[%s]:%d/" % (address6, config.ORIGIN_PORT)) == config.SEGMENT_CLIENT_ADDRESS6

@@ -118,6 +118,56 @@ MIXED_UNLISTED_NAME = "unlisted-mixed.example"
 UNLISTED_ADDRESS = "93.184.216.99"
 
 
+# --- The client segment (tests/lab/hypervisors.py; docs/dev/lab.md "The client segment") ---------------
+# One layer-2 segment shared by every lab hypervisor, as hypervisors on one VLAN: bridge HV_SEGMENT_BRIDGE (the same
+# name on each, so group_vars name it once) in each hypervisor's namespace, joined by a veth pair to the hub
+# namespace's bridge SEGMENT_BRIDGE. The hub holds the segment's router address, where an origin server
+# (tests/lab/origin.py) listens; SEGMENT_CLIENT_NETNS is a client of the proxies on it. Addresses are static: no
+# DHCP here (proxies of an HA group need static inside addresses, their unicast VRRP peers).
+HV_SEGMENT_BRIDGE = "br2"
+HV_SEGMENT_PORT = "seg0-port"  # the hub's veth end on each hypervisor, on HV_SEGMENT_BRIDGE
+SEGMENT_NETNS = "eplab-seg"
+SEGMENT_BRIDGE = "seg0"  # in SEGMENT_NETNS; it holds SEGMENT_ADDRESS and SEGMENT_ADDRESS6
+SEGMENT_BRIDGE_MAC = "02:00:c6:12:28:01"  # its own (locally administered, from 198.18.40.1), kept when hypervisors join
+SEGMENT_CLIENT_NETNS = "eplab-seg-client"
+SEGMENT_CLIENT_IFACE = "client0"
+SEGMENT_CLIENT_PORT = "client0-port"  # the client's veth end in SEGMENT_NETNS, on SEGMENT_BRIDGE
+SEGMENT_PREFIX_LEN = 24
+SEGMENT_CIDR = "198.18.40.0/24"
+SEGMENT_ADDRESS = "198.18.40.1"  # the router (a proxy's gateway) and the origin server
+SEGMENT_CLIENT_ADDRESS = "198.18.40.2"
+SEGMENT_PREFIX6_LEN = 64
+SEGMENT_CIDR6 = "2001:db8:40::/64"
+SEGMENT_ADDRESS6 = "2001:db8:40::1"
+SEGMENT_CLIENT_ADDRESS6 = "2001:db8:40::2"
+# An HA group's client address on the segment, and its members' static addresses from .11 upward (::11 likewise).
+SEGMENT_GROUP_ADDRESS = "198.18.40.10"
+SEGMENT_GROUP_ADDRESS6 = "2001:db8:40::10"
+SEGMENT_MEMBERS = 89  # .11 to .99
+SEGMENT_RUN_DIR = os.path.join(RUN_DIR, "segment")  # the origin servers' pid files and log
+
+
+def segment_member_address(number):
+    """The static address of member number (1-based) on the client segment: 198.18.40.(10+number)."""
+    return "198.18.40.%d" % (10 + _segment_member(number))
+
+
+def segment_member_address6(number):
+    """Its IPv6 address: 2001:db8:40::(10+number), the IPv4 address's last number written as the last group."""
+    return "2001:db8:40::%d" % (10 + _segment_member(number))
+
+
+def _segment_member(number):
+    if not 1 <= number <= SEGMENT_MEMBERS:
+        raise ValueError("segment member number %r: give 1 to %d" % (number, SEGMENT_MEMBERS))
+    return number
+
+
+def segment_origin_urls():
+    """The origin server on the client segment's router, over IPv4 and IPv6."""
+    return ("http://%s:%d/" % (SEGMENT_ADDRESS, ORIGIN_PORT), "http://[%s]:%d/" % (SEGMENT_ADDRESS6, ORIGIN_PORT))
+
+
 @dataclasses.dataclass(frozen=True)
 class HypervisorSpec:
     """Every name, address and path of lab hypervisor number ``index`` (1-based)."""
@@ -196,6 +246,11 @@ class HypervisorSpec:
                 (MIXED_LAB_NAME, self.outside_address), (MIXED_LAB_NAME, self.lan_address),
                 (MIXED_INTERNAL_NAME, self.outside_address), (MIXED_INTERNAL_NAME, self.lan_address),
                 (MIXED_UNLISTED_NAME, self.outside_address), (MIXED_UNLISTED_NAME, UNLISTED_ADDRESS))
+
+    @property
+    def segment_port(self):
+        """This hypervisor's veth end in the client segment's hub (SEGMENT_NETNS), on SEGMENT_BRIDGE."""
+        return "hv%d-port" % self.index
 
     @property
     def dhcp_range(self):

@@ -16,7 +16,10 @@ Each hypervisor (config.HypervisorSpec) is a host of its own:
 - the origin server (tests/lab/origin.py) on port 8080 of the LAN's and the outside namespace's address;
 - dir storage pool `egress` in its own state directory.
 
-VMs of two hypervisors never share a segment: each br0 lives in its own namespace.
+VMs of two hypervisors never share br0 or br1: each lives in the hypervisor's own namespace. They share the client
+segment: bridge `br2` of every hypervisor is joined by a veth pair to bridge `seg0` of the hub namespace `eplab-seg`
+(198.18.40.1/24, 2001:db8:40::1/64, an origin server on port 8080), as hypervisors on one VLAN; a client namespace
+`eplab-seg-client` (198.18.40.2, 2001:db8:40::2) is on it too. Static addresses only, no DHCP.
 """
 
 import glob
@@ -115,6 +118,8 @@ def up(specs):
     actions += network.ensure_address(config.MGMT_BRIDGE, "%s/%d" % (config.MGMT_ADDRESS, config.MGMT_PREFIX_LEN))
     for spec in specs:
         actions += _up_one(spec)
+    if specs:
+        actions += _ensure_segment(specs)
     for action in actions:
         report(action)
     return actions
@@ -282,6 +287,85 @@ def _ensure_mirror(spec):
     return ["started image mirror http://%s:%d/ in netns %s" % (MIRROR_HOST, config.MIRROR_PORT, spec.netns)]
 
 
+# --- the client segment --------------------------------------------------------------------------------
+
+# The hub and the client have planned static addresses: no duplicate address detection (it would hold back their
+# link-local addresses a second too; the global ones are added nodad), no router advertisement taken from a guest (a
+# proxy or a test may send one), no forwarding (the hub answers as the origin; nothing lies behind it). Set before
+# their devices exist, which take the namespace's defaults.
+SEGMENT_HOST_SYSCTLS = tuple(("net.ipv6.conf.%s.%s" % (scope, key), 0)
+                             for scope in ("all", "default") for key in ("accept_dad", "accept_ra", "forwarding"))
+SEGMENT_ORIGIN_LOG = os.path.join(config.SEGMENT_RUN_DIR, "origin.log")
+
+
+def _segment_hosts():
+    """(netns, device, IPv4 address, IPv6 address) of the hub and the client, each address with its prefix length."""
+    return tuple((netns, device, "%s/%d" % (address, config.SEGMENT_PREFIX_LEN),
+                  "%s/%d" % (address6, config.SEGMENT_PREFIX6_LEN)) for netns, device, address, address6 in (
+        (config.SEGMENT_NETNS, config.SEGMENT_BRIDGE, config.SEGMENT_ADDRESS, config.SEGMENT_ADDRESS6),
+        (config.SEGMENT_CLIENT_NETNS, config.SEGMENT_CLIENT_IFACE, config.SEGMENT_CLIENT_ADDRESS,
+         config.SEGMENT_CLIENT_ADDRESS6)))
+
+
+def _segment_origins():
+    """(address, pid file) of the hub's origin servers, IPv4 and IPv6."""
+    return ((config.SEGMENT_ADDRESS, os.path.join(config.SEGMENT_RUN_DIR, "origin.pid")),
+            (config.SEGMENT_ADDRESS6, os.path.join(config.SEGMENT_RUN_DIR, "origin6.pid")))
+
+
+def _ensure_segment(specs):
+    """The client segment's hub, its client and origin servers, and every hypervisor in specs on it."""
+    hub = config.SEGMENT_NETNS
+    actions = []
+    for netns in (hub, config.SEGMENT_CLIENT_NETNS):
+        actions += network.ensure_netns(netns)
+        actions += network.ensure_sysctls(netns, SEGMENT_HOST_SYSCTLS)
+    actions += network.ensure_bridge(config.SEGMENT_BRIDGE, hub, mac=config.SEGMENT_BRIDGE_MAC)
+    actions += network.ensure_veth(config.SEGMENT_CLIENT_PORT, hub, config.SEGMENT_CLIENT_IFACE,
+                                   config.SEGMENT_CLIENT_NETNS, bridge=config.SEGMENT_BRIDGE)
+    for netns, device, address, address6 in _segment_hosts():
+        actions += network.ensure_address(device, address, netns)
+        actions += network.ensure_address(device, address6, netns)
+    os.makedirs(config.SEGMENT_RUN_DIR, exist_ok=True)
+    for address, pidfile in _segment_origins():
+        actions += origin.ensure_origin(hub, address, config.ORIGIN_PORT, pidfile, SEGMENT_ORIGIN_LOG, REPO_ROOT)
+    actions = ["client segment: %s" % action for action in actions]
+    for spec in specs:
+        # br2 holds no address: the hypervisor is no host on the segment, its VMs are.
+        joined = network.ensure_bridge(config.HV_SEGMENT_BRIDGE, spec.netns)
+        joined += network.ensure_veth(config.HV_SEGMENT_PORT, spec.netns, spec.segment_port, hub,
+                                      bridge=config.HV_SEGMENT_BRIDGE, far_bridge=config.SEGMENT_BRIDGE)
+        actions += ["%s: %s" % (spec.name, action) for action in joined]
+    return actions
+
+
+def _remove_segment():
+    """Stop what runs in the hub and the client namespace and delete both (and with the hub every hypervisor's veth
+    to it); the actions taken."""
+    actions = []
+    for netns in (config.SEGMENT_NETNS, config.SEGMENT_CLIENT_NETNS):
+        pids = namespaces.netns_pids(netns)
+        if pids:
+            namespaces.terminate(pids)
+            actions.append("stopped %d process(es) in netns %s" % (len(pids), netns))
+        if namespaces.netns_exists(netns):
+            run(["ip", "netns", "del", netns])
+            actions.append("deleted netns %s" % netns)
+    if os.path.isdir(config.SEGMENT_RUN_DIR):
+        shutil.rmtree(config.SEGMENT_RUN_DIR)
+    return ["client segment: %s" % action for action in actions]
+
+
+def _segment_status():
+    state = {}
+    for netns, device, address, address6 in _segment_hosts():
+        state["segment netns %s: %s %s, %s" % (netns, device, address, address6)] = (
+            "present" if namespaces.netns_exists(netns) and network.link_exists(device, netns) else "absent")
+    for (_address, pidfile), url in zip(_segment_origins(), config.segment_origin_urls()):
+        state["segment origin %s" % url] = "running" if origin.origin_pid(pidfile) else "not running"
+    return state
+
+
 # --- helpers for tests ---------------------------------------------------------------------------------
 
 
@@ -325,8 +409,10 @@ def thaw(spec):
 
 
 def down():
-    """Remove every lab hypervisor: its processes (VMs included), namespaces, files, and the management bridge."""
+    """Remove every lab hypervisor: its processes (VMs included), namespaces, files, the client segment and the
+    management bridge."""
     actions = []
+    actions += _remove_segment()
     for spec in present_specs():
         actions += ["%s: %s" % (spec.name, action) for action in _down_one(spec)]
     if network.link_exists(config.MGMT_BRIDGE):
@@ -377,6 +463,8 @@ def status(specs):
     state = {}
     for spec in specs:
         state.update(("%s %s" % (spec.name, key), value) for key, value in _status_one(spec).items())
+    if specs:
+        state.update(_segment_status())
     return state
 
 
@@ -414,6 +502,10 @@ def _status_one(spec):
         and network.link_exists(config.HV_OUTSIDE_BRIDGE, spec.netns) else "absent")
     for _netns, address, pidfile in _origins(spec):
         state["origin %s" % spec.origin_url(address)] = "running" if origin.origin_pid(pidfile) else "not running"
+    state["segment bridge %s (to %s)" % (config.HV_SEGMENT_BRIDGE, config.SEGMENT_BRIDGE)] = (
+        "present" if namespaces.netns_exists(spec.netns) and network.link_exists(config.HV_SEGMENT_BRIDGE, spec.netns)
+        and namespaces.netns_exists(config.SEGMENT_NETNS)
+        and network.link_exists(spec.segment_port, config.SEGMENT_NETNS) else "absent")
     state[libvirt_host.KVM_DEVICE] = libvirt_host.kvm_device_status("/proc/%d/root" % pid) if pid else "unknown"
     if answering:
         state["domains"] = ", ".join(virsh(spec, "list", "--all", "--name").stdout.split()) or "none"

@@ -28,13 +28,19 @@ def netns_exists(name=config.NETNS):
     return os.path.exists(os.path.join("/run/netns", name))
 
 
-def ensure_bridge(name, netns=None):
-    """A bridge named name (in netns, or the root namespace), up."""
+def ensure_bridge(name, netns=None, mac=None):
+    """A bridge named name (in netns, or the root namespace), up, with the MAC address mac when given.
+
+    A bridge without a MAC of its own takes its ports' lowest, which changes when a port comes or goes: its
+    neighbours, holding the old one for its address, then lose it until their cache entry fails (8 s or more)."""
     prefix = ["ip", "-n", netns] if netns else ["ip"]
     actions = []
     if not link_exists(name, netns):
         run(prefix + ["link", "add", name, "type", "bridge"])
         actions.append("created bridge %s%s" % (name, " in netns %s" % netns if netns else ""))
+    if mac and "link/ether %s " % mac not in run(prefix + ["-o", "link", "show", "dev", name]).stdout:
+        run(prefix + ["link", "set", name, "address", mac])
+        actions.append("set bridge %s's MAC address %s" % (name, mac))
     if not _link_is_up(name, netns):
         run(prefix + ["link", "set", name, "up"])
         actions.append("set bridge %s up" % name)
@@ -51,8 +57,9 @@ def ensure_netns(name):
     return actions
 
 
-def ensure_veth(near, near_netns, far, far_netns, bridge=None):
-    """A veth pair near <-> far (each in its netns, None for the root one), both up, near enslaved to bridge."""
+def ensure_veth(near, near_netns, far, far_netns, bridge=None, far_bridge=None):
+    """A veth pair near <-> far (each in its netns, None for the root one), both up, near enslaved to bridge and far
+    to far_bridge (a bridge in far_netns) when given."""
     near_prefix = ["ip", "-n", near_netns] if near_netns else ["ip"]
     actions = []
     if not link_exists(far, far_netns):
@@ -61,25 +68,46 @@ def ensure_veth(near, near_netns, far, far_netns, bridge=None):
         run(near_prefix + ["link", "add", near, "type", "veth", "peer", "name", far] + (["netns", far_netns] if far_netns else []))
         actions.append("created veth %s%s <-> %s%s" % (
             "%s:" % near_netns if near_netns else "", near, "%s:" % far_netns if far_netns else "", far))
-    if bridge:
-        link = run(near_prefix + ["-o", "link", "show", "dev", near]).stdout
-        if "master %s" % bridge not in link:
-            run(near_prefix + ["link", "set", near, "master", bridge])
-            actions.append("enslaved %s to %s" % (near, bridge))
+    for name, netns, master in ((near, near_netns, bridge), (far, far_netns, far_bridge)):
+        if master:
+            actions += _ensure_master(name, netns, master)
     for name, netns in ((near, near_netns), (far, far_netns)):
         if not _link_is_up(name, netns):
             run((["ip", "-n", netns] if netns else ["ip"]) + ["link", "set", name, "up"])
     return actions
 
 
+def _ensure_master(device, netns, bridge):
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    if "master %s " % bridge in run(prefix + ["-o", "link", "show", "dev", device]).stdout:
+        return []
+    run(prefix + ["link", "set", device, "master", bridge])
+    return ["enslaved %s to %s" % (device, bridge)]
+
+
 def ensure_address(device, address, netns=None):
-    """address ("A.B.C.D/LEN") on device, in netns or the root namespace."""
+    """address ("A.B.C.D/LEN" or an IPv6 one) on device, in netns or the root namespace.
+
+    An IPv6 address is added without duplicate address detection (nodad): the lab's addresses are planned, and DAD
+    would hold each one back a second or more (tentative) after every `up`."""
     prefix = ["ip", "-n", netns] if netns else ["ip"]
     shown = run(prefix + ["-o", "addr", "show", "dev", device]).stdout
     if " %s " % address in shown:
         return []
-    run(prefix + ["addr", "add", address, "dev", device])
+    run(prefix + ["addr", "add", address, "dev", device] + (["nodad"] if ":" in address else []))
     return ["addressed %s%s with %s" % ("%s:" % netns if netns else "", device, address)]
+
+
+def ensure_sysctls(netns, settings):
+    """Each (key, value) of settings set in netns, a key as sysctl names it (net.ipv6.conf.all.accept_ra); the actions
+    taken. Written to /proc/sys from inside the namespace: procps' sysctl is not on every machine."""
+    actions = []
+    for key, value in settings:
+        path = "/proc/sys/" + key.replace(".", "/")
+        if run(["ip", "netns", "exec", netns, "cat", path]).stdout.strip() != str(value):
+            run(["ip", "netns", "exec", netns, "sh", "-c", 'echo "$1" > "$2"', "sh", str(value), path])
+            actions.append("set %s=%s in netns %s" % (key, value, netns))
+    return actions
 
 
 def ensure_network():
