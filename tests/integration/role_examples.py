@@ -37,6 +37,9 @@ NOT_RUN = {
                      "file_sd and the shipped rules, and a syslog server, against a booted proxy)",
     "Moving a proxy": "a fleet entry re-pointed and the old copy listed absent (test_fleet_move.py moves a proxy between "
                       "lab-hv1 and lab-hv2 and back)",
+    "A shared client address (HA groups)": "two proxies behind one address on a client segment (tests/unit/roles/"
+                                           "test_egress_proxy_ha_groups.py renders them, keepalived and squid read the "
+                                           "result; test_ha_group.py runs a pair on the lab's shared segment)",
 }
 # A block of the page that is inventory files starts with a comment naming its first file.
 FILE_HEADER = re.compile(r"^# (?P<path>\S+\.yml)$", re.M)
