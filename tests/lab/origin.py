@@ -74,7 +74,7 @@ def ensure_origin(netns, host, port, pidfile, logfile, cwd):
         if process.poll() is not None or time.monotonic() > deadline:
             raise LabError("the origin server on %s:%d (netns %s) did not start; see %s" % (host, port, netns, logfile))
         time.sleep(0.1)
-    return ["started origin server http://%s:%d/ in netns %s" % (host, port, netns)]
+    return ["started origin server http://%s:%d/ in netns %s" % ("[%s]" % host if ":" in host else host, port, netns)]
 
 
 if __name__ == "__main__":
