@@ -370,9 +370,9 @@ def run_arguments(tmp_path, limit=None):
     }, "vars": dict(BASE, ansible_connection="local", ansible_python_interpreter=sys.executable,
                     egress_proxy_ha_groups=[GROUP])}}
     (tmp_path / "inventory.yml").write_text(json.dumps(inventory))
-    show = {"name": "Show the groups", "ansible.builtin.debug": {"msg": "{{ {'ha': egress_proxy__ha, 'throttle': (1 if "
-            "egress_proxy__ha.spans_hypervisors else 0), 'files': egress_proxy__proxies | map(attribute='policy.files') "
-            "| map('map', attribute='path') | list} | to_json }}"}}
+    shown = ("{{ {'ha': egress_proxy__ha, 'throttle': (1 if egress_proxy__ha.spans_hypervisors else 0), 'files': "
+             "egress_proxy__proxies | map(attribute='policy.files') | map('map', attribute='path') | list} | to_json }}")
+    show = {"name": "Show the groups", "ansible.builtin.debug": {"msg": shown}}
     play = {"hosts": "all", "gather_facts": False, "vars": {"egress_proxy__set_options": converge_options()}, "tasks": [
         {"ansible.builtin.include_role": {"name": "egress_proxies.kvm.egress_proxy", "tasks_from": "arguments",
                                           "public": True}}, show]}

@@ -292,8 +292,8 @@ def test_members_on_different_ports_are_refused():
 
 
 def test_two_groups_on_one_segment_with_one_id_are_refused_naming_both():
-    groups = [dict(OFFICE, vrrp_id=51), dict(OFFICE, name="lab", address="198.18.40.20", members=["egress-c", "egress-d"],
-                                              vrrp_id=51)]
+    lab = dict(OFFICE, name="lab", address="198.18.40.20", members=["egress-c", "egress-d"], vrrp_id=51)
+    groups = [dict(OFFICE, vrrp_id=51), lab]
     message = refused(groups)
     assert ("egress_proxy_ha_groups[0] (office) and egress_proxy_ha_groups[1] (lab) are on one segment (198.18.40.0/24) "
             "with one VRRP id, 51: set vrrp_id on one of them") in message
@@ -310,8 +310,8 @@ def test_two_derived_ids_that_collide_are_refused_and_a_given_id_resolves_it():
 
 
 def test_groups_on_different_segments_may_share_an_id():
-    groups = [dict(OFFICE, vrrp_id=51), dict(OFFICE, name="lab", address="198.18.50.10", members=["egress-e", "egress-f"],
-                                              vrrp_id=51)]
+    lab = dict(OFFICE, name="lab", address="198.18.50.10", members=["egress-e", "egress-f"], vrrp_id=51)
+    groups = [dict(OFFICE, vrrp_id=51), lab]
     e, f = {"name": "egress-e", "address": "198.18.50.11/24"}, {"name": "egress-f", "address": "198.18.50.12/24"}
     assert len(resolved(groups, ("hv1", [A, e]), ("hv2", [B, f]))) == 2
 
