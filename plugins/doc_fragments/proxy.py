@@ -381,8 +381,8 @@ options:
       release:
         description:
           - A program and its arguments (run without a shell) that the guest runs before this task shuts the running
-            VM down to stop or replace it (action V(release service)), while the VM still serves: for a proxy that
-            shares a client address with others, handing that address over and returning once another one serves it.
+            VM down to stop or replace it (action V(release service)), while the VM still serves. A proxy that shares a
+            client address with others hands that address over this way, returning once another one serves it.
           - When it exits non-zero, the task fails for this proxy with its output, and the VM is left as it was
             (running, not replaced). When the guest agent does not answer, the VM is shut down without it, with a
             warning.
