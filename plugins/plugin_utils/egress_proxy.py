@@ -430,7 +430,7 @@ def squid_policy(instance, squid_conf, variables):
     policy = {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
     if instance.get("ha"):
         passwords = {index: group.get("password") for index, group in enumerate(variables["egress_proxy_ha_groups"])}
-        return member_policy(instance, policy, passwords)
+        return member_policy(instance, policy, passwords, variables["egress_proxy_uid"])
     return policy
 
 

@@ -37,6 +37,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
 VARIABLE = "egress_proxy_ha_groups"
 GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "password", "egress_follows",
@@ -546,9 +547,16 @@ def keepalived_conf(name, groups):
     return "\n".join(lines) + "\n"
 
 
-def auth_conf(password):
-    """The secret file a group's vrrp_instance includes: its VRRP password."""
-    return "authentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % password
+def auth_conf(password, owner, group):
+    """The secret file the vrrp_instance of ``group`` (its name) includes: its VRRP password, after a comment line
+    holding the password's SHA-512-crypt (password_hash, salted by ``owner`` and the group).
+
+    The file's SHA-256 is shown in --diff and recorded in the policy's digest: of the 8-character password alone it
+    would give the password away to a search of every 8-character text; with the crypt line each guess costs a
+    SHA-512-crypt too. The guest's copy is readable by root alone and holds the password anyway.
+    """
+    return "# %s\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % (
+        squid_user_hash(owner, "vrrp-" + group, password), password)
 
 
 # keepalived runs it every second with squid's health port; bash's /dev/tcp, so no tool beyond bash is needed.
@@ -628,16 +636,17 @@ def _composed(script, argv):
     return ["/bin/sh", "-c", "set -e; %s" % script, "sh"] + list(argv)
 
 
-def member_policy(instance, policy, passwords):
+def member_policy(instance, policy, passwords, owner):
     """``policy`` (kvm_proxy_set's policy of the member ``instance``: squid's files, validate, reload) with the
-    member's keepalived.conf, each group's secret file (``passwords`` {group index: password}), the health check and
+    member's keepalived.conf, each group's secret file (``passwords`` {group index: password}, ``owner`` the
+    deployment's egress_proxy_uid), the health check and
     the hand-over script, and the sysctl file where squid listens on the group's address; validated by squid and
     keepalived's own config test, reloaded by squid's reload then keepalived's."""
     groups = instance["ha"]
     files = list(policy["files"]) + [
         {"path": KEEPALIVED_CONF_PATH, "content": keepalived_conf(instance["name"], groups)},
-    ] + [{"path": AUTH_PATH % group["name"], "mode": "0600", "secret_content": auth_conf(passwords[group["index"]])}
-         for group in groups] + [
+    ] + [{"path": AUTH_PATH % group["name"], "mode": "0600",
+          "secret_content": auth_conf(passwords[group["index"]], owner, group["name"])} for group in groups] + [
         {"path": HEALTH_SCRIPT_PATH, "mode": "0755", "content": HEALTH_SCRIPT},
         {"path": HAND_OVER_PATH, "mode": "0755", "content": hand_over_script(instance["name"])},
     ]

@@ -31,6 +31,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     KEEPALIVED_CONF_PATH,
     SYSCTL_PATH,
     HaGroupError,
+    auth_conf,
     fleet_groups,
     fleet_listings,
     instance_groups,
@@ -41,6 +42,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     resolve_groups,
     vrrp_id,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
 UID = "egress_proxies.kvm.egress_proxy"
 PASSWORD = "Pa55:w/d"
@@ -383,7 +385,7 @@ def member_policies(groups, hypervisors, outside=False):
             member = instance_groups(found["groups"], entry["name"])
             if member:
                 instance = {"name": entry["name"], "ha": member, "outside": entry.get("outside") if outside else {}}
-                policies[entry["name"]] = (instance, member_policy(instance, squid, passwords))
+                policies[entry["name"]] = (instance, member_policy(instance, squid, passwords, UID))
     return policies
 
 
@@ -444,8 +446,8 @@ def test_keepalived_reads_two_instances_in_one_configuration():
     found = fleet_groups(groups, listings(groups, *hypervisors), UID)["groups"]
     both = instance_groups(found, "egress-a") + [dict(instance_groups(found, "egress-c")[0], source="198.18.40.11")]
     files = {KEEPALIVED_CONF_PATH: (keepalived_conf("egress-a", both), "0644"),
-             AUTH_PATH % "office": ("authentication {\n    auth_type PASS\n    auth_pass one\n}\n", "0600"),
-             AUTH_PATH % "lab": ("authentication {\n    auth_type PASS\n    auth_pass two\n}\n", "0600")}
+             AUTH_PATH % "office": (auth_conf("one", UID, "office"), "0600"),
+             AUTH_PATH % "lab": (auth_conf("two", UID, "lab"), "0600")}
     (_instance, policy) = member_policies(groups, hypervisors)["egress-a"]
     files.update((path, value) for path, value in guest_files(policy).items() if path.startswith("/usr/local/lib/"))
     completed = keepalived_test(files, keepalived_argv(policy))
@@ -485,13 +487,30 @@ def test_the_include_keeps_the_password_out_of_keepalived_conf_and_the_secret_fi
     conf = files[KEEPALIVED_CONF_PATH]["content"]
     assert PASSWORD not in conf and "    include %s\n" % (AUTH_PATH % "office") in conf
     auth = files[AUTH_PATH % "office"]
-    assert auth == {"path": "/etc/keepalived/egress-auth-office.conf", "mode": "0600",
-                    "secret_content": "authentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % PASSWORD}
+    assert sorted(auth) == ["mode", "path", "secret_content"] and auth["mode"] == "0600"
+    assert auth["secret_content"].endswith("\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % PASSWORD)
     # --diff shows the secret file by its digest (the module's Policy), every other file as text.
     checked = Policy.from_params(policy)
     shown = checked.shown(checked.contents())
     assert shown[auth["path"]].startswith("(secret, sha256 ") and PASSWORD not in json.dumps(shown)
     assert shown[KEEPALIVED_CONF_PATH] == files[KEEPALIVED_CONF_PATH]["content"]
+
+
+def test_the_secret_files_digest_does_not_give_the_short_password_away():
+    """The attack: the secret file's SHA-256 is shown in --diff and recorded in the policy's digest. Of the password's
+    block alone, a search of candidate passwords (here a dictionary holding it) finds the password from it; the
+    crypt line in the file makes each guess cost a SHA-512-crypt, and this search finds nothing."""
+    (_instance, policy) = member_policies([OFFICE], (("hv1", [A]), ("hv2", [B])))["egress-a"]
+    checked = Policy.from_params(policy)
+    shown = checked.shown(checked.contents())[AUTH_PATH % "office"]
+    candidates = ["password", "office", "Pa55word", PASSWORD, "egress"]
+
+    def found(block):
+        return [guess for guess in candidates if "(secret, sha256 %s)" % hashlib.sha256(block(guess).encode()).hexdigest() == shown]
+
+    assert found(lambda guess: "authentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % guess) == []
+    assert found(lambda guess: "# %s\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % (
+        squid_user_hash(UID, "vrrp-office", guess), guess)) == [PASSWORD]
 
 
 def test_keepalived_conf_is_byte_stable_and_says_what_the_design_says():
