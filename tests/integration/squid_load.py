@@ -85,7 +85,7 @@ def _get(proxy, url, timeout, expected=None):
             line = stream.readline()
             if line in (b"\r\n", b"\n", b""):
                 break
-            name, _, value = line.partition(b":")
+            name, value = line.split(b":", 1) if b":" in line else (line, b"")
             if name.strip().lower() == b"content-length":
                 length = int(value.strip())
         received = 0

@@ -110,9 +110,10 @@ class Figures:
         self.seconds = sorted(request["seconds"] for request in self.requests if not request["error"])
 
     def summary(self, label):
-        return ("%s: %d requests, %d failed, %d of 2 downloads cut; latency median %.3f s, slowest %.3f s, %d slower "
+        return ("%s: %d requests, %d failed, %d of %d downloads cut; latency median %.3f s, slowest %.3f s, %d slower "
                 "than 0.5 s; failures: %s" % (
-                    label, len(self.requests), len(self.failed), len(self.cut), statistics.median(self.seconds),
+                    label, len(self.requests), len(self.failed), len(self.cut), LOAD["downloads"],
+                    statistics.median(self.seconds),
                     self.seconds[-1], len([seconds for seconds in self.seconds if seconds > 0.5]),
                     sorted({request["error"] for request in self.failed}) or "none"))
 
@@ -130,7 +131,7 @@ def load_during_reloads(namespace, proxies, reload):
             change_policy(namespace)
             reloaded = subprocess.run(reload, capture_output=True, text=True, timeout=60, check=False)
             assert reloaded.returncode == 0, reloaded.stderr
-        output, _ = client.communicate(timeout=LOAD["download_seconds"] + 60)
+        output = client.communicate(timeout=LOAD["download_seconds"] + 60)[0]
     finally:
         if client.poll() is None:
             client.kill()
@@ -167,8 +168,8 @@ def test_the_held_reload_of_squid_on_its_inside_addresses_refuses_no_connection(
     with squid_namespace(conf, {}, [ORIGIN, "198.51.100.5", "2001:db8:5::5", "198.19.0.5"]) as namespace, \
             origin(namespace):
         listening = namespace.run(["ss", "-Hltn"]).stdout
-        assert all(address in listening for address in ("198.51.100.5:3128", "[2001:db8:5::5]:3128",
-                                                         "198.51.100.5:9301", "127.0.0.1:13128")), listening
+        listeners = ("198.51.100.5:3128", "[2001:db8:5::5]:3128", "198.51.100.5:9301", "127.0.0.1:13128")
+        assert all(address in listening for address in listeners), listening
         held = load_during_reloads(namespace, [["198.51.100.5", 3128], ["2001:db8:5::5", 3128]],
                                    held_reload(namespace, INSIDE_PORTS))
         left = hold_left(namespace)
@@ -216,7 +217,7 @@ def queued_answers(namespace, reload_while_stopped):
     finally:
         os.kill(pid, signal.SIGCONT)
     finish()
-    output, _ = client.communicate(timeout=60)
+    output = client.communicate(timeout=60)[0]
     return json.loads(output)
 
 
@@ -231,7 +232,7 @@ def test_connections_queued_when_the_reload_starts_are_served():
             script = subprocess.Popen(held_reload(namespace, [3128]), stderr=subprocess.PIPE, text=True)
 
             def finish():
-                _, stderr = script.communicate(timeout=60)
+                stderr = script.communicate(timeout=60)[1]
                 assert script.returncode == 0, stderr
             return finish
 
@@ -275,7 +276,7 @@ def test_no_hold_is_left_on_any_path():
         wait_for_hold(namespace)
         assert not connects(namespace)
         os.killpg(script.pid, signal.SIGTERM)
-        _, stderr = script.communicate(timeout=20)
+        stderr = script.communicate(timeout=20)[1]
         assert script.returncode == 143, stderr
         assert hold_left(namespace) == ""
         assert connects(namespace)

@@ -128,7 +128,7 @@ def test_the_filter_drops_a_syn_to_squids_ports_alone(protocol, packet, verdict)
 
 
 def _decode(bytecode):
-    count, _, rest = bytecode.partition(",")
+    count, rest = bytecode.split(",", 1)
     program = [tuple(int(field) for field in word.split()) for word in rest.split(",")]
     assert len(program) == int(count)
     return program
