@@ -101,20 +101,35 @@ def change_policy(namespace):
 
 
 class Figures:
-    """One load's outcome: the failed requests, the cut downloads, the requests' latencies."""
+    """One load's outcome: the failed requests, the cut downloads, the requests' latencies, how long each reload
+    command ran (for the held reload: the hold)."""
 
-    def __init__(self, results):
+    def __init__(self, results, reload_seconds):
+        self.reload_seconds = reload_seconds
         self.requests = sorted(results["requests"], key=lambda request: request["start"])
         self.failed = [request for request in self.requests if request["error"]]
         self.cut = [download for download in results["downloads"] if download["error"]]
         self.seconds = sorted(request["seconds"] for request in self.requests if not request["error"])
 
+    def longest_failing(self):
+        """The longest time from a failed request's start to that of the last one failing with it (less than 0.5 s
+        apart), plus a request's interval: how long new requests failed at one reload."""
+        longest, first, last = 0.0, None, None
+        for start in [request["start"] for request in self.failed] + [None]:
+            if first is not None and (start is None or start - last >= 0.5):
+                longest = max(longest, last - first + 1.0 / LOAD["rate"])
+                first = None
+            if start is not None:
+                first, last = (start if first is None else first), start
+        return longest
+
     def summary(self, label):
-        return ("%s: %d requests, %d failed, %d of %d downloads cut; latency median %.3f s, slowest %.3f s, %d slower "
-                "than 0.5 s; failures: %s" % (
-                    label, len(self.requests), len(self.failed), len(self.cut), LOAD["downloads"],
+        return ("%s: %d requests, %d failed (for %.2f s at the longest), %d of %d downloads cut; latency median %.3f s, "
+                "slowest %.3f s, %d slower than 0.5 s; reloads ran %s s; failures: %s" % (
+                    label, len(self.requests), len(self.failed), self.longest_failing(), len(self.cut), LOAD["downloads"],
                     statistics.median(self.seconds),
                     self.seconds[-1], len([seconds for seconds in self.seconds if seconds > 0.5]),
+                    " ".join("%.2f" % seconds for seconds in self.reload_seconds),
                     sorted({request["error"] for request in self.failed}) or "none"))
 
 
@@ -126,17 +141,20 @@ def load_during_reloads(namespace, proxies, reload):
     try:
         assert client.stdout.readline().strip() == "started"
         began = time.monotonic()
+        reload_seconds = []
         for at in RELOADS_AT:
             time.sleep(max(0.0, began + at - time.monotonic()))
             change_policy(namespace)
+            started = time.monotonic()
             reloaded = subprocess.run(reload, capture_output=True, text=True, timeout=60, check=False)
+            reload_seconds.append(time.monotonic() - started)
             assert reloaded.returncode == 0, reloaded.stderr
         output = client.communicate(timeout=LOAD["download_seconds"] + 60)[0]
     finally:
         if client.poll() is None:
             client.kill()
             client.wait()
-    return Figures(json.loads(output))
+    return Figures(json.loads(output), reload_seconds)
 
 
 def hold_left(namespace):
