@@ -28,7 +28,7 @@ The filter is classic BPF in tc's ``bpf`` classifier, direct-action: it takes sc
 Debian's kernels have (cloud and generic, modules tc loads), and no act_* module (u32 with a gact drop would take
 act_gact). It reads the IP and TCP headers from the network header (SKF_NET_OFF), so it is the same on an Ethernet
 NIC and on the loopback. An IPv4 fragment after the first, and an IPv6 packet with extension headers before TCP,
-pass. Besides the kernel modules, the guest needs ls, sleep, awk and iproute2's tc and ss, all in Debian's images.
+pass. Besides the kernel modules, the guest needs sleep, awk and iproute2's tc and ss, all in Debian's images.
 
 When the hold cannot be set (no tc, no such kernel module, a tc filter of the guest's own at the hold's preference),
 squid is reloaded without it, as before, and the script says so on stderr and exits 0: the new policy is enforced
@@ -55,11 +55,12 @@ HOLD_HANDLE = 0x5EED
 # One line, as a policy's reload argv holds no control character: each source line below ends where sh and awk take a
 # blank for a line break.
 _SCRIPT_LINES = r"""
-set -uf;
+set -u;
 PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH;
 program=$1; listen_seconds=$2; shift 2;
 ports=; while [ "$1" != -- ]; do ports="$ports $1"; shift; done; shift;
-devices=$(ls /sys/class/net); held=; added=; old=; last=;
+devices=; for entry in /sys/class/net/*; do if [ -d "$entry" ]; then devices="$devices ${entry##*/}"; fi; done;
+set -f; held=; added=; old=; last=;
 listeners() {
   ss -Hltne 2>/dev/null | awk -v ports="$ports" '
     BEGIN { n = split(ports, p, " "); for (i = 1; i <= n; i++) watched[p[i]] = 1 }

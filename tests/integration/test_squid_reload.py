@@ -158,10 +158,11 @@ def load_during_reloads(namespace, proxies, reload):
 
 
 def hold_left(namespace):
-    """What of a hold is on the namespace's loopback: its tc filter, an ingress qdisc; "" when nothing."""
-    filters = namespace.run(["tc", "filter", "show", "dev", "lo", "ingress"]).stdout
-    qdiscs = namespace.run(["tc", "qdisc", "show", "dev", "lo"]).stdout
-    return "".join(line for line in (filters + qdiscs).splitlines(True) if "bpf" in line or "ingress" in line)
+    """What of a hold is in the namespace, "" when nothing: {device: its ingress filters} of each device with an
+    ingress qdisc."""
+    qdiscs = [line.split() for line in namespace.run(["tc", "qdisc", "show"]).stdout.splitlines() if "ingress" in line]
+    found = {fields[4]: namespace.run(["tc", "filter", "show", "dev", fields[4], "ingress"]).stdout for fields in qdiscs}
+    return found or ""
 
 
 def test_the_held_reload_refuses_no_connection_where_the_plain_reload_refuses_some():
@@ -265,7 +266,7 @@ def test_connections_queued_when_the_reload_starts_are_served():
 
 def wait_for_hold(namespace):
     deadline = time.monotonic() + 10
-    while "bpf" not in hold_left(namespace):
+    while "bpf" not in str(hold_left(namespace)):
         assert time.monotonic() < deadline, "the hold was not set"
         time.sleep(0.05)
 
@@ -277,9 +278,15 @@ def connects(namespace, timeout=0.5):
     return namespace.run([sys.executable, "-c", probe]).returncode == 0
 
 
+DEVICES = ["lo", "eptest-a", "eptest-b"]
+
+
 def test_no_hold_is_left_on_any_path():
     conf = squid_conf(EVERYWHERE, egress_proxy_allowed_clients=["127.0.0.1"])
     with squid_namespace(conf, {}, [ORIGIN]) as namespace:
+        # Two devices beside the loopback (a veth pair, one end up): the hold goes on each network device.
+        namespace.run(["ip", "link", "add", DEVICES[1], "type", "veth", "peer", "name", DEVICES[2]])
+        namespace.run(["ip", "link", "set", DEVICES[1], "up"])
         # squid not listening again in time (the reload did nothing): the script fails saying so, the hold lifted.
         timed_out = subprocess.run(netns(namespace, squid_reload_argv([3128], reload=["true"], listen_seconds=1)),
                                    capture_output=True, text=True, timeout=60, check=False)
@@ -299,21 +306,25 @@ def test_no_hold_is_left_on_any_path():
         assert hold_left(namespace) == ""
         assert connects(namespace)
 
-        # Killed (SIGKILL): the hold stays and holds every new connection, until the next reload removes it first.
+        # Killed (SIGKILL): the hold stays, on every device, and holds every new connection, until the next reload
+        # removes it first.
         script = subprocess.Popen(netns(namespace, squid_reload_argv([3128], reload=["sleep", "30"])),
                                   start_new_session=True)
         wait_for_hold(namespace)
         os.killpg(script.pid, signal.SIGKILL)
         script.wait(timeout=20)
-        assert "handle 0x%x" % HOLD_HANDLE in hold_left(namespace)
+        left = hold_left(namespace)
+        assert sorted(left) == sorted(DEVICES) and all("handle 0x%x" % HOLD_HANDLE in filters
+                                                       for filters in left.values()), left
         assert not connects(namespace)
         next_run = subprocess.run(held_reload(namespace, [3128]), capture_output=True, text=True, timeout=60,
                                   check=False)
         assert next_run.returncode == 0, next_run.stderr
-        assert "bpf" not in hold_left(namespace)
+        assert hold_left(namespace) == dict.fromkeys(DEVICES, "")
         assert connects(namespace)
-        # The killed run's ingress qdisc stays, empty: no later run can tell it from one of the guest's own.
-        namespace.run(["tc", "qdisc", "del", "dev", "lo", "ingress"])
+        # The killed run's ingress qdiscs stay, empty: no later run can tell them from the guest's own.
+        for device in DEVICES:
+            namespace.run(["tc", "qdisc", "del", "dev", device, "ingress"])
 
         # A tc filter of the guest's own at the hold's preference: squid is reloaded without the hold (its listening
         # socket is a new one), the script says so and succeeds, and that filter stays.
@@ -330,6 +341,7 @@ def test_no_hold_is_left_on_any_path():
         while namespace.run(["ss", "-Hltne", "sport", "=", ":3128"]).stdout in ("", before):
             assert time.monotonic() < deadline, "squid did not reconfigure"
             time.sleep(0.05)
-        filters = namespace.run(["tc", "filter", "show", "dev", "lo", "ingress"]).stdout
-        assert "u32" in filters and "bpf" not in filters, filters
+        # The hold set on the other devices before the loopback refused it is gone from them too.
+        left = hold_left(namespace)
+        assert list(left) == ["lo"] and "u32" in left["lo"] and "bpf" not in left["lo"], left
         assert connects(namespace)
