@@ -20,11 +20,11 @@ description:
     settings its inventory gives.
   - Refuses, naming the entry and its field, an address outside the members' segment or equal to a proxy's or another
     group's, members on different segments, a group of one, a member in two groups on one segment, an unknown member,
-    one listed on two hypervisors, one without a static inside address, members on different ports, and two groups on
-    one segment with one VRRP id.
+    one listed on two hypervisors, one without a static inside address, members on different ports or metrics ports, a C(password) (VRRP version 3
+    has none), and two groups on one segment with one VRRP id.
   - Derives each group's VRRP id, unless given, from the owner, the segment and the group's name, and each member's
     priority, unless given, from its place in C(members) (200, 190, ...).
-  - Never fails itself and never returns a password. The role's check of the proxies
+  - Never fails itself. The role's check of the proxies
     (P(egress_proxies.kvm.proxy_instances#filter)) fails with the problems.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)

@@ -19,7 +19,8 @@ description:
     inventory gives.
   - Each proxy named in a group's C(members), with its C(name), C(hypervisor), C(state), C(port), C(address),
     C(address6), C(outside_address) and C(outside_address6) (a pool's too), the hypervisor's settings where the
-    entry gives none. Nothing else of a proxy, so its users and their passwords stay out of the fact.
+    entry gives none, and C(metrics_port) (the hypervisor's C(egress_proxy_metrics_port) with C(egress_proxy_metrics)
+    on, else none). Nothing else of a proxy, so its users and their passwords stay out of the fact.
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
 positional: _input, groups, settings, hypervisor
@@ -37,7 +38,8 @@ options:
   settings:
     description:
       - The hypervisor's C(egress_proxy_state), C(egress_proxy_address), C(egress_proxy_address6),
-        C(egress_proxy_port), C(egress_proxy_outside) and C(egress_proxy__pool_addresses), those it has.
+        C(egress_proxy_port), C(egress_proxy_outside), C(egress_proxy__pool_addresses), C(egress_proxy_metrics) and
+        C(egress_proxy_metrics_port), those it has.
     type: dict
     required: true
   hypervisor:

@@ -41,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf impo
     is_user_name,
     squid_settings,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
 
 # The per-instance keys and the role-wide variable each one falls back to (meta/argument_specs.yml).
 INSTANCE_DEFAULTS = (
@@ -361,7 +362,7 @@ def role_instances(desired, variables, removing=False):
 
 
 def _with_groups(instance, variables):
-    """``instance`` with ``ha``, the HA groups it is in (ha_groups.instance_groups: no password), when it runs in
+    """``instance`` with ``ha``, the HA groups it is in (ha_groups.instance_groups), when it runs in
     any; any other instance as it was, so its squid.conf and user-data stay what they were."""
     groups = (variables.get("egress_proxy__ha") or {}).get("groups") or []
     found = instance_groups(groups, instance["name"]) if instance["state"] != STATE_ABSENT else []
@@ -415,22 +416,32 @@ def _proxy(instance, variables, texts):
 SQUID_CONF_PATH = "/etc/squid/squid.conf"
 SQUID_USERS_PATH = "/etc/squid/egress-users"
 SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
-# A reload (SIGHUP) keeps the connections squid holds; a squid that is not running is started.
-SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
+
+
+def squid_ports(settings):
+    """Every port squid listens on, from its squid_settings: the proxy's, the metrics port and the cache manager's
+    loopback port with the metrics on, an HA member's loopback health port."""
+    ports = [settings["port"]]
+    if settings["metrics_port"]:
+        ports += [settings["metrics_port"], settings["manager_port"]]
+    if settings["ha_health_port"]:
+        ports.append(settings["ha_health_port"])
+    return ports
 
 
 def squid_policy(instance, squid_conf, variables):
-    """kvm_proxy_set's policy of one proxy: its squid.conf, and its users' file (name:hash, readable by squid's group)."""
+    """kvm_proxy_set's policy of one proxy: its squid.conf, and its users' file (name:hash, readable by squid's group).
+    Its reload (squid_reload_argv: a reconfigure, new connections to every port squid listens on held meanwhile, not
+    refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload."""
     files = [{"path": SQUID_CONF_PATH, "content": squid_conf if squid_conf.endswith("\n") else squid_conf + "\n"}]
-    users = squid_settings(instance, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
-                           variables["egress_proxy_forwarded_for"])[0]["users"]
-    if users:
+    settings = squid_settings(instance, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
+                              variables["egress_proxy_forwarded_for"])[0]
+    if settings["users"]:
         files.append({"path": SQUID_USERS_PATH, "group": "proxy", "mode": "0640",
-                      "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in users)})
-    policy = {"files": files, "validate": SQUID_VALIDATE, "reload": SQUID_RELOAD}
+                      "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in settings["users"])})
+    policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
     if instance.get("ha"):
-        passwords = {index: group.get("password") for index, group in enumerate(variables["egress_proxy_ha_groups"])}
-        return member_policy(instance, policy, passwords, variables["egress_proxy_uid"])
+        return member_policy(instance, policy)
     return policy
 
 

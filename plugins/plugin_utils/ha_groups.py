@@ -8,12 +8,13 @@ keepalived runs in each member's guest, its VRRP unicast between the members' ow
 fleet-wide (members may run on other hypervisors), so each hypervisor's run finds every member wherever it is listed
 (member_view on each hypervisor of the play, the inventory's entries for the others: find_members), checks every
 group as text first, then as addresses (resolve_groups), and gives each member instance the groups it is in
-(instance_groups). A member's guest gets its keepalived.conf, the VRRP password in a secret file of its own, the
-health check and the hand-over script as policy files (member_policy): a change of membership, priority or address
-is applied in place, no VM replaced.
+(instance_groups). A member's guest gets its keepalived.conf, the health check and the hand-over script as policy
+files, and the hand-over as its policy's release (member_policy): a change of membership, priority or address is
+applied in place, no VM replaced.
 
-The password appears in the secret file alone: not in keepalived.conf (which includes the file), not in the groups
-a member instance carries, never in a message.
+VRRP version 3, whose advertisements every half second let a backup take the address about 1.6 s after the holder
+falls silent (version 2 counts in whole seconds: 3.3 s in a guest). Version 3 has no authentication: the members accept
+advertisements from their unicast peers' addresses alone (check_unicast_src), on a segment the operator trusts.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,21 +38,17 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
 VARIABLE = "egress_proxy_ha_groups"
-GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "password", "egress_follows",
-              "egress_address", "egress_address6")
+GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "egress_follows", "egress_address",
+              "egress_address6")
 # keepalived's instance name and the file_sd label: short, and nothing keepalived's parser or a path could read apart.
 _GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,14}")
 # Addresses as text before ipaddress reads them: ASCII digits (no other script's), dots, hex and colons; no blank,
 # no line feed, no %scope, no /prefix (the prefix is the members' own).
 _IPV4_TEXT = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _IPV6_TEXT = re.compile(r"[0-9A-Fa-f:.]{2,45}")
-# VRRP's simple password (auth_type PASS): keepalived keeps 8 characters; these are one token of its configuration.
-_PASSWORD = re.compile(r"[A-Za-z0-9._+=@:,/-]{1,8}")
 _BOOLEAN_TEXT = re.compile(r"[A-Za-z01]{1,5}")
-PASSWORD_CHARACTERS = "letters, digits and . _ + = @ : , / -"
 FIRST_PRIORITY = 200
 PRIORITY_STEP = 10
 MIN_PRIORITY, MAX_PRIORITY = 1, 254
@@ -65,7 +62,6 @@ OUTSIDE_NIC = "nic1"
 HEALTH_PORT = 13129
 KEEPALIVED = "/usr/sbin/keepalived"
 KEEPALIVED_CONF_PATH = "/etc/keepalived/keepalived.conf"
-AUTH_PATH = "/etc/keepalived/egress-auth-%s.conf"
 SCRIPTS_DIR = "/usr/local/lib/egress-proxy"
 HEALTH_SCRIPT_PATH = SCRIPTS_DIR + "/squid-answers"
 HAND_OVER_PATH = SCRIPTS_DIR + "/hand-over"
@@ -76,6 +72,9 @@ KEEPALIVED_VALIDATE = [KEEPALIVED, "--config-test", "--all-config", "--use-file=
 KEEPALIVED_RELOAD = ["/bin/systemctl", "reload-or-restart", "keepalived"]
 # How long the hand-over waits for another member to answer on the address.
 HAND_OVER_SECONDS = 10
+# VRRP's advertisement interval (version 3 counts in centiseconds): a backup takes the address after 3 missed ones
+# and its skew time, about 1.6 s after the holder falls silent.
+ADVERT_INTERVAL = "0.5"
 
 
 class HaGroupError(Exception):
@@ -124,8 +123,8 @@ def _parse_address(entry, index, field, version, problems, required=False):
 
 def parse_groups(groups):
     """``groups`` (egress_proxy_ha_groups) checked as text and parsed: a list of dicts (index, name, address,
-    address6, members, priorities, vrrp_id, password, egress_follows, egress_address, egress_address6), the
-    addresses as ipaddress objects. Raises HaGroupError naming each entry and field; the password is never quoted."""
+    address6, members, priorities, vrrp_id, egress_follows, egress_address, egress_address6), the addresses as
+    ipaddress objects. Raises HaGroupError naming each entry and field."""
     if groups is None or groups == []:
         return []
     if not isinstance(groups, list):
@@ -133,10 +132,14 @@ def parse_groups(groups):
     problems, parsed = [], []
     for index, entry in enumerate(groups):
         if not isinstance(entry, dict):
-            problems.append("%s must be a dictionary (name, address, members, password...)." % _label(index))
+            problems.append("%s must be a dictionary (name, address, members...)." % _label(index))
             continue
         found = []
-        unknown = sorted(str(key) for key in entry if key not in GROUP_KEYS)
+        if "password" in entry:
+            # Its value is not shown: it was a secret.
+            found.append("%s: groups take no password any more (VRRP version 3 has no authentication; the members "
+                         "accept advertisements from each other's addresses alone): remove the key" % _label(index, "password"))
+        unknown = sorted(str(key) for key in entry if key not in GROUP_KEYS and key != "password")
         if unknown:
             found.append("%s has unknown keys %s (known: %s)" % (_label(index), ", ".join(quoted(key) for key in unknown),
                                                                  ", ".join(GROUP_KEYS)))
@@ -154,10 +157,6 @@ def parse_groups(groups):
             if group["vrrp_id"] is None or not MIN_VRRP_ID <= group["vrrp_id"] <= MAX_VRRP_ID:
                 found.append("%s %s is not a VRRP id (%d-%d in ASCII digits)"
                              % (_label(index, "vrrp_id"), quoted(entry["vrrp_id"]), MIN_VRRP_ID, MAX_VRRP_ID))
-        group["password"] = entry.get("password")
-        if not isinstance(group["password"], str) or not _PASSWORD.fullmatch(group["password"]):
-            found.append("%s is missing or not 1-8 of %s (VRRP's simple password; its value is not shown)"
-                         % (_label(index, "password"), PASSWORD_CHARACTERS))
         group.update(_egress(entry, index, found))
         problems.extend("%s." % problem for problem in found)
         parsed.append(group)
@@ -244,10 +243,14 @@ def member_view(entries, groups, settings, hypervisor):
     """What the groups need of the members among ``entries`` (one hypervisor's egress_proxy_instances and the
     egress_proxy_fleet entries naming it): each member's name, hypervisor, state, port and static addresses, with
     the hypervisor's ``settings`` (egress_proxy_state, _address, _address6, _port, _outside, and
-    egress_proxy__pool_addresses, those it has) where the entry gives none. No password, no user."""
+    egress_proxy__pool_addresses, those it has) where the entry gives none, and the hypervisor's metrics port
+    (egress_proxy_metrics_port when egress_proxy_metrics is on; None when off or not known). No user."""
     names = {member for group in groups or [] if isinstance(group, dict) and isinstance(group.get("members"), list)
              for member in group["members"] if isinstance(member, str)}
     pooled = settings.get("egress_proxy__pool_addresses") or {}
+    metrics_port = None
+    if settings.get("egress_proxy_metrics") is not None and boolean(settings["egress_proxy_metrics"], strict=False):
+        metrics_port = settings.get("egress_proxy_metrics_port")
     view = []
     for entry in entries or []:
         if not isinstance(entry, dict) or entry.get("name") not in names:
@@ -258,13 +261,13 @@ def member_view(entries, groups, settings, hypervisor):
             if not outside.get(field):
                 outside[field] = address
         view.append(dict(filled, name=entry["name"], hypervisor=hypervisor, outside_address=outside.get("address") or "",
-                         outside_address6=outside.get("address6") or ""))
+                         outside_address6=outside.get("address6") or "", metrics_port=metrics_port))
     return view
 
 
 # A hypervisor's role-wide settings a member falls back to (member_view's ``settings``), as hostvars show them.
 HOST_SETTINGS = ("egress_proxy_state", "egress_proxy_address", "egress_proxy_address6", "egress_proxy_port",
-                 "egress_proxy_outside")
+                 "egress_proxy_outside", "egress_proxy_metrics", "egress_proxy_metrics_port")
 
 
 def fleet_listings(groups, hostvars, play_hosts, inventory_hosts, fleet):
@@ -307,8 +310,8 @@ def vrrp_id(uid, segment, name):
 def resolve_groups(groups, members, uid):
     """The groups (``groups`` egress_proxy_ha_groups, ``members`` find_members') checked against their members:
     a list of dicts (index, name, vrrp_id, port, address and address6 with the segment's prefix length,
-    egress_address(6) with the outside one, members [{name, hypervisor, address, address6, outside, priority}]),
-    without the password. Raises HaGroupError naming each entry; nothing is touched before."""
+    egress_address(6) with the outside one, members [{name, hypervisor, address, address6, outside, priority}]).
+    Raises HaGroupError naming each entry; nothing is touched before."""
     parsed = parse_groups(groups)
     # Every static address of every member, which no group's address may be.
     taken = {}
@@ -377,6 +380,13 @@ def _resolved(group, views, uid, taken, problems):
         problems.append("%s.members: the members listen on different ports (%s); clients reach the group's address "
                         "on one port, so give them one port" % (
                             label, ", ".join("%s %s" % (name, quoted(port)) for name, port in sorted(ports.items()))))
+    metrics_ports = {view["name"]: _integer(view.get("metrics_port")) for view in views
+                     if view.get("metrics_port") is not None}
+    if len(set(metrics_ports.values())) > 1:
+        problems.append("%s.members: the members serve their metrics on different ports (egress_proxy_metrics_port: %s); "
+                        "the group's metrics target scrapes the group's address on one port, so give their hypervisors "
+                        "one egress_proxy_metrics_port" % (label, ", ".join(
+                            "%s %s" % (name, quoted(port)) for name, port in sorted(metrics_ports.items()))))
     egress = _egress_addresses(group, views, label, taken, problems)
     if problems:
         return None
@@ -479,7 +489,7 @@ def fleet_groups(groups, listings, uid):
 
 
 def instance_groups(resolved, name):
-    """The groups the proxy ``name`` is in, as its instance carries them (no password): each group's name, index,
+    """The groups the proxy ``name`` is in, as its instance carries them: each group's name, index,
     VRRP id, port, addresses, this member's priority and its peers' inside addresses."""
     groups = []
     for group in resolved:
@@ -494,13 +504,15 @@ def instance_groups(resolved, name):
 
 
 def keepalived_conf(name, groups):
-    """The keepalived.conf of the member ``name`` in ``groups`` (instance_groups'): one vrrp_instance per group, its
-    password by include of the group's secret file. Every value was checked as text and parsed before."""
+    """The keepalived.conf of the member ``name`` in ``groups`` (instance_groups'): one vrrp_instance per group, VRRP
+    version 3. Every value was checked as text and parsed before."""
     lines = [
         "# keepalived of the egress proxy %s, written by the egress_proxies.kvm.egress_proxy role from" % name,
         "# egress_proxy_ha_groups. Change the role's variables rather than this file: the next run writes it again.",
         "global_defs {",
         "    router_id %s" % name,
+        # No authentication in version 3: check_unicast_src keeps to the peers' advertisements.
+        "    vrrp_version 3",
         "    script_user root",
         "    enable_script_security",
         "}",
@@ -515,8 +527,8 @@ def keepalived_conf(name, groups):
         "}",
     ]
     for group in groups:
-        # IPv4 VRRP (version 2, which carries the password); the IPv6 addresses move with the instance, excluded
-        # from its advertisements.
+        # IPv4 VRRP between the inside addresses (keepalived takes one family per instance); the IPv6 addresses move
+        # with the instance, excluded from its advertisements.
         virtual = ["%s dev %s" % (group["address"], INSIDE_NIC)]
         if group["egress_address"]:
             virtual.append("%s dev %s" % (group["egress_address"], OUTSIDE_NIC))
@@ -535,7 +547,7 @@ def keepalived_conf(name, groups):
             "    check_unicast_src",
             "    virtual_router_id %d" % group["vrrp_id"],
             "    priority %d" % group["priority"],
-            "    advert_int 1",
+            "    advert_int %s" % ADVERT_INTERVAL,
             "    track_script {",
             "        egress_squid",
             "    }",
@@ -543,20 +555,8 @@ def keepalived_conf(name, groups):
         ] + ["        %s" % address for address in virtual] + ["    }"]
         if excluded:
             lines += ["    virtual_ipaddress_excluded {"] + ["        %s" % address for address in excluded] + ["    }"]
-        lines += ["    include %s" % (AUTH_PATH % group["name"]), "}"]
+        lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def auth_conf(password, owner, group):
-    """The secret file the vrrp_instance of ``group`` (its name) includes: its VRRP password, after a comment line
-    holding the password's SHA-512-crypt (password_hash, salted by ``owner`` and the group).
-
-    The file's SHA-256 is shown in --diff and recorded in the policy's digest: of the 8-character password alone it
-    would give the password away to a search of every 8-character text; with the crypt line each guess costs a
-    SHA-512-crypt too. The guest's copy is readable by root alone and holds the password anyway.
-    """
-    return "# %s\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % (
-        squid_user_hash(owner, "vrrp-" + group, password), password)
 
 
 # keepalived runs it every second with squid's health port; bash's /dev/tcp, so no tool beyond bash is needed.
@@ -636,17 +636,30 @@ def _composed(script, argv):
     return ["/bin/sh", "-c", "set -e; %s" % script, "sh"] + list(argv)
 
 
-def member_policy(instance, policy, passwords, owner):
+# policy.release: the hand-over of each group's address (the arguments after the script: VIP PORT pairs), when the
+# guest has the script; a guest that is not a member yet has none, holds no group's address, and releases nothing.
+RELEASE_SCRIPT = ('[ -x "$1" ] || { echo "no hand-over script at $1: this proxy holds no group address"; exit 0; }; '
+                  'script=$1; shift; while [ "$#" -ge 2 ]; do "$script" "$1" "$2" || exit; shift 2; done')
+
+
+def release_argv(groups, port):
+    """The member's policy.release: the hand-over of each of ``groups``' (instance_groups') client address on
+    ``port`` (the member's, which is its groups'), by a fixed /bin/sh wrapper that succeeds where the guest has no
+    hand-over script."""
+    argv = ["/bin/sh", "-c", RELEASE_SCRIPT, "sh", HAND_OVER_PATH]
+    for group in groups:
+        argv += [group["address"].split("/")[0], str(port)]
+    return argv
+
+
+def member_policy(instance, policy):
     """``policy`` (kvm_proxy_set's policy of the member ``instance``: squid's files, validate, reload) with the
-    member's keepalived.conf, each group's secret file (``passwords`` {group index: password}, ``owner`` the
-    deployment's egress_proxy_uid), the health check and
-    the hand-over script, and the sysctl file where squid listens on the group's address; validated by squid and
-    keepalived's own config test, reloaded by squid's reload then keepalived's."""
+    member's keepalived.conf, the health check and the hand-over script, and the sysctl file where squid listens on
+    the group's address; validated by squid and keepalived's own config test, reloaded by squid's reload then
+    keepalived's; released by the hand-over of its group's address."""
     groups = instance["ha"]
     files = list(policy["files"]) + [
         {"path": KEEPALIVED_CONF_PATH, "content": keepalived_conf(instance["name"], groups)},
-    ] + [{"path": AUTH_PATH % group["name"], "mode": "0600",
-          "secret_content": auth_conf(passwords[group["index"]], owner, group["name"])} for group in groups] + [
         {"path": HEALTH_SCRIPT_PATH, "mode": "0755", "content": HEALTH_SCRIPT},
         {"path": HAND_OVER_PATH, "mode": "0755", "content": hand_over_script(instance["name"])},
     ]
@@ -656,4 +669,5 @@ def member_policy(instance, policy, passwords, owner):
         reload_script = "%s; %s" % (" ".join(SYSCTL_LOAD), reload_script)
     return {"files": files,
             "validate": _composed('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
-            "reload": _composed(reload_script, policy["reload"])}
+            "reload": _composed(reload_script, policy["reload"]),
+            "release": release_argv(groups, instance["port"])}

@@ -103,7 +103,17 @@ PROXY_TEMPLATES = (("user_data", "user-data.yml.j2"), ("squid_conf", "squid.conf
 SQUID_CONF = "/etc/squid/squid.conf"
 SQUID_USERS = "/etc/squid/egress-users"
 SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
-SQUID_RELOAD = ["/bin/systemctl", "reload-or-restart", "squid"]
+
+
+def reload_ports(reload):
+    """The ports a proxy's policy.reload holds new connections to: it is squid_reload_argv's of them (a reconfigure by
+    systemctl), else an AssertionError."""
+    from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
+
+    ports = [int(port) for port in reload[6:reload.index("--")]]
+    assert reload == squid_reload_argv(ports), reload
+    assert reload[reload.index("--") + 1:] == ["/bin/systemctl", "reload-or-restart", "squid"], reload
+    return ports
 
 
 def render_texts(renders):
@@ -142,10 +152,12 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
 
 def policy_files(proxy):
     """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, and
-    the users' file beside it when there are users, checked by squid -k parse and loaded by a reload of squid."""
+    the users' file beside it when there are users, checked by squid -k parse and loaded by a reload of squid that
+    holds new connections to its ports."""
     policy = proxy["policy"]
     assert sorted(policy) == ["files", "reload", "validate"], policy
-    assert (policy["validate"], policy["reload"]) == (SQUID_VALIDATE, SQUID_RELOAD)
+    assert policy["validate"] == SQUID_VALIDATE
+    reload_ports(policy["reload"])
     paths = [entry["path"] for entry in policy["files"]]
     assert paths in ([SQUID_CONF], [SQUID_CONF, SQUID_USERS]), paths
     return {entry["path"]: entry for entry in policy["files"]}

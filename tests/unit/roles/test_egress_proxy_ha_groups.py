@@ -29,7 +29,6 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
-    AUTH_PATH,
     HAND_OVER_PATH,
     HEALTH_PORT,
     HEALTH_SCRIPT_PATH,
@@ -37,7 +36,10 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     SYSCTL_PATH,
     fleet_groups,
     member_view,
+    release_argv,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import MANAGER_PORT
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     REPO_ROOT,
     ROLE,
@@ -49,8 +51,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
 )
 
 UID = "egress_proxies.kvm.egress_proxy"
-PASSWORD = "Pa55:w/d"
-GROUP = {"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"], "password": PASSWORD}
+GROUP = {"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"]}
 A = {"name": "egress-a", "address": "198.18.40.11/24"}
 B = {"name": "egress-b", "address": "198.18.40.12/24"}
 LONE = {"name": "egress-lone", "address": "198.18.40.30/24"}
@@ -87,12 +88,15 @@ def files_of(proxy):
 def test_a_member_gets_keepalived_and_its_files_as_policy():
     proxy = proxies([A], [GROUP])["egress-a"]
     files = files_of(proxy)
-    assert list(files) == [SQUID_CONF, KEEPALIVED_CONF_PATH, AUTH_PATH % "office", HEALTH_SCRIPT_PATH, HAND_OVER_PATH]
-    assert files[AUTH_PATH % "office"]["mode"] == "0600" and "secret_content" in files[AUTH_PATH % "office"]
+    assert list(files) == [SQUID_CONF, KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH]
+    assert not [entry for entry in files.values() if "secret_content" in entry]
     assert "unicast_peer {\n        198.18.40.12\n    }" in files[KEEPALIVED_CONF_PATH]["content"]
     assert proxy["policy"]["validate"][:2] == ["/bin/sh", "-c"] and proxy["policy"]["validate"][-3:] == [
         "/usr/sbin/squid", "-k", "parse"]
-    assert proxy["policy"]["reload"][-3:] == ["/bin/systemctl", "reload-or-restart", "squid"]
+    # squid's reload holds new connections to every port it listens on: the proxy's, the metrics port, the cache
+    # manager's and the health check's loopback ports.
+    assert proxy["policy"]["reload"][4:] == squid_reload_argv([3128, 9301, MANAGER_PORT, HEALTH_PORT])
+    assert proxy["policy"]["release"] == release_argv([{"address": "198.18.40.10/24"}], 3128)
     document = yaml.safe_load(proxy["user_data"])
     assert document["packages"] == ["squid", "qemu-guest-agent", "prometheus-squid-exporter", "keepalived"]
     runcmd = [" ".join(command) if isinstance(command, list) else command for command in document["runcmd"]]
@@ -121,12 +125,12 @@ def test_a_proxy_in_no_group_is_byte_identical_beside_a_group():
     assert "keepalived" not in json.dumps(alone) and "egress_health" not in json.dumps(alone)
 
 
-def test_membership_priority_address_and_password_changes_are_policy_only():
+def test_membership_priority_address_and_id_changes_are_policy_only():
     """The user-data (the machine) stays: only the policy changes, which the module writes in place."""
     before = proxies([A], [GROUP])["egress-a"]
     c = {"name": "egress-c", "address": "198.18.40.13/24"}
     for changed, hv2 in ((dict(GROUP, priorities={"egress-a": 100}), [B]), (dict(GROUP, address="198.18.40.20"), [B]),
-                         (dict(GROUP, password="other"), [B]), (dict(GROUP, vrrp_id=9), [B]),
+                         (dict(GROUP, vrrp_id=9), [B]),
                          (dict(GROUP, members=["egress-a", "egress-b", "egress-c"]), [B, c])):
         after = proxies([A], [changed], hv2=hv2)["egress-a"]
         assert after["user_data"] == before["user_data"] and after["policy"] != before["policy"], changed
@@ -161,6 +165,11 @@ def test_with_an_outside_nic_squid_also_listens_on_the_groups_addresses(tmp_path
     ports = [line for line in squid_parsed(squid, tmp_path) if line.startswith("http_port")]
     assert ports[:4] == ["http_port 198.18.40.11:3128", "http_port [2001:db8:40::11]:3128", "http_port 198.18.40.10:3128",
                          "http_port [2001:db8:40::10]:3128"]
+    # The group's metrics target scrapes the address's holder: the metrics port there too, under the one name its
+    # ACLs match.
+    assert ports[5:8] == ["http_port 198.18.40.11:9301 accel defaultsite=metrics name=egress_metrics",
+                          "http_port 198.18.40.10:9301 accel defaultsite=metrics name=egress_metrics",
+                          "http_port [2001:db8:40::10]:9301 accel defaultsite=metrics name=egress_metrics"]
 
 
 def test_with_egress_follows_requests_on_the_groups_address_leave_from_its_egress_address(tmp_path):
@@ -183,14 +192,22 @@ def test_a_members_port_on_the_health_port_is_refused():
     assert "port %d is the loopback port of the HA group's health check" % HEALTH_PORT in str(error.value)
 
 
-# The refusals reach the role's check of the proxies, naming the entry, never the password.
+# The refusals reach the role's check of the proxies, naming the entry.
 def test_the_groups_problems_fail_the_roles_check_before_anything_is_touched():
     groups = [dict(GROUP, address="198.18.50.10")]
     variables = role_variables(**dict(BASE, egress_proxy_ha_groups=groups, egress_proxy__ha=found(groups, [A], [B])))
     with pytest.raises(AnsibleFilterError) as error:
         proxy_instances([A], variables)
     assert "egress_proxy_ha_groups[0].address 198.18.50.10 is not a host address of the members' segment" in str(error.value)
-    assert PASSWORD not in str(error.value)
+
+
+def test_a_group_that_still_gives_a_password_fails_the_roles_check_naming_the_key():
+    groups = [dict(GROUP, password="Pa55:w/d")]
+    variables = role_variables(**dict(BASE, egress_proxy_ha_groups=groups, egress_proxy__ha=found(groups, [A], [B])))
+    with pytest.raises(AnsibleFilterError) as error:
+        proxy_instances([A], variables)
+    assert "egress_proxy_ha_groups[0].password: groups take no password any more" in str(error.value)
+    assert "Pa55:w/d" not in str(error.value)
 
 
 def test_a_member_whose_user_data_replaces_the_roles_is_refused():
@@ -205,22 +222,6 @@ def test_the_destroy_entry_point_needs_no_group():
     groups = [dict(GROUP, address="198.18.50.10")]
     variables = role_variables(**dict(BASE, egress_proxy_ha_groups=groups, egress_proxy__ha=found(groups, [A], [B])))
     assert [instance["state"] for instance in proxy_instances([A], variables, removing=True)] == ["absent"]
-
-
-def test_no_output_but_the_secret_file_holds_the_password():
-    """Every text the role renders or says for members (user-data, squid.conf, keepalived.conf, scripts, the
-    instances it keeps as a fact, the groups as found, the argv) but the secret file's content."""
-    group = dict(GROUP, address6="2001:db8:40::10", egress_follows=True, egress_address="198.18.41.10")
-    entries, hv2 = [with_outside(A, 11)], [with_outside(B, 12)]
-    shaped = proxies(entries, [group], hv2=hv2, **OUTSIDE)["egress-a"]
-    secret = files_of(shaped).pop(AUTH_PATH % "office")
-    assert PASSWORD in secret["secret_content"]
-    shown = dict(shaped, policy=dict(shaped["policy"], files=[entry for entry in shaped["policy"]["files"]
-                                                              if entry is not secret and "secret_content" not in entry]))
-    variables = role_variables(**dict(BASE, egress_proxy_ha_groups=[group], egress_proxy__ha=found([group], entries, hv2),
-                                      **OUTSIDE))
-    assert PASSWORD not in json.dumps(shown) + json.dumps(variables["egress_proxy__ha"])
-    assert PASSWORD not in json.dumps(proxy_instances(entries, variables))
 
 
 # A real squid in a network namespace: keepalived's health check, the logs, and the hand-over script.
@@ -394,14 +395,13 @@ def shown(out, host):
 
 
 @pytest.mark.parametrize("limit", [None, "hv1"])
-def test_the_role_finds_the_members_across_hypervisors_and_shows_no_password_at_vvv(tmp_path, limit):
+def test_the_role_finds_the_members_across_hypervisors(tmp_path, limit):
     out = run_arguments(tmp_path, limit)
-    assert PASSWORD not in out.replace("\\n", "\n")
     seen = shown(out, "hv1")
     (group,) = seen["ha"]["groups"]
     assert [(member["name"], member["hypervisor"]) for member in group["members"]] == [("egress-a", "hv1"), ("egress-b", "hv2")]
     assert seen["throttle"] == 1
-    assert seen["files"] == [[SQUID_CONF, KEEPALIVED_CONF_PATH, AUTH_PATH % "office", HEALTH_SCRIPT_PATH, HAND_OVER_PATH],
+    assert seen["files"] == [[SQUID_CONF, KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH],
                              [SQUID_CONF]]
 
 

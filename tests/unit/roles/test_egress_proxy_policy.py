@@ -406,3 +406,21 @@ def test_two_proxies_with_one_ipv6_address_written_differently_are_refused():
     first = dict(ENTRY, outside=dict(ENTRY["outside"], address6="2001:db8:20::5/64"))
     with pytest.raises(AnsibleFilterError, match="egress-1 outside.address6 2001:db8:20::5, egress-2 outside.address6"):
         proxy_instances([first, second], role_variables(**BASE))
+
+
+@pytest.mark.parametrize("overrides, ports", [
+    ({}, [3128, 9301, 13128]),
+    ({"egress_proxy_metrics": False, "egress_proxy_port": 8080}, [8080]),
+    ({"egress_proxy_metrics_port": 9400}, [3128, 9400, 13128]),
+])
+def test_the_reload_holds_new_connections_to_every_port_squid_listens_on_and_is_no_part_of_the_digest(overrides, ports):
+    """squid's reload is squid_reload_argv's of its ports; the policy's digest (what a proxy records as held) is over
+    the files alone, so a proxy that held its policy with the reload of before holds it still: the upgrade touches
+    no proxy."""
+    from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
+    from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
+
+    proxy, _files = rendered(**overrides)
+    assert proxy["policy"]["reload"] == squid_reload_argv(ports)
+    before = dict(proxy["policy"], reload=["/bin/systemctl", "reload-or-restart", "squid"])
+    assert Policy.from_params(proxy["policy"]).digest() == Policy.from_params(before).digest()

@@ -52,7 +52,7 @@ BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.1
         "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"}}
 # The proxy joins a group with a proxy of another hypervisor: egress_proxy__ha is what vars/main.yml finds across the
 # fleet.
-HA_GROUPS = [{"name": "office", "address": "198.51.100.10", "members": ["egress-1", "egress-2"], "password": "s3cr3t"}]
+HA_GROUPS = [{"name": "office", "address": "198.51.100.10", "members": ["egress-1", "egress-2"]}]
 HA_FOUND = fleet_groups(HA_GROUPS, [member_view([ENTRY], HA_GROUPS, {"egress_proxy_address": "198.51.100.5/24"}, "hv1"),
                                     member_view([{"name": "egress-2", "address": "198.51.100.7/24"}], HA_GROUPS, {}, "hv2")],
                         "egress_proxies.kvm.egress_proxy")

@@ -90,9 +90,9 @@ ran["metrics_targets"] = targets["groups"][0]["targets"]
 ran["metrics_file_sd"] = len(metrics_file_sd({"hv1": targets["groups"]}, None, ["hv1"]))
 ran["metrics_pages"] = metrics_pages("http://10.0.0.5:9301/metrics  000 7\n")
 ran["ha_group_holders"] = ha_group_holders(
-    [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"], "password": "vrrp-pw"}],
+    [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"]}],
     {"hv1": "http://10.0.0.10:9301/metrics  000 7 \n"})["groups"][0]["answer"]
-ha = [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"], "password": "vrrp-pw"}]
+ha = [{"name": "office", "address": "10.0.0.10", "members": ["egress-a", "egress-b"]}]
 ha_view = ha_member_view([{"name": "egress-a", "address": "10.0.0.11/8"}], ha, {"egress_proxy_port": 3128}, "hv1")
 ran["ha_member_view"] = [member["address"] for member in ha_view]
 ran["ha_groups"] = [member["hypervisor"] for member in ha_groups(

@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.ha_group_holders import ha_group_holders
 
-GROUPS = [{"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"], "password": "s3cret"}]
+GROUPS = [{"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"]}]
 URL = "http://198.18.40.10:9301/metrics"
 PAGE = base64.b64encode(b'squid_up{host="127.0.0.1"} 1\n').decode()
 

@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_set_args import proxy_set_args
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import OMIT, REMOVAL_OPTIONS, role_variables, set_options
 
 IMAGE = {"name": "debian-12", "url": "https://images.example/debian-12.qcow2", "checksum": "", "format": "qcow2"}
@@ -66,10 +67,11 @@ def test_the_arguments_are_the_modules_with_the_roles_values_and_unset_ones_left
         "wait_timeout": 300, "wait_for_port": 3128, "gc": True, "gc_grace_period": 3600, "max_unavailable": 1,
         "proxies": [{"name": "egress-a", "state": "present", "vcpus": 1, "memory_mib": 1024, "disk_size_gb": 10,
                      "autostart": True, "user_data": "#cloud-config\n# egress-a\n", "bridge": "br0",
-                     # squid.conf (its last newline put back) is the proxy's policy, checked and loaded by squid.
+                     # squid.conf (its last newline put back) is the proxy's policy, checked and loaded by squid,
+                     # new connections to its ports (the proxy's, the metrics and cache manager's) held meanwhile.
                      "policy": {"files": [{"path": "/etc/squid/squid.conf", "content": "# squid.conf of egress-a\n"}],
                                 "validate": ["/usr/sbin/squid", "-k", "parse"],
-                                "reload": ["/bin/systemctl", "reload-or-restart", "squid"]}},
+                                "reload": squid_reload_argv([3128, 9301, 13128])}},
                     {"name": "egress-b", "state": "absent"}]}
 
 

@@ -25,13 +25,11 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
-    AUTH_PATH,
     HAND_OVER_PATH,
     HEALTH_SCRIPT_PATH,
     KEEPALIVED_CONF_PATH,
     SYSCTL_PATH,
     HaGroupError,
-    auth_conf,
     fleet_groups,
     fleet_listings,
     instance_groups,
@@ -39,14 +37,13 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     member_policy,
     member_view,
     parse_groups,
+    release_argv,
     resolve_groups,
     vrrp_id,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 
 UID = "egress_proxies.kvm.egress_proxy"
-PASSWORD = "Pa55:w/d"
-OFFICE = {"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"], "password": PASSWORD}
+OFFICE = {"name": "office", "address": "198.18.40.10", "members": ["egress-a", "egress-b"]}
 A = {"name": "egress-a", "address": "198.18.40.11/24", "address6": "2001:db8:40::11/64",
      "outside": {"address": "198.18.41.11/24", "address6": "2001:db8:41::11/64"}}
 B = {"name": "egress-b", "address": "198.18.40.12/24", "address6": "2001:db8:40::12/64",
@@ -74,9 +71,7 @@ def refused(groups, *hypervisors):
     """The sentences the groups are refused with."""
     with pytest.raises(HaGroupError) as error:
         resolved(groups, *hypervisors)
-    message = str(error.value)
-    assert PASSWORD not in message
-    return message
+    return str(error.value)
 
 
 def test_a_group_resolves_with_derived_id_and_priorities_by_order():
@@ -88,7 +83,6 @@ def test_a_group_resolves_with_derived_id_and_priorities_by_order():
         ("egress-c", "hv2", "198.18.40.13", 180)]
     digest = hashlib.sha256(b"egress_proxies.kvm.egress_proxy\x00198.18.40.0/24\x00office").hexdigest()
     assert group["vrrp_id"] == 1 + int(digest, 16) % 255
-    assert "password" not in json.dumps(group) and PASSWORD not in json.dumps(group)
 
 
 def test_given_priorities_and_id_are_kept_and_the_others_follow_the_order():
@@ -105,10 +99,9 @@ def test_the_vrrp_id_is_stable_within_range_and_depends_on_owner_segment_and_nam
     assert {vrrp_id(UID, "198.18.40.0/24", "g%d" % index) for index in range(2000)} == set(range(1, 256))
 
 
-def test_the_group_and_its_instance_carry_no_password():
+def test_an_instance_carries_its_source_peers_priority_and_addresses():
     groups = [dict(OFFICE, address6="2001:db8:40::10")]
     found = fleet_groups(groups, listings(groups, ("hv1", [A]), ("hv2", [B])), UID)
-    assert PASSWORD not in json.dumps(found)
     (member,) = instance_groups(found["groups"], "egress-a")
     assert member["peers"] == ["198.18.40.12"] and member["source"] == "198.18.40.11" and member["priority"] == 200
     assert member["address6"] == "2001:db8:40::10/64"
@@ -190,20 +183,15 @@ def test_hostile_or_wrong_values_are_refused_naming_the_field(field, value, said
     assert said in message and ("egress_proxy_ha_groups[0].%s" % field in message or field == "unknown")
 
 
-@pytest.mark.parametrize("password", ["", "123456789", "pass word", "pass\nwd", "pa#ss", "pa}ss", "pa\"ss",
-                                      "\u0661\u0662\u0663", "p\u00e4ss", None, 12345678])
-def test_a_password_keepalived_cannot_take_as_one_token_is_refused_without_showing_it(password):
+@pytest.mark.parametrize("password", ["secret", "", None, "a\nb"])
+def test_a_password_is_refused_by_name_without_showing_it(password):
+    """VRRP version 3 has no authentication: a group that still gives a password is told so, its value not shown."""
     with pytest.raises(HaGroupError) as error:
         parse_groups([dict(OFFICE, password=password)])
     message = str(error.value)
-    assert "egress_proxy_ha_groups[0].password is missing or not 1-8 of" in message
-    if isinstance(password, str) and password:
-        assert password not in message
-
-
-def test_the_password_is_never_quoted_even_beside_other_refusals():
-    message = refused([dict(OFFICE, address="198.18.50.10"), dict(OFFICE, name="lab", members=["egress-a"])])
-    assert PASSWORD not in message
+    assert message == ("egress_proxy_ha_groups[0].password: groups take no password any more (VRRP version 3 has no "
+                       "authentication; the members accept advertisements from each other's addresses alone): remove "
+                       "the key.")
 
 
 # The refusals of issue 42's item 6, each naming the entry.
@@ -293,6 +281,28 @@ def test_members_on_different_ports_are_refused():
     assert "the members listen on different ports (egress-a 3128, egress-b 3129)" in " ".join(found["problems"])
 
 
+@pytest.mark.parametrize("other, refused_with", [
+    ({"egress_proxy_metrics": True, "egress_proxy_metrics_port": 9302}, "egress-a 9301, egress-b 9302"),
+    ({"egress_proxy_metrics": "yes", "egress_proxy_metrics_port": 9301}, None),
+    # Metrics off on one hypervisor, or not known (one outside the play whose inventory does not say): not compared.
+    ({"egress_proxy_metrics": False, "egress_proxy_metrics_port": 9302}, None),
+    ({}, None),
+])
+def test_members_serving_metrics_on_different_ports_are_refused(other, refused_with):
+    """The group's metrics target scrapes the group's address on one port, whichever member holds it."""
+    metrics = dict(SETTINGS, egress_proxy_metrics=True, egress_proxy_metrics_port=9301)
+    views = [member_view([A], [OFFICE], metrics, "hv1"), member_view([B], [OFFICE], dict(SETTINGS, **other), "hv2")]
+    assert views[0][0]["metrics_port"] == 9301
+    found = fleet_groups([OFFICE], views, UID)
+    if refused_with is None:
+        assert found["problems"] == []
+    else:
+        assert found["problems"] == [
+            "egress_proxy_ha_groups[0].members: the members serve their metrics on different ports "
+            "(egress_proxy_metrics_port: %s); the group's metrics target scrapes the group's address on one port, so "
+            "give their hypervisors one egress_proxy_metrics_port." % refused_with]
+
+
 def test_two_groups_on_one_segment_with_one_id_are_refused_naming_both():
     lab = dict(OFFICE, name="lab", address="198.18.40.20", members=["egress-c", "egress-d"], vrrp_id=51)
     groups = [dict(OFFICE, vrrp_id=51), lab]
@@ -378,22 +388,22 @@ def member_policies(groups, hypervisors, outside=False):
     assert found["problems"] == [], found["problems"]
     squid = {"files": [{"path": "/etc/squid/squid.conf", "content": "http_port 3128\n"}],
              "validate": ["/usr/sbin/squid", "-k", "parse"], "reload": ["/bin/systemctl", "reload-or-restart", "squid"]}
-    passwords = {index: group["password"] for index, group in enumerate(groups)}
     policies = {}
     for _hypervisor, entries in hypervisors:
         for entry in entries:
             member = instance_groups(found["groups"], entry["name"])
             if member:
-                instance = {"name": entry["name"], "ha": member, "outside": entry.get("outside") if outside else {}}
-                policies[entry["name"]] = (instance, member_policy(instance, squid, passwords, UID))
+                instance = {"name": entry["name"], "ha": member, "outside": entry.get("outside") if outside else {},
+                            "port": 3128}
+                policies[entry["name"]] = (instance, member_policy(instance, squid))
     return policies
 
 
 SHAPES = {
     "IPv4": ([OFFICE], (("hv1", [A]), ("hv2", [B, C])), False),
     "dual-stack": ([dict(OFFICE, address6="2001:db8:40::10")], (("hv1", [A]), ("hv2", [B])), False),
-    "two groups": ([OFFICE, dict(OFFICE, name="lab", address="198.18.40.20", members=["egress-c", "egress-d"],
-                                 password="other")], (("hv1", [A, C]), ("hv2", [B, D])), False),
+    "two groups": ([OFFICE, dict(OFFICE, name="lab", address="198.18.40.20", members=["egress-c", "egress-d"])],
+                   (("hv1", [A, C]), ("hv2", [B, D])), False),
     "egress_follows": ([dict(OFFICE, address6="2001:db8:40::10", egress_follows=True, egress_address="198.18.41.10",
                              egress_address6="2001:db8:41::10")], (("hv1", [A]), ("hv2", [B])), True),
 }
@@ -445,9 +455,7 @@ def test_keepalived_reads_two_instances_in_one_configuration():
     groups, hypervisors, _outside = SHAPES["two groups"]
     found = fleet_groups(groups, listings(groups, *hypervisors), UID)["groups"]
     both = instance_groups(found, "egress-a") + [dict(instance_groups(found, "egress-c")[0], source="198.18.40.11")]
-    files = {KEEPALIVED_CONF_PATH: (keepalived_conf("egress-a", both), "0644"),
-             AUTH_PATH % "office": (auth_conf("one", UID, "office"), "0600"),
-             AUTH_PATH % "lab": (auth_conf("two", UID, "lab"), "0600")}
+    files = {KEEPALIVED_CONF_PATH: (keepalived_conf("egress-a", both), "0644")}
     (_instance, policy) = member_policies(groups, hypervisors)["egress-a"]
     files.update((path, value) for path, value in guest_files(policy).items() if path.startswith("/usr/local/lib/"))
     completed = keepalived_test(files, keepalived_argv(policy))
@@ -457,21 +465,23 @@ def test_keepalived_reads_two_instances_in_one_configuration():
 
 @needs_keepalived
 @pytest.mark.parametrize("broken, said", [
-    ("missing auth file", "Config files missing"),
-    ("password over 8", "Truncating auth_pass"),
+    ("VRRP version 2", "VRRPv2 advertisement interval 0.500000s must be an integer"),
+    ("an authentication block", "VRRP version 3 does not support authentication"),
     ("writable health script", "insecure"),
     ("no inside NIC", "interface nic7"),
 ])
 def test_keepalived_config_test_fails_the_validate_on_what_it_refuses(broken, said):
-    """The validate can fail: each of these makes keepalived's config test exit non-zero (--all-config for the
-    missing include, which keepalived otherwise only warns about)."""
+    """The validate can fail: each of these makes keepalived's config test exit non-zero (version 2 counts the
+    advertisement interval in whole seconds; version 3 has no authentication)."""
     (_instance, policy) = member_policies([OFFICE], (("hv1", [A]), ("hv2", [B])))["egress-a"]
     files = guest_files(policy)
     argv = keepalived_argv(policy)
-    if broken == "missing auth file":
-        del files[AUTH_PATH % "office"]
-    elif broken == "password over 8":
-        files[AUTH_PATH % "office"] = ("authentication {\n    auth_type PASS\n    auth_pass 123456789\n}\n", "0600")
+    conf = files[KEEPALIVED_CONF_PATH][0]
+    if broken == "VRRP version 2":
+        files[KEEPALIVED_CONF_PATH] = (conf.replace("    vrrp_version 3\n", ""), "0644")
+    elif broken == "an authentication block":
+        files[KEEPALIVED_CONF_PATH] = (conf.replace("    advert_int 0.5\n", "    advert_int 0.5\n    authentication {\n"
+                                                    "        auth_type PASS\n        auth_pass secret\n    }\n"), "0644")
     elif broken == "writable health script":
         files[HEALTH_SCRIPT_PATH] = (files[HEALTH_SCRIPT_PATH][0], "0777")
     else:
@@ -479,38 +489,6 @@ def test_keepalived_config_test_fails_the_validate_on_what_it_refuses(broken, sa
                                        .replace("dev nic0", "dev nic7"), "0644")
     completed = keepalived_test(files, argv)
     assert completed.returncode != 0 and said in completed.stderr, completed.stderr
-
-
-def test_the_include_keeps_the_password_out_of_keepalived_conf_and_the_secret_file_is_0600():
-    (_instance, policy) = member_policies([OFFICE], (("hv1", [A]), ("hv2", [B])))["egress-a"]
-    files = {entry["path"]: entry for entry in policy["files"]}
-    conf = files[KEEPALIVED_CONF_PATH]["content"]
-    assert PASSWORD not in conf and "    include %s\n" % (AUTH_PATH % "office") in conf
-    auth = files[AUTH_PATH % "office"]
-    assert sorted(auth) == ["mode", "path", "secret_content"] and auth["mode"] == "0600"
-    assert auth["secret_content"].endswith("\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % PASSWORD)
-    # --diff shows the secret file by its digest (the module's Policy), every other file as text.
-    checked = Policy.from_params(policy)
-    shown = checked.shown(checked.contents())
-    assert shown[auth["path"]].startswith("(secret, sha256 ") and PASSWORD not in json.dumps(shown)
-    assert shown[KEEPALIVED_CONF_PATH] == files[KEEPALIVED_CONF_PATH]["content"]
-
-
-def test_the_secret_files_digest_does_not_give_the_short_password_away():
-    """The attack: the secret file's SHA-256 is shown in --diff and recorded in the policy's digest. Of the password's
-    block alone, a search of candidate passwords (here a dictionary holding it) finds the password from it; the
-    crypt line in the file makes each guess cost a SHA-512-crypt, and this search finds nothing."""
-    (_instance, policy) = member_policies([OFFICE], (("hv1", [A]), ("hv2", [B])))["egress-a"]
-    checked = Policy.from_params(policy)
-    shown = checked.shown(checked.contents())[AUTH_PATH % "office"]
-    candidates = ["password", "office", "Pa55word", PASSWORD, "egress"]
-
-    def found(block):
-        return [guess for guess in candidates if "(secret, sha256 %s)" % hashlib.sha256(block(guess).encode()).hexdigest() == shown]
-
-    assert found(lambda guess: "authentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % guess) == []
-    assert found(lambda guess: "# %s\nauthentication {\n    auth_type PASS\n    auth_pass %s\n}\n" % (
-        squid_user_hash(UID, "vrrp-office", guess), guess)) == [PASSWORD]
 
 
 def test_keepalived_conf_is_byte_stable_and_says_what_the_design_says():
@@ -523,12 +501,13 @@ def test_keepalived_conf_is_byte_stable_and_says_what_the_design_says():
     assert instance.split("    virtual_router_id")[0] == (
         "    state BACKUP\n    nopreempt\n    interface nic0\n    unicast_src_ip 198.18.40.12\n"
         "    unicast_peer {\n        198.18.40.11\n    }\n    check_unicast_src\n")
-    assert "    priority 190\n    advert_int 1\n    track_script {\n        egress_squid\n    }\n" in instance
+    assert "    priority 190\n    advert_int 0.5\n    track_script {\n        egress_squid\n    }\n" in instance
     assert ("    virtual_ipaddress {\n        198.18.40.10/24 dev nic0\n        198.18.41.10/24 dev nic1\n    }\n"
             "    virtual_ipaddress_excluded {\n        2001:db8:40::10/64 dev nic0\n    }\n") in instance
     assert ('vrrp_script egress_squid {\n    script "/usr/local/lib/egress-proxy/squid-answers 13129"\n    interval 1\n'
             "    timeout 2\n    fall 3\n    rise 2\n}\n") in conf
-    assert "    router_id egress-b\n    script_user root\n    enable_script_security\n" in conf
+    assert "    router_id egress-b\n    vrrp_version 3\n    script_user root\n    enable_script_security\n" in conf
+    assert "authentication" not in conf and "include" not in conf
 
 
 def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text():
@@ -539,9 +518,9 @@ def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text(
     assert policy["reload"] == [
         "/bin/sh", "-c", 'set -e; /usr/sbin/sysctl --quiet --load=%s; "$@"; /bin/systemctl reload-or-restart '
         "keepalived" % SYSCTL_PATH, "sh", "/bin/systemctl", "reload-or-restart", "squid"]
+    assert policy["release"] == release_argv([{"address": "198.18.40.10/24"}], 3128)
     paths = [entry["path"] for entry in policy["files"]]
-    assert paths == ["/etc/squid/squid.conf", KEEPALIVED_CONF_PATH, AUTH_PATH % "office", HEALTH_SCRIPT_PATH,
-                     HAND_OVER_PATH, SYSCTL_PATH]
+    assert paths == ["/etc/squid/squid.conf", KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH, SYSCTL_PATH]
     modes = {entry["path"]: entry.get("mode") for entry in policy["files"]}
     assert modes[HEALTH_SCRIPT_PATH] == modes[HAND_OVER_PATH] == "0755"
     # Without an outside NIC squid listens on every address: no sysctl.
@@ -553,4 +532,49 @@ def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text(
 def test_the_policy_is_what_the_module_accepts():
     for _name, (_instance, policy) in member_policies(*SHAPES["egress_follows"]).items():
         checked = Policy.from_params(policy)
-        assert [policy_file.secret for policy_file in checked.files].count(True) == 1
+        assert [policy_file.secret for policy_file in checked.files].count(True) == 0
+        assert list(checked.release) == policy["release"]
+
+
+# policy.release: the hand-over, run by the module through the guest agent before the VM is shut down.
+def run_release(argv, script):
+    """``argv`` (release_argv's) run by /bin/sh with the hand-over script at ``script`` instead of HAND_OVER_PATH."""
+    assert argv[4] == HAND_OVER_PATH
+    return subprocess.run(argv[:4] + [str(script)] + argv[5:], capture_output=True, text=True, timeout=10, check=False)
+
+
+def test_the_release_hands_each_groups_address_over_on_the_members_port():
+    (instance, policy) = member_policies(*SHAPES["IPv4"])["egress-a"]
+    assert instance["ha"][0]["address"] == "198.18.40.10/24"
+    assert policy["release"] == ["/bin/sh", "-c", policy["release"][2], "sh", HAND_OVER_PATH, "198.18.40.10", "3128"]
+    # Fixed text: every value is an argument.
+    assert "198.18" not in policy["release"][2] and HAND_OVER_PATH not in policy["release"][2]
+    (_instance, policy) = member_policies(*SHAPES["two groups"])["egress-c"]
+    assert policy["release"][4:] == [HAND_OVER_PATH, "198.18.40.20", "3128"]
+
+
+def test_the_release_runs_the_hand_over_for_every_group_in_turn_and_stops_at_a_refusal(tmp_path):
+    script = tmp_path / "hand-over"
+    calls = tmp_path / "calls"
+    script.write_text("#!/bin/sh\necho \"$1 $2\" >> %s\n[ \"$1\" != 198.18.50.10 ] || { echo refused; exit 3; }\n" % calls)
+    script.chmod(0o755)
+    groups = [{"address": "198.18.40.10/24"}, {"address": "198.18.60.10/24"}]
+    completed = run_release(release_argv(groups, 3128), script)
+    assert completed.returncode == 0 and calls.read_text() == "198.18.40.10 3128\n198.18.60.10 3128\n"
+    calls.unlink()
+    groups = [{"address": "198.18.50.10/24"}, {"address": "198.18.60.10/24"}]
+    completed = run_release(release_argv(groups, 3128), script)
+    assert (completed.returncode, completed.stdout) == (3, "refused\n")
+    assert calls.read_text() == "198.18.50.10 3128\n"
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_the_release_of_a_guest_without_an_executable_hand_over_succeeds_saying_so(tmp_path, present):
+    """A proxy that is becoming a member has its old policy, without the script, when the run replaces it."""
+    script = tmp_path / "hand-over"
+    if present:
+        script.write_text("#!/bin/sh\nexit 1\n")
+        script.chmod(0o644)
+    completed = run_release(release_argv([{"address": "198.18.40.10/24"}], 3128), script)
+    assert completed.returncode == 0
+    assert completed.stdout == "no hand-over script at %s: this proxy holds no group address\n" % script
