@@ -224,6 +224,10 @@ options:
             description: As O(policy.reload).
             type: list
             elements: str
+          release:
+            description: As O(policy.release).
+            type: list
+            elements: str
       on_unreachable_agent:
         description: This proxy's O(on_unreachable_agent).
         type: str
