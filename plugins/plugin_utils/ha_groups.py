@@ -38,6 +38,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import RELOADING_FILE, RELOADING_SECONDS
 
 VARIABLE = "egress_proxy_ha_groups"
 GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "egress_follows", "egress_address",
@@ -565,12 +566,17 @@ HEALTH_SCRIPT = r"""#!/bin/bash
 # port. Success is an HTTP status line coming back (squid's 403 for the health port): squid's worker answered, not
 # just a process that listens. Written by the egress_proxies.kvm.egress_proxy role.
 case $1 in '' | *[!0-9]*) exit 2 ;; esac
+# squid reloading, new connections held (squid_reload): answering, for at most %(reloading_seconds)d s.
+if read -r since < %(reloading_file)s 2>/dev/null; then
+  read -r up _ < /proc/uptime
+  case $since in '' | *[!0-9]*) ;; *) [ $(( ${up%%.*} - since )) -lt %(reloading_seconds)d ] && exit 0 ;; esac
+fi
 exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
 printf 'GET http://127.0.0.1/ HTTP/1.0\r\n\r\n' >&3
 IFS= read -r -t 1 status <&3 || exit 1
 case $status in "HTTP/1."[01]" "[1-5][0-9][0-9]*) exit 0 ;; esac
 exit 1
-"""
+""" % {"reloading_file": RELOADING_FILE, "reloading_seconds": RELOADING_SECONDS}
 
 # The run hands a group's address over before it stops, replaces or reloads the member that holds it.
 HAND_OVER_SCRIPT = r"""#!/bin/bash

@@ -39,8 +39,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# What the guest's squid.service runs for a reload: kill -HUP (a reconfigure); a start when squid is not running.
-SQUID_RELOAD = ("/bin/systemctl", "reload-or-restart", "squid")
+# squid's reload: what the guest's squid.service runs for one (kill -HUP of the pid in its pid file: a reconfigure),
+# done by the shell's builtins, as systemctl takes a second on a slow guest, with new connections held meanwhile; a
+# start through systemd when squid does not run (no pid file, or its pid is another program's now).
+SQUID_RELOAD = ("/bin/sh", "-c", 'read -r pid < /run/squid.pid && read -r name < "/proc/$pid/comm" && '
+                '[ "$name" = squid ] && kill -HUP "$pid" || exec /bin/systemctl reload-or-restart squid')
 SHELL = "/bin/sh"
 # The longest squid may take to listen again, new connections held meanwhile; the most is MAX_LISTEN_SECONDS.
 LISTEN_SECONDS = 30
@@ -50,6 +53,14 @@ MAX_PORTS = 64
 # filter of the guest's own that lets a packet through sees it before the hold.
 HOLD_PREF = 1
 HOLD_HANDLE = 0x5EED
+# While a reload holds new connections, this file holds the guest's uptime (whole seconds) at its start: a health check
+# of squid (an HA group's, plugin_utils/ha_groups.py) counts squid as answering meanwhile, for at most
+# RELOADING_SECONDS, since its own connection is held too. Removed with the hold.
+RELOADING_FILE = "/run/egress-proxy-squid-reload"
+# The longest the reload waits, new connections held, for squid to accept those already queued: a slow guest (TCG)
+# takes seconds where a KVM one takes milliseconds, and a queued connection is reset when its socket closes.
+DRAIN_SECONDS = 5
+RELOADING_SECONDS = 60
 
 # A fixed script: every value comes as an argument (the filter, listen_seconds, the ports, "--", the reload command).
 # One line, as a policy's reload argv holds no control character: each source line below ends where sh and awk take a
@@ -59,8 +70,9 @@ set -u;
 PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH;
 program=$1; listen_seconds=$2; shift 2;
 ports=; while [ "$1" != -- ]; do ports="$ports $1"; shift; done; shift;
-devices=; for entry in /sys/class/net/*; do if [ -d "$entry" ]; then devices="$devices ${entry##*/}"; fi; done;
-set -f; held=; added=; old=; last=;
+devices=; for entry in /sys/class/net/*; do if [ -d "$entry" ] && [ "${entry##*/}" != lo ]; then devices="$devices ${entry##*/}"; fi; done;
+if [ -d /sys/class/net/lo ]; then devices="$devices lo"; fi;
+set -f; held=; added=; old=;
 listeners() {
   ss -Hltne 2>/dev/null | awk -v ports="$ports" '
     BEGIN { n = split(ports, p, " "); for (i = 1; i <= n; i++) watched[p[i]] = 1 }
@@ -75,14 +87,12 @@ drained() {
     END { exit waiting }';
 };
 reopened() {
-  seen=$(listeners);
-  if [ -z "$seen" ] || [ "$seen" != "$last" ]; then last=$seen; return 1; fi;
-  printf '%s\n' "$seen" | awk -v ports="$ports" -v old="$old" '
+  listeners | awk -v ports="$ports" -v old="$old" '
     BEGIN { n = split(ports, p, " "); for (i = 1; i <= n; i++) missing[p[i]] = 1;
-            n = split(old, o, " "); for (i = 1; i <= n; i++) closed[o[i]] = 1 }
-    $2 in closed { exit 1 }
-    { delete missing[$1] }
-    END { for (port in missing) exit 1 }';
+            n = split(old, o, " "); for (i = 1; i < n; i += 2) { before[o[i]]++; closed[o[i + 1]] = 1 } }
+    $2 in closed { stale = 1 }
+    { delete missing[$1]; now[$1]++ }
+    END { if (stale) exit 1; for (port in missing) exit 1; for (port in before) if (now[port] < before[port]) exit 1 }';
 };
 centiseconds() { read -r up _ < /proc/uptime; clock=$(( ${up%.*} * 100 + 1${up#*.} - 100 )); };
 poll() {
@@ -94,7 +104,7 @@ lift() {
   kept=;
   for device in $held; do remove_filter "$device" || kept="$kept $device"; done;
   for device in $added; do tc qdisc del dev "$device" ingress; done;
-  held=; added=;
+  held=; added=; rm -f @RELOADING@;
   if [ -n "$kept" ]; then
     echo "the hold on new connections to squid stays on$kept (tc filter del dev DEVICE ingress pref @PREF@ removes it)" >&2;
     return 1;
@@ -109,13 +119,14 @@ hold() {
 };
 trap 'lift || exit 1' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM;
 for device in $devices; do remove_filter "$device" 2>/dev/null; done;
+old=$(listeners | awk '{ printf "%s %s ", $1, $2 }');
+read -r up _ < /proc/uptime; echo "${up%.*}" > @RELOADING@;
 if ! hold; then
   lift || exit;
   echo "squid reloaded without holding new connections: the tc filter above could not be set" >&2;
   exec "$@";
 fi;
-poll 1 drained || echo "connections to squid were still queued after 1 s; reloading" >&2;
-old=$(listeners | awk '{ printf "%s ", $2 }');
+poll @DRAIN@ drained || echo "connections to squid were still queued after @DRAIN@ s; reloading" >&2;
 "$@" || exit;
 if ! poll "$listen_seconds" reopened; then
   echo "squid did not listen again on every port of$ports within $listen_seconds s; listening: $(listeners | awk '{ printf "%s ", $1 }')" >&2;
@@ -123,7 +134,8 @@ if ! poll "$listen_seconds" reopened; then
 fi
 """
 SCRIPT = " ".join(line.strip() for line in _SCRIPT_LINES.strip().splitlines()).replace(
-    "@PREF@", str(HOLD_PREF)).replace("@HANDLE@", str(HOLD_HANDLE))
+    "@PREF@", str(HOLD_PREF)).replace("@HANDLE@", str(HOLD_HANDLE)).replace("@RELOADING@", RELOADING_FILE).replace(
+    "@DRAIN@", str(DRAIN_SECONDS))
 
 
 def squid_reload_argv(ports, reload=SQUID_RELOAD, listen_seconds=LISTEN_SECONDS):

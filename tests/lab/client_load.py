@@ -1,8 +1,8 @@
 """A client's load through a proxy, recorded request by request: what a client behind an egress proxy lives through.
 
-`python -m tests.lab.client_load PROXY URL OUT [--rate N] [--downloads N] [--download-url URL]` (run in a client
-namespace, `ip netns exec`) starts a new request through PROXY (host:port) every 1/N s, each on a new TCP connection
-with a 5 s bound, and keeps N downloads of DOWNLOAD-URL going one after another, until it receives SIGTERM. Each
+`python -m tests.lab.client_load PROXY URL OUT [--rate N] [--timeout S] [--downloads N] [--download-url URL]` (run in
+a client namespace, `ip netns exec`) starts a new request through PROXY (host:port) every 1/N s, each on a new TCP
+connection with an S s bound (5 by default), and keeps N downloads of DOWNLOAD-URL going one after another, until it receives SIGTERM. Each
 finished request is one JSON line in OUT: {"kind": "request"|"download", "start", "end" (monotonic seconds), "ok",
 "status", "proxy" (the X-Egress-Proxy header: the proxy that answered), "error"}. ``summary()`` reads OUT back.
 """
@@ -53,17 +53,17 @@ class Recorder:
             self.handle.flush()
 
 
-def run(proxy, url, out, rate, downloads, download_url):
+def run(proxy, url, out, rate, downloads, download_url, timeout=REQUEST_TIMEOUT):
     with open(out, "a", encoding="utf-8") as handle:
-        _load(proxy, url, Recorder(handle), rate, downloads, download_url)
+        _load(proxy, url, Recorder(handle), rate, downloads, download_url, timeout)
 
 
-def _load(proxy, url, recorder, rate, downloads, download_url):
+def _load(proxy, url, recorder, rate, downloads, download_url, timeout):
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_args: stopping.set())
 
-    def one_request():
-        recorder.write("request", fetch(proxy, url, REQUEST_TIMEOUT))
+    def one_request(number):
+        recorder.write("request", dict(fetch(proxy, url, timeout), id=number))
 
     def downloading():
         while not stopping.is_set():
@@ -74,19 +74,31 @@ def _load(proxy, url, recorder, rate, downloads, download_url):
     interval = 1.0 / rate
     next_start = time.monotonic()
     threads = []
+    number = 0
     while not stopping.is_set():
-        thread = threading.Thread(target=one_request, daemon=True)
+        number += 1
+        # Its start first: a reader tells a request still under way from one never started (pending()).
+        recorder.write("start", {"id": number, "start": time.monotonic()})
+        thread = threading.Thread(target=one_request, args=(number,), daemon=True)
         thread.start()
         threads.append(thread)
         next_start += interval
         stopping.wait(max(0.0, next_start - time.monotonic()))
     for thread in threads:
-        thread.join(REQUEST_TIMEOUT + 1)
+        thread.join(timeout + 1)
 
 
 def records(path):
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def pending(path, until):
+    """How many requests started by ``until`` (monotonic seconds) have not finished yet."""
+    found = records(path)
+    finished = {record["id"] for record in found if record["kind"] == "request"}
+    return len([record for record in found
+                if record["kind"] == "start" and record["start"] <= until and record["id"] not in finished])
 
 
 def summary(path, since=None, until=None):
@@ -111,7 +123,7 @@ def summary(path, since=None, until=None):
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
-    options = {"--rate": "20", "--downloads": "0", "--download-url": ""}
+    options = {"--rate": "20", "--timeout": str(REQUEST_TIMEOUT), "--downloads": "0", "--download-url": ""}
     positional = []
     while arguments:
         argument = arguments.pop(0)
@@ -120,4 +132,4 @@ if __name__ == "__main__":
         else:
             positional.append(argument)
     run(positional[0], positional[1], positional[2], float(options["--rate"]), int(options["--downloads"]),
-        options["--download-url"] or positional[1])
+        options["--download-url"] or positional[1], float(options["--timeout"]))

@@ -106,13 +106,13 @@ SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
 
 
 def reload_ports(reload):
-    """The ports a proxy's policy.reload holds new connections to: it is squid_reload_argv's of them (a reconfigure by
-    systemctl), else an AssertionError."""
-    from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import squid_reload_argv
+    """The ports a proxy's policy.reload holds new connections to: it is squid_reload_argv's of them (squid's reload,
+    SQUID_RELOAD), else an AssertionError."""
+    from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import SQUID_RELOAD, squid_reload_argv
 
     ports = [int(port) for port in reload[6:reload.index("--")]]
     assert reload == squid_reload_argv(ports), reload
-    assert reload[reload.index("--") + 1:] == ["/bin/systemctl", "reload-or-restart", "squid"], reload
+    assert reload[reload.index("--") + 1:] == list(SQUID_RELOAD), reload
     return ports
 
 
