@@ -4,12 +4,10 @@ A row's cells are what a hypervisor's listing said (a domain's name, the owner i
 """
 
 import base64
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.ha_group_holders import ha_group_holders
+from ansible_collections.egress_proxies.kvm.tests.unit.page_server import PageServers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TABLE_TASK = "Show every proxy of every hypervisor"
@@ -159,43 +158,12 @@ def test_a_bad_group_variable_is_a_line_that_names_the_entry(tmp_path):
     assert groups["groups"] == [] and lines[-1].startswith("egress_proxy_ha_groups: egress_proxy_ha_groups[0].address"), lines
 
 
-class Answers(http.server.BaseHTTPRequestHandler):
-    """Answers with the server's ``headers`` (name, value pairs) and ``page`` (bytes; None: an endless page)."""
-
-    def do_GET(self):
-        self.send_response(200)
-        for name, value in self.server.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        if self.server.page is not None:
-            self.wfile.write(self.server.page)
-            return
-        try:
-            while True:
-                self.wfile.write(b"squid_client_http_requests_total 1\n" * 1024)
-        except OSError:
-            pass
-
-    def log_message(self, fmt, *args):
-        pass
-
-
 @pytest.fixture
 def answering():
     """serve(address, port, headers, page): an HTTP server on address:port (port 0: any); its port."""
-    servers = []
-
-    def serve(address, port, headers, page=PAGE_BYTES):
-        server = http.server.ThreadingHTTPServer((address, port), Answers)
-        server.headers, server.page = headers, page
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1]
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    servers = PageServers()
+    yield lambda address, port, headers, page=PAGE_BYTES: servers.serve(address, port, page, headers)
+    servers.close()
 
 
 def test_status_reads_each_groups_address_within_its_bounds_and_believes_only_a_members_name(answering):

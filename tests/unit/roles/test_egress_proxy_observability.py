@@ -15,12 +15,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
-import http.server
 import json
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -35,6 +33,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf impo
     MANAGER_PORT,
     squid_settings,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.page_server import PageServers
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     EXPORTER_DEFAULTS,
@@ -269,40 +268,11 @@ def test_a_page_that_cannot_be_read_whole_says_so(line, answer):
     assert metrics_pages(line) == {"http://198.51.100.5:9301/metrics": {"answer": answer, "requests": None}}
 
 
-class Page(http.server.BaseHTTPRequestHandler):
-    """Serves the server's ``page`` (bytes), or an endless page when it is None."""
-
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        if self.server.page is not None:
-            self.wfile.write(self.server.page)
-            return
-        try:
-            while True:
-                self.wfile.write(b"squid_client_http_requests_total 1\n" * 1024)
-        except OSError:
-            pass
-
-    def log_message(self, fmt, *args):
-        pass
-
-
 @pytest.fixture
 def pages():
-    servers = []
-
-    def serve(page):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-        server.page = page
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return "http://127.0.0.1:%d/metrics" % server.server_address[1]
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    servers = PageServers()
+    yield lambda page: "http://127.0.0.1:%d/metrics" % servers.serve("127.0.0.1", 0, page)
+    servers.close()
 
 
 def test_status_fetches_each_page_apart_within_its_bounds(pages):
