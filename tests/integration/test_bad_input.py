@@ -190,13 +190,14 @@ ROLE_CASES = [
 
 
 def _role_listing(spec):
-    """Every domain (with its definition) and every volume of every pool on a lab hypervisor."""
+    """Every domain (with its definition) and every volume of every pool on a lab hypervisor: name, path, type and
+    capacity, not the allocation, which a running VM's disk (scripts/demo's, beside the tests) changes by itself."""
     domains = {name: hypervisors.virsh(spec, "dumpxml", "--inactive", name).stdout
                for name in hypervisors.virsh(spec, "list", "--all", "--name").stdout.split()}
     volumes = {}
     for pool in hypervisors.virsh(spec, "pool-list", "--all", "--name").stdout.split():
         hypervisors.virsh(spec, "pool-refresh", pool)
-        volumes[pool] = hypervisors.virsh(spec, "vol-list", pool, "--details").stdout
+        volumes[pool] = [line.split()[:-2] for line in hypervisors.virsh(spec, "vol-list", pool, "--details").stdout.splitlines()]
     return domains, volumes
 
 

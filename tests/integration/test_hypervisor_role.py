@@ -157,7 +157,7 @@ def test_prepare_on_the_labs_deploy_inventory_changes_nothing_on_its_prepared_hy
         for host in ("lab-hv1", "lab-hv2"):
             assert run.stats(host)["changed"] == 0, (host, run)
             (ready,) = run.results("Report the prepared host", host)
-            assert "%s is ready: libvirt answers on qemu:///system, pool egress, bridge br0," % host in ready["msg"], ready
+            assert "%s is ready: libvirt answers on qemu:///system, pool egress, bridge br2," % host in ready["msg"], ready
             (install,) = run.results("Install QEMU, libvirt and the modules' Python libraries (apt)", host)
             assert install.get("skipped"), install
     print("prepare.yml on inventories/lab: %.0f s" % run.seconds)
