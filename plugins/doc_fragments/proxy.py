@@ -367,7 +367,7 @@ options:
             back too when the apply stops anywhere before this check passed (the guest agent gone, too slow, or
             breaking the protocol); when even that cannot run, the task says the new files stay in place, not
             loaded, and the next run puts the old ones back before it applies again.
-          - It must finish within 60 seconds.
+          - It must finish within 10 minutes.
         type: list
         elements: str
       reload:
@@ -386,7 +386,7 @@ options:
           - When it exits non-zero, the task fails for this proxy with its output, and the VM is left as it was
             (running, not replaced). When the guest agent does not answer, the VM is shut down without it, with a
             warning.
-          - It must finish within 60 seconds.
+          - It must finish within 10 minutes.
         type: list
         elements: str
   on_unreachable_agent:

@@ -24,6 +24,7 @@ __metaclass__ = type
 import hashlib
 import json
 import re
+import shlex
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -38,7 +39,11 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import RELOADING_FILE, RELOADING_SECONDS
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import (
+    RELOADING_FILE,
+    RELOADING_SECONDS,
+    held_argv,
+)
 
 VARIABLE = "egress_proxy_ha_groups"
 GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "egress_follows", "egress_address",
@@ -71,7 +76,17 @@ SYSCTL_PATH = "/etc/sysctl.d/60-egress-proxy-ha.conf"
 SYSCTL_LOAD = ["/usr/sbin/sysctl", "--quiet", "--load=%s" % SYSCTL_PATH]
 KEEPALIVED_VALIDATE = [KEEPALIVED, "--config-test", "--all-config", "--use-file=%s" % KEEPALIVED_CONF_PATH]
 KEEPALIVED_RELOAD = ["/bin/systemctl", "reload-or-restart", "keepalived"]
-# How long the hand-over waits for another member to answer on the address.
+# keepalived's check of squid (the health script): its interval, and how many answers in a row make a member serve
+# (from its start too: init_fail), how many failures make it give the address up.
+CHECK_INTERVAL = 2
+CHECK_RISE = 2
+CHECK_FALL = 2
+# How long the hand-over waits for a peer to serve (one replaced just before may be in its first boot), then for its
+# keepalived to count squid as answering; how long it lets the connections in flight finish, new ones held; and
+# how long it waits for another member to answer on the address once keepalived stopped.
+PEER_SECONDS = 300
+SETTLE_SECONDS = CHECK_INTERVAL * CHECK_RISE + 1
+DRAIN_SECONDS = 5
 HAND_OVER_SECONDS = 10
 # VRRP's advertisement interval (version 3 counts in centiseconds): a backup takes the address after 3 missed ones
 # and its skew time, about 1.6 s after the holder falls silent.
@@ -521,10 +536,12 @@ def keepalived_conf(name, groups):
         "# squid itself answers (an HTTP status line from its loopback health port), not just its process.",
         "vrrp_script egress_squid {",
         '    script "%s %d"' % (HEALTH_SCRIPT_PATH, HEALTH_PORT),
-        "    interval 1",
+        "    interval %d" % CHECK_INTERVAL,
         "    timeout 2",
-        "    fall 3",
-        "    rise 2",
+        "    fall %d" % CHECK_FALL,
+        "    rise %d" % CHECK_RISE,
+        # A member starting (a first boot, a restart) takes no address before squid has answered.
+        "    init_fail",
         "}",
     ]
     for group in groups:
@@ -560,10 +577,11 @@ def keepalived_conf(name, groups):
     return "\n".join(lines) + "\n"
 
 
-# keepalived runs it every second with squid's health port; bash's /dev/tcp, so no tool beyond bash is needed.
+# keepalived runs it every CHECK_INTERVAL seconds with squid's health port; bash's /dev/tcp, so no tool beyond bash is
+# needed.
 HEALTH_SCRIPT = r"""#!/bin/bash
-# Whether squid answers: keepalived's vrrp_script egress_squid runs this every second with squid's loopback health
-# port. Success is an HTTP status line coming back (squid's 403 for the health port): squid's worker answered, not
+# Whether squid answers: keepalived's vrrp_script egress_squid runs this every %(interval)d s with squid's loopback
+# health port. Success is an HTTP status line coming back (squid's 403 for the health port): squid's worker answered, not
 # just a process that listens. Written by the egress_proxies.kvm.egress_proxy role.
 case $1 in '' | *[!0-9]*) exit 2 ;; esac
 # squid reloading, new connections held (squid_reload): answering, for at most %(reloading_seconds)d s.
@@ -576,53 +594,89 @@ printf 'GET http://127.0.0.1/ HTTP/1.0\r\n\r\n' >&3
 IFS= read -r -t 1 status <&3 || exit 1
 case $status in "HTTP/1."[01]" "[1-5][0-9][0-9]*) exit 0 ;; esac
 exit 1
-""" % {"reloading_file": RELOADING_FILE, "reloading_seconds": RELOADING_SECONDS}
+""" % {"reloading_file": RELOADING_FILE, "reloading_seconds": RELOADING_SECONDS, "interval": CHECK_INTERVAL}
 
-# The run hands a group's address over before it stops, replaces or reloads the member that holds it.
+# The run hands a group's address over before it stops or replaces the member that holds it.
 HAND_OVER_SCRIPT = r"""#!/bin/bash
-# hand-over VIP PORT: before the proxy %(name)s is stopped, replaced or reloaded, hands the group's client address VIP
-# over to another member. When this guest holds VIP, keepalived stops (its last advertisement, priority 0, makes a
-# backup take the address at once), then VIP:PORT is asked until a proxy other than this one answers (an HTTP status
-# line and its X-Egress-Proxy header), for at most %(seconds)d s. Exit 0 when handed over or when this guest does not
-# hold VIP; otherwise keepalived starts again (the address is not left without a holder) and the exit is non-zero,
-# with one line saying why. Written by the egress_proxies.kvm.egress_proxy role.
-self=%(name)s
-vip=$1 port=$2
-case $vip in '' | *[!0-9A-Fa-f:.]*) echo "hand-over: $vip is not an IP address"; exit 2 ;; esac
-case $port in '' | *[!0-9]*) echo "hand-over: $port is not a port"; exit 2 ;; esac
+# hand-over VIP PEER...: before the proxy %(name)s is stopped or replaced, hands its group's client address VIP over to
+# another member (PEER...: the other members' own addresses). Nothing to do when this guest does not hold VIP. Else:
+# 1. A peer serves: its squid answers on its own address as another proxy (an HTTP status line and its X-Egress-Proxy
+#    header), asked for at most $peer_seconds s (a member replaced just before may be in its first boot), then
+#    %(settle)d s more for its keepalived to count squid as answering. None does: VIP stays here, exit 1.
+# 2. New connections to squid's port %(port)d held (a client sends a dropped SYN again, to the new holder), those in
+#    flight let finish for at most %(drain)d s, then keepalived stopped: its last advertisement, priority 0, makes a
+#    backup take VIP at once. VIP asked until another member answers, for at most %(seconds)d s; none does: keepalived
+#    starts again (VIP is not left without a holder), exit 1.
+# Exit 0 when handed over or not held, with one line saying which. Written by the egress_proxies.kvm.egress_proxy role.
+self=%(name)s port=%(port)d peer_seconds=%(peer_seconds)d
+address() { case $1 in '' | *[!0-9A-Fa-f:.]*) echo "hand-over: $1 is not an IP address"; exit 2 ;; esac; }
+# The proxy that answers on $1:port (squid refuses its cache manager's menu to every client: squid's own answer, no
+# DNS, no origin), if one does.
+answered_by() {
+  timeout 1 bash -c 'exec 3<>"/dev/tcp/$0/$1" || exit 1
+    printf "GET http://127.0.0.1/squid-internal-mgr/menu HTTP/1.0\r\n\r\n" >&3
+    head -c 8192 <&3' "$1" "$port" 2>/dev/null | tr -d '\r' |
+    sed -n -e '1{/^HTTP\/1\.[01] [1-5][0-9][0-9]/!q;}' -e 's/^[Xx]-[Ee]gress-[Pp]roxy: *"\{0,1\}\([a-z0-9-]*\)"\{0,1\} *$/\1/p' |
+    head -n 1
+}
+if [ "$1" = --move ]; then
+  vip=$2
+  address "$vip"
+  deadline=$((SECONDS + %(drain)d))
+  while [ -n "$(ss -Htn state established "( sport = :$port )" 2>/dev/null)" ] && [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 0.1
+  done
+  if ! systemctl stop keepalived; then
+    echo "hand-over: keepalived of $self did not stop; $vip stays here"
+    exit 1
+  fi
+  deadline=$((SECONDS + %(seconds)d))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    holder=$(answered_by "$vip")
+    if [ -n "$holder" ] && [ "$holder" != "$self" ]; then
+      echo "hand-over: $self handed $vip over to $holder"
+      exit 0
+    fi
+    sleep 0.2
+  done
+  systemctl start keepalived
+  echo "hand-over: no other member answered on $vip port $port within %(seconds)d s; keepalived of $self started again"
+  exit 1
+fi
+vip=$1
+shift
+address "$vip"
+[ "$#" -ge 1 ] || { echo "hand-over: no peer's address after $vip"; exit 2; }
+for peer in "$@"; do address "$peer"; done
 if [ -z "$(ip -o address show to "$vip")" ]; then
   echo "hand-over: $self does not hold $vip"
   exit 0
 fi
-if ! systemctl stop keepalived; then
-  echo "hand-over: keepalived of $self did not stop; $vip stays here"
-  exit 1
-fi
-deadline=$((SECONDS + %(seconds)d))
-while [ "$SECONDS" -lt "$deadline" ]; do
-  # squid refuses its cache manager's menu to every client, so the answer is squid's own, with no DNS or origin.
-  answer=$(timeout 1 bash -c 'exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "GET http://127.0.0.1/squid-internal-mgr/menu HTTP/1.0\r\n\r\n" >&3
-    head -c 8192 <&3' "$vip" "$port" 2>/dev/null | tr -d '\r')
-  holder=$(printf '%%s\n' "$answer" | sed -n 's/^[Xx]-[Ee]gress-[Pp]roxy: *"\{0,1\}\([a-z0-9-]*\)"\{0,1\} *$/\1/p' | head -n 1)
-  case $answer in
-    "HTTP/1."[01]" "[1-5][0-9][0-9]*)
-      if [ -n "$holder" ] && [ "$holder" != "$self" ]; then
-        echo "hand-over: $self handed $vip over to $holder"
-        exit 0
-      fi ;;
-  esac
-  sleep 0.2
+deadline=$((SECONDS + peer_seconds))
+until [ -n "${ready-}" ]; do
+  for peer in "$@"; do
+    holder=$(answered_by "$peer")
+    if [ -n "$holder" ] && [ "$holder" != "$self" ]; then ready=$holder; break; fi
+  done
+  if [ -z "${ready-}" ]; then
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "hand-over: no other member serves (asked $* on port $port for $peer_seconds s); $vip stays on $self"
+      exit 1
+    fi
+    sleep 1
+  fi
 done
-systemctl start keepalived
-echo "hand-over: no other member answered on $vip port $port within %(seconds)d s; keepalived of $self started again"
-exit 1
+sleep %(settle)d
+exec %(held)s "$0" --move "$vip"
 """
 
 
-def hand_over_script(name):
-    """The hand-over script of the member ``name`` (a checked VM name): ``hand-over VIP PORT``."""
-    return HAND_OVER_SCRIPT % {"name": name, "seconds": HAND_OVER_SECONDS}
+def hand_over_script(name, port):
+    """The hand-over script of the member ``name`` (a checked VM name) whose squid listens on ``port``:
+    ``hand-over VIP PEER...``; its move runs with new connections to ``port`` held (held_argv)."""
+    held = " ".join(shlex.quote(argument) for argument in held_argv([port], ["/bin/bash"]))
+    return HAND_OVER_SCRIPT % {"name": name, "port": port, "peer_seconds": PEER_SECONDS, "settle": SETTLE_SECONDS,
+                               "drain": DRAIN_SECONDS, "seconds": HAND_OVER_SECONDS, "held": held}
 
 
 SYSCTL_CONF = ("# An HA group's member: squid listens on the group's addresses before keepalived gives them to it.\n"
@@ -642,19 +696,20 @@ def _composed(script, argv):
     return ["/bin/sh", "-c", "set -e; %s" % script, "sh"] + list(argv)
 
 
-# policy.release: the hand-over of each group's address (the arguments after the script: VIP PORT pairs), when the
-# guest has the script; a guest that is not a member yet has none, holds no group's address, and releases nothing.
+# policy.release: the hand-over of each group's address (the arguments after the script: per group, the address and
+# its peers' addresses joined by commas), when the guest has the script; a guest that is not a member yet has none,
+# holds no group's address, and releases nothing.
 RELEASE_SCRIPT = ('[ -x "$1" ] || { echo "no hand-over script at $1: this proxy holds no group address"; exit 0; }; '
-                  'script=$1; shift; while [ "$#" -ge 2 ]; do "$script" "$1" "$2" || exit; shift 2; done')
+                  'script=$1; shift; while [ "$#" -ge 2 ]; do vip=$1 peers=$2; shift 2; '
+                  'IFS=,; set -f; "$script" "$vip" $peers || exit; unset IFS; set +f; done')
 
 
-def release_argv(groups, port):
-    """The member's policy.release: the hand-over of each of ``groups``' (instance_groups') client address on
-    ``port`` (the member's, which is its groups'), by a fixed /bin/sh wrapper that succeeds where the guest has no
-    hand-over script."""
+def release_argv(groups):
+    """The member's policy.release: the hand-over of each of ``groups``' (instance_groups') client address to its
+    peers, by a fixed /bin/sh wrapper that succeeds where the guest has no hand-over script."""
     argv = ["/bin/sh", "-c", RELEASE_SCRIPT, "sh", HAND_OVER_PATH]
     for group in groups:
-        argv += [group["address"].split("/")[0], str(port)]
+        argv += [group["address"].split("/")[0], ",".join(peer.split("/")[0] for peer in group["peers"])]
     return argv
 
 
@@ -667,7 +722,7 @@ def member_policy(instance, policy):
     files = list(policy["files"]) + [
         {"path": KEEPALIVED_CONF_PATH, "content": keepalived_conf(instance["name"], groups)},
         {"path": HEALTH_SCRIPT_PATH, "mode": "0755", "content": HEALTH_SCRIPT},
-        {"path": HAND_OVER_PATH, "mode": "0755", "content": hand_over_script(instance["name"])},
+        {"path": HAND_OVER_PATH, "mode": "0755", "content": hand_over_script(instance["name"], instance["port"])},
     ]
     reload_script = '"$@"; %s' % " ".join(KEEPALIVED_RELOAD)
     if listens_nonlocal(instance):
@@ -676,4 +731,4 @@ def member_policy(instance, policy):
     return {"files": files,
             "validate": _composed('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
             "reload": _composed(reload_script, policy["reload"]),
-            "release": release_argv(groups, instance["port"])}
+            "release": release_argv(groups)}

@@ -24,6 +24,9 @@ last ACK of a handshake under way. In order:
    (the script then fails saying so), the reload command failing, the script interrupted (HUP, INT, TERM). A hold
    left by a run that was killed (SIGKILL) is removed by the next run before it holds.
 
+held_argv holds new connections the same way around another command that does not reload squid (an HA group's
+hand-over of its client address, plugin_utils/ha_groups.py): steps 1, 2, the command, 4.
+
 The filter is classic BPF in tc's ``bpf`` classifier, direct-action: it takes sch_ingress and cls_bpf alone, which
 Debian's kernels have (cloud and generic, modules tc loads), and no act_* module (u32 with a gact drop would take
 act_gact). It reads the IP and TCP headers from the network header (SKF_NET_OFF), so it is the same on an Ethernet
@@ -67,7 +70,7 @@ RELOADING_SECONDS = 60
 # blank for a line break.
 _SCRIPT_LINES = r"""
 set -u;
-PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH;
+PATH=${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin; export PATH;
 program=$1; listen_seconds=$2; shift 2;
 ports=; while [ "$1" != -- ]; do ports="$ports $1"; shift; done; shift;
 devices=; for entry in /sys/class/net/*; do if [ -d "$entry" ] && [ "${entry##*/}" != lo ]; then devices="$devices ${entry##*/}"; fi; done;
@@ -128,7 +131,7 @@ if ! hold; then
 fi;
 poll @DRAIN@ drained || echo "connections to squid were still queued after @DRAIN@ s; reloading" >&2;
 "$@" || exit;
-if ! poll "$listen_seconds" reopened; then
+if [ "$listen_seconds" -gt 0 ] && ! poll "$listen_seconds" reopened; then
   echo "squid did not listen again on every port of$ports within $listen_seconds s; listening: $(listeners | awk '{ printf "%s ", $1 }')" >&2;
   exit 1;
 fi
@@ -143,26 +146,37 @@ def squid_reload_argv(ports, reload=SQUID_RELOAD, listen_seconds=LISTEN_SECONDS)
     its arguments the SYN filter of ``ports`` (squid's listening ports: ints), ``listen_seconds`` (the longest squid may
     take to listen again, new connections held meanwhile) and ``reload`` (the command that reloads squid: a program and
     its arguments). Raises ValueError naming what is not a port, a bound or a command."""
-    if isinstance(ports, (str, bytes)) or not isinstance(ports, (list, tuple)) or not ports:
-        raise ValueError("squid_reload_argv: ports must be a non-empty list of squid's listening ports, not %r" % (ports,))
-    checked = []
-    for port in ports:
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError("squid_reload_argv: port %r is not an int between 1 and 65535" % (port,))
-        if port not in checked:
-            checked.append(port)
-    if len(checked) > MAX_PORTS:
-        raise ValueError("squid_reload_argv: %d ports, more than the %d the filter takes" % (len(checked), MAX_PORTS))
     if isinstance(listen_seconds, bool) or not isinstance(listen_seconds, int) or \
             not 1 <= listen_seconds <= MAX_LISTEN_SECONDS:
         raise ValueError("squid_reload_argv: listen_seconds %r is not an int between 1 and %d"
                          % (listen_seconds, MAX_LISTEN_SECONDS))
-    if isinstance(reload, (str, bytes)) or not isinstance(reload, (list, tuple)) or not reload or \
-            not all(isinstance(item, str) for item in reload) or not reload[0]:
-        raise ValueError("squid_reload_argv: reload must be a program and its arguments (a list of strings), not %r"
-                         % (reload,))
+    return _held(ports, listen_seconds, reload, "squid_reload_argv")
+
+
+def held_argv(ports, command):
+    """The argv that runs ``command`` (a program and its arguments) in the guest with new connections to ``ports``
+    held while it runs, those queued drained first, as squid_reload_argv's; squid's sockets are not waited for (the
+    command does not reload squid: an HA group's hand-over of its address). Raises ValueError as squid_reload_argv."""
+    return _held(ports, 0, command, "held_argv")
+
+
+def _held(ports, listen_seconds, command, caller):
+    if isinstance(ports, (str, bytes)) or not isinstance(ports, (list, tuple)) or not ports:
+        raise ValueError("%s: ports must be a non-empty list of squid's listening ports, not %r" % (caller, ports))
+    checked = []
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError("%s: port %r is not an int between 1 and 65535" % (caller, port))
+        if port not in checked:
+            checked.append(port)
+    if len(checked) > MAX_PORTS:
+        raise ValueError("%s: %d ports, more than the %d the filter takes" % (caller, len(checked), MAX_PORTS))
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)) or not command or \
+            not all(isinstance(item, str) for item in command) or not command[0]:
+        raise ValueError("%s: the command must be a program and its arguments (a list of strings), not %r"
+                         % (caller, command))
     return [SHELL, "-c", SCRIPT, "sh", syn_filter(checked), str(listen_seconds)] + [str(port) for port in checked] + \
-        ["--"] + list(reload)
+        ["--"] + list(command)
 
 
 # Classic BPF (linux/filter.h): the instruction classes, sizes, modes and operations the filter uses.

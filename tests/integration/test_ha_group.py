@@ -3,8 +3,9 @@ segment shared by lab-hv1 and lab-hv2 (docs/dev/lab.md "The client segment").
 
 One pair boots for the whole test: a member on each hypervisor, the group's address 198.18.40.20. A client in the
 segment's client namespace makes new requests through that address (tests/lab/client_load.py) while the test
-changes the policy in place, replaces the member that holds the address (a planned move: it hands the address over
-first), and destroys the holder (an unplanned loss); each is counted from the client's side.
+changes the policy in place, replaces both members one after the other (planned moves: the holder hands the address
+over first, once the other serves), and destroys the holder (an unplanned loss); each is counted from the client's
+side.
 """
 
 import os
@@ -132,7 +133,7 @@ def spec_of(fleet, member):
 
 
 @pytest.mark.boot
-def test_a_pair_behind_one_address_loses_no_request_to_a_policy_change_or_a_replacement_and_fails_over(hv_fleet, tmp_path):
+def test_a_pair_behind_one_address_loses_no_request_to_a_policy_change_or_a_rolling_replacement_and_fails_over(hv_fleet, tmp_path):
     fleet = hv_fleet
     variables = pair_vars(fleet)
     deploy(fleet, variables)
@@ -149,16 +150,15 @@ def test_a_pair_behind_one_address_loses_no_request_to_a_policy_change_or_a_repl
             assert run.items(CONVERGE_TASK, spec_of(fleet, member).name)[member]["actions"] == ["apply policy"]
         assert policy["failed"] == [], policy
 
-        # A planned replacement of the holder: it hands the address over before it is shut down.
-        holder = load.holder()
-        other = MEMBERS[1 - MEMBERS.index(holder)]
-        moved = dict(changed, egress_proxy_fleet=[dict(entry, memory_mib=576) if entry["name"] == holder else entry
-                                                  for entry in changed["egress_proxy_fleet"]])
-        run, replaced = load.during(lambda: deploy(fleet, moved))
-        actions = run.items(CONVERGE_TASK, spec_of(fleet, holder).name)[holder]["actions"]
-        assert actions[:2] == ["release service", "shutdown domain"], actions
+        # A rolling replacement of both members (one hypervisor after the other): each hands the address over, if it
+        # holds it, before it is shut down, once the other serves (the one replaced first may still be booting).
+        rolled = dict(changed, egress_proxy_fleet=[dict(entry, memory_mib=576) for entry in changed["egress_proxy_fleet"]])
+        run, replaced = load.during(lambda: deploy(fleet, rolled))
+        for member in MEMBERS:
+            actions = run.items(CONVERGE_TASK, spec_of(fleet, member).name)[member]["actions"]
+            assert actions[:2] == ["release service", "shutdown domain"], actions
         assert replaced["failed"] == [], replaced
-        assert other in replaced["proxies"]
+        assert replaced["proxies"] == sorted(MEMBERS), replaced
 
         # The holder destroyed: the other member takes the address within FAILOVER_BOUND. The replaced one first
         # finishes its first boot (the run waits for its address only).

@@ -84,6 +84,9 @@ SHELL = "/bin/sh"
 # the packages) and its runcmd done (the role's restarts the guest agent). Until then the policy's files are not
 # the guest's to read back, and one written in place would race with both.
 BOOT_FINISHED = "/var/lib/cloud/instance/boot-finished"
+# The longest policy.release may run: an HA group's hand-over waits for another member to serve, one replaced just
+# before possibly still in its first boot.
+RELEASE_SECONDS = 600
 
 
 def _sha256(data):
@@ -353,7 +356,9 @@ def release_service(agent, policy):
     that does not answer raises one of UNUSABLE_AGENT, for the caller to shut the VM down without it.
     """
     agent.ping()
-    completed = agent.run(policy.release)
+    # Granted beyond the proxy's budget, as a release may wait minutes for another VM to serve.
+    agent.budget.grant(RELEASE_SECONDS)
+    completed = agent.run(policy.release, timeout=RELEASE_SECONDS)
     if completed.exitcode != 0:
         raise PermanentError("%s refused to release the service of domain '%s' (exit %d), so it was not shut down: %s"
                              % (" ".join(policy.release), agent.name, completed.exitcode, completed.last_lines()))

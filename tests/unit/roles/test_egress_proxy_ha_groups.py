@@ -33,6 +33,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     HEALTH_PORT,
     HEALTH_SCRIPT_PATH,
     KEEPALIVED_CONF_PATH,
+    PEER_SECONDS,
     SYSCTL_PATH,
     fleet_groups,
     member_view,
@@ -96,7 +97,7 @@ def test_a_member_gets_keepalived_and_its_files_as_policy():
     # squid's reload holds new connections to every port it listens on: the proxy's, the metrics port, the cache
     # manager's and the health check's loopback ports.
     assert proxy["policy"]["reload"][4:] == squid_reload_argv([3128, 9301, MANAGER_PORT, HEALTH_PORT])
-    assert proxy["policy"]["release"] == release_argv([{"address": "198.18.40.10/24"}], 3128)
+    assert proxy["policy"]["release"] == release_argv([{"address": "198.18.40.10/24", "peers": ["198.18.40.12"]}])
     document = yaml.safe_load(proxy["user_data"])
     assert document["packages"] == ["squid", "qemu-guest-agent", "prometheus-squid-exporter", "keepalived"]
     runcmd = [" ".join(command) if isinstance(command, list) else command for command in document["runcmd"]]
@@ -334,10 +335,10 @@ def test_the_hand_over_gives_the_address_to_the_member_that_answers(tmp_path, se
     hand_over = guest_script(tmp_path, members["egress-a"], HAND_OVER_PATH)
     squid = Squid(names["other"], files_of(members["egress-b"])[SQUID_CONF]["content"], workdir)
     try:
-        handed = netns(names["member"], hand_over, "198.18.40.10", "3128", env=env, check=False)
-        assert (handed.returncode, handed.stdout) == (0, "hand-over: egress-a handed 198.18.40.10 over to egress-b\n")
+        handed = netns(names["member"], hand_over, "198.18.40.10", "198.18.40.12", env=env, check=False)
+        assert (handed.returncode, handed.stdout) == (0, "hand-over: egress-a handed 198.18.40.10 over to egress-b\n"), handed
         # Not the holder any more: nothing to do.
-        again = netns(names["member"], hand_over, "198.18.40.10", "3128", env=env, check=False)
+        again = netns(names["member"], hand_over, "198.18.40.10", "198.18.40.12", env=env, check=False)
         assert (again.returncode, again.stdout) == (0, "hand-over: egress-a does not hold 198.18.40.10\n")
     finally:
         squid.stop()
@@ -347,16 +348,37 @@ def test_the_hand_over_gives_the_address_to_the_member_that_answers(tmp_path, se
 
 def test_a_hand_over_nobody_takes_starts_keepalived_again_and_says_why(tmp_path, segment):
     names, workdir, env = segment
-    hand_over = guest_script(tmp_path, proxies([A], [GROUP])["egress-a"], HAND_OVER_PATH)
-    handed = netns(names["member"], hand_over, "198.18.40.10", "3128", env=env, check=False)
+    members = proxies([A, B], [GROUP], hv2=())
+    hand_over = guest_script(tmp_path, members["egress-a"], HAND_OVER_PATH)
+    # The peer serves on its own address, but does not take the group's.
+    netns(names["other"], "ip", "addr", "del", "198.18.40.10/32", "dev", "o0")
+    squid = Squid(names["other"], files_of(members["egress-b"])[SQUID_CONF]["content"], workdir)
+    try:
+        handed = netns(names["member"], hand_over, "198.18.40.10", "198.18.40.12", env=env, check=False)
+    finally:
+        squid.stop()
     assert handed.returncode == 1 and handed.stdout == (
         "hand-over: no other member answered on 198.18.40.10 port 3128 within 10 s; keepalived of egress-a started again\n")
     with open(os.path.join(workdir, "systemctl.log")) as handle:
         assert handle.read() == "stop keepalived\nstart keepalived\n"
 
 
-@pytest.mark.parametrize("argv", [["198.18.40.10\n", "3128"], ["198.18.40.10;reboot", "3128"], ["198.18.40.10", "31 28"]])
-def test_the_hand_over_refuses_arguments_that_are_not_an_address_and_a_port(tmp_path, segment, argv):
+def test_a_hand_over_without_a_serving_peer_keeps_the_address_and_leaves_keepalived_alone(tmp_path, segment):
+    names, workdir, env = segment
+    content = files_of(proxies([A], [GROUP])["egress-a"])[HAND_OVER_PATH]["content"]
+    assert " peer_seconds=%d\n" % PEER_SECONDS in content
+    hand_over = tmp_path / "hand-over"
+    hand_over.write_text(content.replace(" peer_seconds=%d\n" % PEER_SECONDS, " peer_seconds=2\n"))
+    hand_over.chmod(0o755)
+    handed = netns(names["member"], str(hand_over), "198.18.40.10", "198.18.40.12", env=env, check=False)
+    assert (handed.returncode, handed.stdout) == (1, "hand-over: no other member serves (asked 198.18.40.12 on port 3128 "
+                                                     "for 2 s); 198.18.40.10 stays on egress-a\n")
+    assert not os.path.exists(os.path.join(workdir, "systemctl.log"))
+
+
+@pytest.mark.parametrize("argv", [["198.18.40.10\n", "198.18.40.12"], ["198.18.40.10;reboot", "198.18.40.12"],
+                                  ["198.18.40.10", "198.18.40.12 x"], ["198.18.40.10"], ["--move", "$(reboot)"]])
+def test_the_hand_over_refuses_arguments_that_are_not_addresses(tmp_path, segment, argv):
     names, workdir, env = segment
     hand_over = guest_script(tmp_path, proxies([A], [GROUP])["egress-a"], HAND_OVER_PATH)
     handed = netns(names["member"], hand_over, *argv, env=env, check=False)

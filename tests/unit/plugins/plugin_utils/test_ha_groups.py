@@ -504,8 +504,8 @@ def test_keepalived_conf_is_byte_stable_and_says_what_the_design_says():
     assert "    priority 190\n    advert_int 0.5\n    track_script {\n        egress_squid\n    }\n" in instance
     assert ("    virtual_ipaddress {\n        198.18.40.10/24 dev nic0\n        198.18.41.10/24 dev nic1\n    }\n"
             "    virtual_ipaddress_excluded {\n        2001:db8:40::10/64 dev nic0\n    }\n") in instance
-    assert ('vrrp_script egress_squid {\n    script "/usr/local/lib/egress-proxy/squid-answers 13129"\n    interval 1\n'
-            "    timeout 2\n    fall 3\n    rise 2\n}\n") in conf
+    assert ('vrrp_script egress_squid {\n    script "/usr/local/lib/egress-proxy/squid-answers 13129"\n    interval 2\n'
+            "    timeout 2\n    fall 2\n    rise 2\n    init_fail\n}\n") in conf
     assert "    router_id egress-b\n    vrrp_version 3\n    script_user root\n    enable_script_security\n" in conf
     assert "authentication" not in conf and "include" not in conf
 
@@ -518,7 +518,7 @@ def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text(
     assert policy["reload"] == [
         "/bin/sh", "-c", 'set -e; /usr/sbin/sysctl --quiet --load=%s; "$@"; /bin/systemctl reload-or-restart '
         "keepalived" % SYSCTL_PATH, "sh", "/bin/systemctl", "reload-or-restart", "squid"]
-    assert policy["release"] == release_argv([{"address": "198.18.40.10/24"}], 3128)
+    assert policy["release"] == release_argv([{"address": "198.18.40.10/24", "peers": ["198.18.40.12"]}])
     paths = [entry["path"] for entry in policy["files"]]
     assert paths == ["/etc/squid/squid.conf", KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH, SYSCTL_PATH]
     modes = {entry["path"]: entry.get("mode") for entry in policy["files"]}
@@ -543,29 +543,32 @@ def run_release(argv, script):
     return subprocess.run(argv[:4] + [str(script)] + argv[5:], capture_output=True, text=True, timeout=10, check=False)
 
 
-def test_the_release_hands_each_groups_address_over_on_the_members_port():
+def test_the_release_hands_each_groups_address_over_to_its_peers():
     (instance, policy) = member_policies(*SHAPES["IPv4"])["egress-a"]
     assert instance["ha"][0]["address"] == "198.18.40.10/24"
-    assert policy["release"] == ["/bin/sh", "-c", policy["release"][2], "sh", HAND_OVER_PATH, "198.18.40.10", "3128"]
+    assert policy["release"] == ["/bin/sh", "-c", policy["release"][2], "sh", HAND_OVER_PATH, "198.18.40.10",
+                                 "198.18.40.12"]
     # Fixed text: every value is an argument.
     assert "198.18" not in policy["release"][2] and HAND_OVER_PATH not in policy["release"][2]
     (_instance, policy) = member_policies(*SHAPES["two groups"])["egress-c"]
-    assert policy["release"][4:] == [HAND_OVER_PATH, "198.18.40.20", "3128"]
+    assert policy["release"][4:] == [HAND_OVER_PATH, "198.18.40.20", "198.18.40.14"]
 
 
 def test_the_release_runs_the_hand_over_for_every_group_in_turn_and_stops_at_a_refusal(tmp_path):
     script = tmp_path / "hand-over"
     calls = tmp_path / "calls"
-    script.write_text("#!/bin/sh\necho \"$1 $2\" >> %s\n[ \"$1\" != 198.18.50.10 ] || { echo refused; exit 3; }\n" % calls)
+    script.write_text("#!/bin/sh\necho \"$# $*\" >> %s\n[ \"$1\" != 198.18.50.10 ] || { echo refused; exit 3; }\n" % calls)
     script.chmod(0o755)
-    groups = [{"address": "198.18.40.10/24"}, {"address": "198.18.60.10/24"}]
-    completed = run_release(release_argv(groups, 3128), script)
-    assert completed.returncode == 0 and calls.read_text() == "198.18.40.10 3128\n198.18.60.10 3128\n"
+    groups = [{"address": "198.18.40.10/24", "peers": ["198.18.40.12", "198.18.40.13"]},
+              {"address": "198.18.60.10/24", "peers": ["198.18.60.12"]}]
+    completed = run_release(release_argv(groups), script)
+    assert completed.returncode == 0 and calls.read_text() == (
+        "3 198.18.40.10 198.18.40.12 198.18.40.13\n2 198.18.60.10 198.18.60.12\n")
     calls.unlink()
-    groups = [{"address": "198.18.50.10/24"}, {"address": "198.18.60.10/24"}]
-    completed = run_release(release_argv(groups, 3128), script)
+    groups = [{"address": "198.18.50.10/24", "peers": ["198.18.50.12"]}, {"address": "198.18.60.10/24", "peers": ["198.18.60.12"]}]
+    completed = run_release(release_argv(groups), script)
     assert (completed.returncode, completed.stdout) == (3, "refused\n")
-    assert calls.read_text() == "198.18.50.10 3128\n"
+    assert calls.read_text() == "2 198.18.50.10 198.18.50.12\n"
 
 
 @pytest.mark.parametrize("present", [False, True])
@@ -575,6 +578,6 @@ def test_the_release_of_a_guest_without_an_executable_hand_over_succeeds_saying_
     if present:
         script.write_text("#!/bin/sh\nexit 1\n")
         script.chmod(0o644)
-    completed = run_release(release_argv([{"address": "198.18.40.10/24"}], 3128), script)
+    completed = run_release(release_argv([{"address": "198.18.40.10/24", "peers": ["198.18.40.12"]}]), script)
     assert completed.returncode == 0
     assert completed.stdout == "no hand-over script at %s: this proxy holds no group address\n" % script

@@ -23,6 +23,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload im
     MAX_PORTS,
     SCRIPT,
     SQUID_RELOAD,
+    held_argv,
     squid_reload_argv,
     syn_filter,
 )
@@ -69,10 +70,20 @@ def test_what_is_not_a_bound_is_refused(listen_seconds):
         squid_reload_argv([3128], listen_seconds=listen_seconds)
 
 
-@pytest.mark.parametrize("reload", [None, "", "systemctl reload squid", b"kill", [], [""], [1], ["kill", None]])
-def test_what_is_not_a_command_is_refused(reload):
-    with pytest.raises(ValueError, match="squid_reload_argv: reload"):
-        squid_reload_argv([3128], reload=reload)
+@pytest.mark.parametrize("command", [None, "", "systemctl reload squid", b"kill", [], [""], [1], ["kill", None]])
+def test_what_is_not_a_command_is_refused(command):
+    with pytest.raises(ValueError, match="squid_reload_argv: the command"):
+        squid_reload_argv([3128], reload=command)
+    with pytest.raises(ValueError, match="held_argv: the command"):
+        held_argv([3128], command)
+
+
+def test_a_held_command_is_the_reloads_script_without_the_wait_for_squids_sockets():
+    argv = held_argv([3128, 3128], ["/usr/local/bin/hand-over", "198.18.40.10"])
+    assert argv[:4] == squid_reload_argv([3128])[:4]
+    assert argv[4:] == [syn_filter([3128]), "0", "3128", "--", "/usr/local/bin/hand-over", "198.18.40.10"]
+    with pytest.raises(ValueError, match="held_argv: port"):
+        held_argv([0], ["true"])
 
 
 def test_the_filter_of_the_most_ports_fits_classic_bpf():
