@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -17,11 +18,14 @@ import threading
 import time
 from xml.etree import ElementTree
 
+import yaml
+
 from tests.lab import config, hypervisors
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO_ROOT, ".venv")
 BUILD_COLLECTIONS = os.path.join(REPO_ROOT, "build", "collections")
+LAB_INVENTORY = os.path.join(REPO_ROOT, "inventories", "lab")
 HYPERVISOR_PYTHON = "/usr/bin/python3"
 CACHE = os.path.expanduser("~/.cache/egress-proxies-bench")
 # The peer, community.libvirt, as the `ansible` package bundles it (ansible 12 is ansible-core 2.19,
@@ -159,6 +163,38 @@ def delete_volumes(containing, pool=config.POOL_NAME):
 def write_text(path, text):
     with open(path, "w") as handle:
         handle.write(text)
+    return path
+
+
+def update_yaml(path, **variables):
+    """The YAML mapping in ``path`` updated with ``variables``; a None removes its key."""
+    current = yaml.safe_load(read_text(path)) or {}
+    current.update(variables)
+    write_text(path, yaml.safe_dump({key: value for key, value in current.items() if value is not None}))
+
+
+def lan_inventory(path, host, **variables):
+    """inventories/lab copied to ``path`` in the layout B7, B8 and B9 were written for, ``host``'s host_vars updated
+    with ``variables``; the path.
+
+    Since issue 42 inventories/lab puts the demo on the client segment as an HA group. The layout before it: each
+    hypervisor's proxies on its bridge br0 with DHCP addresses, no gateway, no HA group, the hypervisor's LAN the
+    clients (and where verify.yml asks from), its LAN's and outside segment's origins the destinations.
+    """
+    shutil.copytree(LAB_INVENTORY, path)
+    update_yaml(os.path.join(path, "group_vars", "hypervisors.yml"), egress_proxy_bridge=config.HV_BRIDGE,
+                egress_proxy_ha_groups=None)
+    for spec in config.hypervisor_specs(config.MAX_HYPERVISORS):
+        host_vars = os.path.join(path, "host_vars", spec.name + ".yml")
+        if os.path.exists(host_vars):
+            instances = yaml.safe_load(read_text(host_vars)).get("egress_proxy_instances", [])
+            update_yaml(host_vars, egress_proxy_bridge=None, egress_proxy_gateway=None,
+                        egress_proxy_instances=[{"name": instance["name"]} for instance in instances],
+                        egress_proxy_allowed_clients=[spec.lan_cidr],
+                        egress_proxy_allowed_destinations=list(spec.origin_cidrs),
+                        egress_proxy_verify_netns=spec.lan_netns,
+                        egress_proxy_verify_url=spec.origin_url(spec.lan_address))
+    update_yaml(os.path.join(path, "host_vars", host + ".yml"), **variables)
     return path
 
 

@@ -1,7 +1,8 @@
 """B7: provision to verified egress with the demo's real guest, beside the bare boot of the same domain.
 
-On lab-hv1 over SSH, as scripts/demo runs it: playbooks/deploy.yml with inventories/lab's
-hosts and group variables (the real guest image, wait for the address), one proxy of a
+On lab-hv1 over SSH: playbooks/deploy.yml with inventories/lab's hosts and group variables
+(the real guest image, wait for the address) in the layout before the demo became an HA pair
+(bench._common.lan_inventory: bridge br0, DHCP, lab-hv1's LAN the clients), one proxy of a
 name of its own. Timed from ansible-playbook's start: when the domain first runs and when
 its guest agent first reports an address (a BootWatch: virsh entered into lab-hv1's
 namespaces, no SSH session, every second), when the playbook ends, and the first request
@@ -12,12 +13,9 @@ Overhead = first proxied request - bare boot. One run by default (each boot ~40-
 """
 
 import os
-import shutil
 import subprocess
 import tempfile
 import time
-
-import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import POLL_INTERVAL
 from bench._common import (
@@ -30,17 +28,15 @@ from bench._common import (
     ansible_env,
     config,
     fresh_first_boot,
-    read_text,
+    lan_inventory,
     rounded,
     timed,
     virsh_boot_to_address,
-    write_text,
 )
 
 HOST = "lab-hv1"
 DOMAIN = PREFIX + "b7"
 UID = PREFIX + "b7"
-LAB = os.path.join(REPO_ROOT, "inventories", "lab")
 BOOT_TIMEOUT = 600
 SQUID_PORT = 3128
 
@@ -50,14 +46,9 @@ def spec():
 
 
 def inventory(work):
-    """inventories/lab as the demo uses it, with this benchmark's one proxy on lab-hv1."""
-    path = os.path.join(work, "inventory")
-    shutil.copytree(LAB, path)
-    host_vars = os.path.join(path, "host_vars", HOST + ".yml")
-    variables = yaml.safe_load(read_text(host_vars))
-    variables.update(egress_proxy_instances=[{"name": DOMAIN}], egress_proxy_uid=UID)
-    write_text(host_vars, yaml.safe_dump(variables))
-    return path
+    """inventories/lab in its LAN layout, with this benchmark's one proxy on lab-hv1."""
+    return lan_inventory(os.path.join(work, "inventory"), HOST, egress_proxy_instances=[{"name": DOMAIN}],
+                         egress_proxy_uid=UID)
 
 
 def proxied_request(address, deadline):

@@ -1,7 +1,8 @@
 """B8: a policy change applied in place to N running proxies, beside a rolling replacement of the same N.
 
 On lab-hv1 over SSH, as B7: playbooks/deploy.yml with inventories/lab's hosts and group
-variables (the real guest image, wait for the addresses), its lab-hv1 host_vars changed,
+variables in their LAN layout (bench._common.lan_inventory: the real guest image on br0, wait
+for the addresses), its lab-hv1 host_vars changed,
 N proxies (default 10) of an owner of their own, 384 MiB each. Once they all answer 200
 through squid for the LAN's origin server:
 
@@ -21,7 +22,6 @@ at the end (playbooks/destroy.yml), also on failure.
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -29,8 +29,21 @@ import time
 
 import yaml
 
-from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, Virsh, agent_ipv4, ansible_env, read_text, rounded, timed, write_text
-from bench.b7_egress import HOST, LAB, SQUID_PORT, spec
+from bench._common import (
+    BUILD_COLLECTIONS,
+    PREFIX,
+    REPO_ROOT,
+    VENV,
+    Virsh,
+    agent_ipv4,
+    ansible_env,
+    lan_inventory,
+    read_text,
+    rounded,
+    timed,
+    update_yaml,
+)
+from bench.b7_egress import HOST, SQUID_PORT, spec
 from tests.lab.fleet_runs import CALLBACKS, FleetRun
 
 UID = PREFIX + "b8"
@@ -52,10 +65,15 @@ def names(count):
 
 def set_host_vars(inventory_path, **variables):
     """lab-hv1's host_vars of the copied inventories/lab, updated with ``variables`` (None removes one)."""
-    path = os.path.join(inventory_path, "host_vars", HOST + ".yml")
-    current = yaml.safe_load(read_text(path))
-    current.update(variables)
-    write_text(path, yaml.safe_dump({key: value for key, value in current.items() if value is not None}))
+    update_yaml(os.path.join(inventory_path, "host_vars", HOST + ".yml"), **variables)
+
+
+def inventory(work, proxies):
+    """inventories/lab in its LAN layout, with ``proxies`` (names) of this benchmark's owner on lab-hv1."""
+    return lan_inventory(os.path.join(work, "inventory"), HOST,
+                         egress_proxy_instances=[{"name": name} for name in proxies], egress_proxy_uid=UID,
+                         egress_proxy_memory_mib=MEMORY_MIB, egress_proxy_wait_for_ip=True,
+                         egress_proxy_wait_timeout=WAIT_TIMEOUT)
 
 
 class Deploy(threading.Thread):
@@ -199,11 +217,7 @@ def run(count=10):
     results = {"host": HOST, "proxies": count, "poll_interval": POLL_INTERVAL, "memory_mib": MEMORY_MIB,
                "rolled_memory_mib": ROLLED_MEMORY_MIB}
     with tempfile.TemporaryDirectory(prefix="bench-b8-") as work:
-        inventory_path = os.path.join(work, "inventory")
-        shutil.copytree(LAB, inventory_path)
-        set_host_vars(inventory_path, egress_proxy_instances=[{"name": name} for name in proxies], egress_proxy_uid=UID,
-                      egress_proxy_memory_mib=MEMORY_MIB, egress_proxy_wait_for_ip=True,
-                      egress_proxy_wait_timeout=WAIT_TIMEOUT)
+        inventory_path = inventory(work, proxies)
         env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"),
                           ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_STDOUT_CALLBACK="json_results",
                           ANSIBLE_CALLBACKS_ENABLED="fleet_timeline", ANSIBLE_VERBOSE_TO_STDERR="true")

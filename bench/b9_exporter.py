@@ -1,6 +1,7 @@
 """B9: what a proxy's prometheus-squid-exporter costs, beside its squid: idle and under load, Prometheus scraping.
 
-On lab-hv1 over SSH, as B7 and B8: playbooks/deploy.yml with inventories/lab, one proxy of an owner of its own with
+On lab-hv1 over SSH, as B7 and B8: playbooks/deploy.yml with inventories/lab in its LAN layout
+(bench._common.lan_inventory), one proxy of an owner of its own with
 the role's metrics on (its default), its request lines sent to a syslog server on lab-hv1's LAN
 (``egress_proxy_syslog``) and its scrape target written by the deploy (``egress_proxy_metrics_file_sd``). That file is
 the file_sd of a Prometheus on the same LAN scraping every 2 s (tests/lab/monitoring.py: where a user's monitoring
@@ -25,15 +26,25 @@ destroyed at the end (playbooks/destroy.yml), the servers stopped, also on failu
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, Virsh, agent_ipv4, ansible_env, rounded, timed
-from bench.b7_egress import HOST, LAB, SQUID_PORT, spec
-from bench.b8_policy import first_boots_done, set_host_vars, status_code
+from bench._common import (
+    BUILD_COLLECTIONS,
+    PREFIX,
+    REPO_ROOT,
+    VENV,
+    Virsh,
+    agent_ipv4,
+    ansible_env,
+    lan_inventory,
+    rounded,
+    timed,
+)
+from bench.b7_egress import HOST, SQUID_PORT, spec
+from bench.b8_policy import first_boots_done, status_code
 from tests.lab import monitoring
 
 DOMAIN = PREFIX + "b9"
@@ -240,6 +251,17 @@ def line_count(path):
         return 0
 
 
+def inventory(work, file_sd):
+    """inventories/lab in its LAN layout, with this benchmark's proxy on lab-hv1: metrics on, its scrape target
+    written to ``file_sd``, its request lines sent to the syslog server on lab-hv1's LAN."""
+    return lan_inventory(os.path.join(work, "inventory"), HOST, egress_proxy_instances=[{"name": DOMAIN}],
+                         egress_proxy_uid=UID, egress_proxy_memory_mib=MEMORY_MIB, egress_proxy_wait_for_ip=True,
+                         egress_proxy_wait_timeout=WAIT_TIMEOUT, egress_proxy_metrics=True,
+                         egress_proxy_metrics_port=METRICS_PORT, egress_proxy_metrics_file_sd=file_sd,
+                         egress_proxy_syslog="%s:%d" % (spec().lan_address, SYSLOG_PORT),
+                         egress_proxy_syslog_protocol=SYSLOG_PROTOCOL)
+
+
 def run():
     hypervisor = spec()
     on = Virsh(hypervisor)
@@ -249,17 +271,10 @@ def run():
                "scrape_interval": monitoring.INTERVAL, "memory_mib": MEMORY_MIB, "metrics_port": METRICS_PORT,
                "syslog": "%s %s:%d" % (SYSLOG_PROTOCOL, lan_address, SYSLOG_PORT)}
     with tempfile.TemporaryDirectory(prefix="bench-b9-") as work:
-        inventory_path = os.path.join(work, "inventory")
-        shutil.copytree(LAB, inventory_path)
         file_sd = os.path.join(work, "targets.json")
+        inventory_path = inventory(work, file_sd)
         prometheus_dir, syslog_dir = os.path.join(work, "prometheus"), os.path.join(work, "syslog")
         received = os.path.join(syslog_dir, "received.log")
-        set_host_vars(inventory_path, egress_proxy_instances=[{"name": DOMAIN}], egress_proxy_uid=UID,
-                      egress_proxy_memory_mib=MEMORY_MIB, egress_proxy_wait_for_ip=True,
-                      egress_proxy_wait_timeout=WAIT_TIMEOUT, egress_proxy_metrics=True,
-                      egress_proxy_metrics_port=METRICS_PORT, egress_proxy_metrics_file_sd=file_sd,
-                      egress_proxy_syslog="%s:%d" % (lan_address, SYSLOG_PORT),
-                      egress_proxy_syslog_protocol=SYSLOG_PROTOCOL)
         env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"))
         playbook = [os.path.join(VENV, "bin", "ansible-playbook"), "-i", inventory_path, "-l", HOST]
         try:
