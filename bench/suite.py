@@ -1,4 +1,5 @@
-"""bench/run: every benchmark of issue 19 on the lab, one JSON file of results, docs/performance.md and plots.
+"""bench/run: every benchmark of issue 19 (and issue 42's B14) on the lab, one JSON file of results,
+docs/performance.md and plots.
 
 Usage (as root, lab up, under the integration lock):
 
@@ -21,7 +22,19 @@ import sys
 import tempfile
 import time
 
-from bench import b1_image, b3_listing, b4_address, b5_fanout, b6_inventory, b7_egress, b8_policy, b9_exporter, b10_module_start, report
+from bench import (
+    b1_image,
+    b3_listing,
+    b4_address,
+    b5_fanout,
+    b6_inventory,
+    b7_egress,
+    b8_policy,
+    b9_exporter,
+    b10_module_start,
+    b14_ha_group,
+    report,
+)
 from bench._common import (
     BUILD_COLLECTIONS,
     CACHE,
@@ -39,7 +52,7 @@ from bench._common import (
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B14")
 
 
 def command_output(argv):
@@ -123,6 +136,7 @@ def main():
             "B8": lambda: b8_policy.run(args.proxies),
             "B9": b9_exporter.run,
             "B10": lambda: b10_module_start.run(labels, args.runs, args.baseline),
+            "B14": b14_ha_group.run,
         }
         for bench in ALL:
             if bench in only:
