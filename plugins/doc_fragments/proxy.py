@@ -389,6 +389,38 @@ options:
           - It must finish within 10 minutes.
         type: list
         elements: str
+      group:
+        description:
+          - The HA group this proxy is a member of, the client address it shares with other proxies (keepalived in the
+            guests hands it over; the C(egress_proxies.kvm.egress_proxy) role's C(egress_proxy_ha_groups) sets it for
+            each member). It names the group; the guest's files do the rest.
+          - Part of the policy, it is covered by the policy's digest, so joining, leaving or changing a group is applied
+            in place like a change of the files (action V(apply policy)), never by replacing the VM.
+          - It is recorded in the domain's metadata beside the policy's digest (C(haGroup)), so
+            M(egress_proxies.kvm.kvm_proxy_info) and the P(egress_proxies.kvm.kvm_proxies#inventory) inventory report it
+            (RV(egress_proxies.kvm.kvm_proxy_info#module:proxies[].ha_group)) and whether the guest holds the address
+            (RV(egress_proxies.kvm.kvm_proxy_info#module:proxies[].ha_holder)). A VM recorded before this option reads as
+            a member of no group.
+          - A value that is not as described below fails the task before anything is touched, naming the option.
+        type: dict
+        suboptions:
+          name:
+            description:
+              - The group's name, 1 to 15 lowercase letters, digits and C(-), starting with a letter or digit.
+            type: str
+            required: true
+          address:
+            description:
+              - The group's client IPv4 address, without prefix length, such as V(198.18.40.10).
+              - Checked as text before it is parsed, ASCII digits and dots only (no blank, control character, other
+                script's digits or prefix); an unspecified, loopback, multicast or link-local address is refused.
+            type: str
+            required: true
+          address6:
+            description:
+              - The group's client IPv6 address, without prefix length, such as V(2001:db8:40::10); none when not given.
+              - Checked as O(policy.group.address) is (ASCII hex digits and colons, no C(%scope)).
+            type: str
   on_unreachable_agent:
     description:
       - What to do, when O(policy) is given, with a running VM whose guest agent does not answer, breaks the

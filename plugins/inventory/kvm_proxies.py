@@ -22,7 +22,8 @@ description:
     C(kvm_proxy_created_at),
     C(kvm_proxy_spec_digest), C(kvm_proxy_policy_digest), C(kvm_proxy_vcpus), C(kvm_proxy_memory_mib),
     C(kvm_proxy_disks), C(kvm_proxy_macs), C(kvm_proxy_interfaces), C(kvm_proxy_egress_ip), C(kvm_proxy_egress_ipv6),
-    C(kvm_proxy_egress_address), C(kvm_proxy_egress_address6), C(kvm_proxy_autostart)).
+    C(kvm_proxy_egress_address), C(kvm_proxy_egress_address6), C(kvm_proxy_autostart), C(kvm_proxy_ha_group),
+    C(kvm_proxy_ha_holder)).
   - C(kvm_proxy_policy_digest) is the digest of the policy the VM was last given (O(egress_proxies.kvm.kvm_proxy#module:policy)),
     as recorded in its metadata; V(null) when none is recorded.
   - C(kvm_proxy_interfaces) lists every NIC in device order, as M(egress_proxies.kvm.kvm_proxy_info) returns it
@@ -33,9 +34,15 @@ description:
     a static IPv6 for (O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address6)); else it is V(null).
   - C(kvm_proxy_egress_address) (and C(kvm_proxy_egress_address6)) is the egress NIC's static IPv4 (IPv6) address as
     the VM's metadata records it, known while the VM is stopped too; V(null) when it has none.
+  - C(kvm_proxy_ha_group) is the HA group the VM is a member of (C(name), C(address), C(address6)), as its metadata
+    records it (O(egress_proxies.kvm.kvm_proxy#module:policy.group)); V(null) for a VM in no group.
+    C(kvm_proxy_ha_holder) says whether the VM holds its group's address now (V(true), V(false)), as its guest agent
+    reports its NICs' addresses; V(null) when that is not known (not running, no agent answer) or it is in no group.
+    Reading a running member costs one guest agent lookup more when the ARP table gave its addresses.
   - "Groups: C(kvm_proxies) (every proxy), C(kvm_hypervisor_<name>) per hypervisor, C(kvm_state_running),
-    C(kvm_state_provisioning) and C(kvm_state_stopped) per state, and C(kvm_owner_<uid>) per owner. Characters not
-    allowed in group names become underscores. O(compose), O(groups) and O(keyed_groups) add more."
+    C(kvm_state_provisioning) and C(kvm_state_stopped) per state, C(kvm_owner_<uid>) per owner, and
+    C(kvm_ha_group_<name>) per HA group (its members, holder or not). Characters not allowed in group names become
+    underscores. O(compose), O(groups) and O(keyed_groups) add more."
   - The configuration file name must end in C(.kvm_proxies.yml) or C(.kvm_proxies.yaml).
 author:
   - Contributors to the egress_proxies.kvm collection (!UNKNOWN)
@@ -132,12 +139,20 @@ cache_connection: ~/.cache/ansible-inventory
 cache_timeout: 600
 compose:
   ansible_user: "'debian'"
+  # The address a member's HA group is reached on.
+  ha_address: kvm_proxy_ha_group.address if kvm_proxy_ha_group else none
 keyed_groups:
   - key: kvm_proxy_libvirt_state
     prefix: libvirt
+  # The members of each HA group as ha_<name> (kvm_ha_group_<name> holds them too). A VM in no group gets none: its
+  # key is an empty list, which strict accepts.
+  - key: "[kvm_proxy_ha_group.name] if kvm_proxy_ha_group else []"
+    prefix: ha
 groups:
   reachable: kvm_proxy_ip is not none
   two_nics: kvm_proxy_interfaces | length > 1
+  # The member of each HA group that holds the group's address now.
+  ha_holders: kvm_proxy_ha_holder is true
 
 # Then, for example:
 #   ansible-inventory -i fleet.kvm_proxies.yml --graph
@@ -186,7 +201,10 @@ _HOST_VARS = (
     ("egress_address", "egress_address"),
     ("egress_address6", "egress_address6"),
     ("autostart", "autostart"),
+    ("ha_group", "ha_group"),
+    ("ha_holder", "ha_holder"),
 )
+HA_GROUP_PREFIX = "kvm_ha_group_"
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
@@ -289,7 +307,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     def _add_proxy(self, hostname, proxy, uri, strict):
         self.inventory.add_host(hostname, group=ALL_GROUP)
         # .get: a listing cached by an older release lacks the keys added since (egress_ip, policy_digest, egress_address,
-        # egress_address6, ipv6, egress_ipv6).
+        # egress_address6, ipv6, egress_ipv6, ha_group, ha_holder).
         hostvars = {VAR_PREFIX + var: proxy.get(key) for key, var in _HOST_VARS}
         hostvars[VAR_PREFIX + "uri"] = uri
         if proxy["ip"]:
@@ -302,6 +320,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         groups = ["kvm_hypervisor_" + proxy["host"], "kvm_state_" + proxy["state"].lower()]
         if proxy["uid"]:
             groups.append("kvm_owner_" + proxy["uid"])
+        if proxy.get("ha_group"):
+            groups.append(HA_GROUP_PREFIX + proxy["ha_group"]["name"])
         for group in groups:
             group = self.inventory.add_group(self._sanitize_group_name(group))
             self.inventory.add_child(group, hostname)

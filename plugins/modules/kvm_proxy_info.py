@@ -14,7 +14,8 @@ version_added: 0.1.0
 description:
   - Answers the question of what runs where. It reports every domain on the hypervisor that carries this collection's
     metadata, with its state, IPv4 address, owner, creation time, size, disks, NICs (each with its role and address,
-    and which is the egress one), autostart flag, spec digest and policy digest.
+    and which is the egress one), autostart flag, spec digest and policy digest, and, for a member of an HA group, its
+    group and whether it holds the group's address.
   - With O(name), reports that one domain, or an empty list and RV(found=false) when there is none.
   - The state is the collection's mapping of libvirt's state. V(Running) means running or blocked B(and) a
     routable IPv4 is known; V(Provisioning) means running without an address yet, or a state libvirt could not
@@ -54,7 +55,8 @@ extends_documentation_fragment:
 notes:
   - Each domain costs a small constant number of libvirt calls (its definition once, which also carries the
     metadata; its state; its autostart flag; one or two address lookups when it runs, for all of its NICs at once),
-    whatever the size of the fleet.
+    whatever the size of the fleet. A running member of an HA group costs one guest agent lookup more when the ARP
+    table gave its addresses (the agent tells whether it holds the group's address); a proxy in no group, none.
   - The list is sorted by domain name.
 seealso:
   - module: egress_proxies.kvm.kvm_proxy
@@ -104,6 +106,13 @@ EXAMPLES = r"""
   loop: "{{ owned.proxies | selectattr('state', 'equalto', 'Stopped') | sort(attribute='created_at') }}"
   loop_control:
     label: "{{ item.id }}"
+
+- name: Which member of each HA group holds the group's address
+  ansible.builtin.debug:
+    msg: "{{ item.name }} holds {{ item.ha_group.address }} ({{ item.ha_group.name }})"
+  loop: "{{ fleet.proxies | selectattr('ha_holder') }}"
+  loop_control:
+    label: "{{ item.name }}"
 
 - name: Everything defined on the hypervisor, including hand-made domains
   egress_proxies.kvm.kvm_proxy_info:
@@ -204,6 +213,39 @@ proxies:
         - It says what the VM was given, not what its files hold now; M(egress_proxies.kvm.kvm_proxy) reads those back.
       type: str
       sample: 9b2d6f0e1a3c5b7d9f1e3a5c7b9d1f3e5a7c9b1d3f5e7a9c1b3d5f7e9a1c3b5d
+    ha_group:
+      description:
+        - The HA group the proxy is a member of, as its metadata records it (O(egress_proxies.kvm.kvm_proxy#module:policy.group),
+          which the C(egress_proxies.kvm.egress_proxy) role sets for each member of C(egress_proxy_ha_groups)), with
+          its C(name), C(address) (the client IPv4 it shares with the other members) and C(address6) (V(null) when
+          the group has none).
+        - V(null) for a proxy in no group, one recorded before groups were, and an unmanaged domain.
+      type: dict
+      sample: {"name": "demo", "address": "198.18.40.10", "address6": null}
+      contains:
+        name:
+          description: The group's name.
+          type: str
+          sample: demo
+        address:
+          description: The group's client IPv4 address, without prefix length.
+          type: str
+          sample: 198.18.40.10
+        address6:
+          description: The group's client IPv6 address, without prefix length; V(null) when it has none.
+          type: str
+          sample: 2001:db8:40::10
+    ha_holder:
+      description:
+        - Whether the proxy holds its group's address now, the one clients reach the group on.
+        - V(true) when the running guest's agent reports RV(proxies[].ha_group.address) (or C(address6)) on one of its
+          NICs, V(false) when the agent answers without it.
+        - V(null) when that is not known (the domain is not running, or its guest agent does not answer) and for a
+          proxy in no group.
+        - The guest's word at the moment of the lookup; a hand-over (keepalived) may move the address a second later.
+          A group with no member or two members holding its address is worth an alert.
+      type: bool
+      sample: true
     vcpus:
       description: Virtual CPUs in the domain definition.
       type: int

@@ -228,6 +228,21 @@ options:
             description: As O(policy.release).
             type: list
             elements: str
+          group:
+            description: As O(policy.group).
+            type: dict
+            suboptions:
+              name:
+                description: As O(policy.group.name).
+                type: str
+                required: true
+              address:
+                description: As O(policy.group.address).
+                type: str
+                required: true
+              address6:
+                description: As O(policy.group.address6).
+                type: str
       on_unreachable_agent:
         description: This proxy's O(on_unreachable_agent).
         type: str

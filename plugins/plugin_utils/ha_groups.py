@@ -713,11 +713,24 @@ def release_argv(groups):
     return argv
 
 
+def policy_group(groups):
+    """The member's policy.group (the module records it, kvm_proxy_info reports it): its group's name and client
+    addresses without prefix length. A member is in one group: a group's segment is its members' inside network, a
+    member has one inside address, and resolve_groups refuses a proxy in two groups on one segment."""
+    if len(groups) != 1:
+        raise HaGroupError(["%s puts a proxy in %d groups (%s); a proxy is in one group." % (
+            VARIABLE, len(groups), ", ".join(group["name"] for group in groups))])
+    group = groups[0]
+    return {"name": group["name"], "address": group["address"].split("/")[0],
+            "address6": group["address6"].split("/")[0] if group["address6"] else None}
+
+
 def member_policy(instance, policy):
     """``policy`` (kvm_proxy_set's policy of the member ``instance``: squid's files, validate, reload) with the
     member's keepalived.conf, the health check and the hand-over script, and the sysctl file where squid listens on
     the group's address; validated by squid and keepalived's own config test, reloaded by squid's reload then
-    keepalived's; released by the hand-over of its group's address."""
+    keepalived's; released by the hand-over of its group's address; naming its group (policy_group). A proxy in no
+    group does not come here: its policy has no group, and so keeps its digest."""
     groups = instance["ha"]
     files = list(policy["files"]) + [
         {"path": KEEPALIVED_CONF_PATH, "content": keepalived_conf(instance["name"], groups)},
@@ -731,4 +744,5 @@ def member_policy(instance, policy):
     return {"files": files,
             "validate": _composed('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
             "reload": _composed(reload_script, policy["reload"]),
-            "release": release_argv(groups)}
+            "release": release_argv(groups),
+            "group": policy_group(groups)}

@@ -26,4 +26,9 @@ def policy_options():
         validate=dict(type="list", elements="str"),
         reload=dict(type="list", elements="str"),
         release=dict(type="list", elements="str"),
+        group=dict(type="dict", options=dict(
+            name=dict(type="str", required=True),
+            address=dict(type="str", required=True),
+            address6=dict(type="str"),
+        )),
     )

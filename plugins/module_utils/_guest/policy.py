@@ -18,7 +18,9 @@ restored by the next run.
 
 The policy's digest (``Policy.digest``) is recorded in the domain's metadata
 when the VM is defined and after each apply: what a proxy enforces is known
-without asking the guest.
+without asking the guest. So is the HA group it names (``group``, a
+_common.ha_group.HaGroup), which the digest covers: a proxy's group changes
+in place, with its files.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -37,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     TransientError,
     ValidationError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES, control_character, quoted, text_bytes
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
@@ -123,12 +126,14 @@ class PolicyFile:
 @dataclass(frozen=True)
 class Policy:
     """The files of a proxy's policy, and the programs (argument lists) that check and load them in the guest, and
-    the one that releases its service before the VM is shut down (``release``)."""
+    the one that releases its service before the VM is shut down (``release``); the HA group it is a member of
+    (``group``, a HaGroup, or None)."""
 
     files: tuple
     validate: tuple = ()
     reload: tuple = ()
     release: tuple = ()
+    group: Optional[HaGroup] = None
 
     @classmethod
     def from_params(cls, params):
@@ -146,12 +151,16 @@ class Policy:
         if not files:
             raise ValidationError("policy.files must list at least one file")
         return cls(tuple(files), _argv("policy.validate", params.get("validate")),
-                   _argv("policy.reload", params.get("reload")), _argv("policy.release", params.get("release")))
+                   _argv("policy.reload", params.get("reload")), _argv("policy.release", params.get("release")),
+                   HaGroup.from_params(params.get("group")))
 
     def digest(self):
-        """sha256 over what the guest holds: each file's path, owner, group, mode and content digest."""
+        """sha256 over what the guest holds: each file's path, owner, group, mode and content digest; and the HA group
+        the proxy is a member of, when it is one (a policy without one keeps the digest it had before groups)."""
         described = [{"path": f.path, "owner": f.owner, "group": f.group, "mode": f.mode, "sha256": f.sha256}
                      for f in sorted(self.files, key=lambda f: f.path)]
+        if self.group is not None:
+            described = {"files": described, "ha_group": self.group.as_dict()}
         return _sha256(json.dumps(described, sort_keys=True, separators=(",", ":")).encode("ascii"))
 
     def cloud_config(self):

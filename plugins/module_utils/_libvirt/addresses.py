@@ -130,6 +130,12 @@ def _describe(error, no_address_codes):
     return "%s (%s)" % (words, code_name)
 
 
+def ask_agent(hypervisor, dom):
+    """The guest agent's answer, as nic_addresses' ``answered`` takes it: (interfaces, None), or (None, why) when it
+    has no address for us."""
+    return _ask(hypervisor, dom, ADDRESS_SOURCE_AGENT, _NO_AGENT_ADDRESS_CODES)
+
+
 def _ask(hypervisor, dom, source, no_address_codes):
     """(interfaces, None) from one source, or (None, why) when it has no address for us."""
     try:
@@ -153,13 +159,15 @@ def domain_ipv4(hypervisor, dom, mac=None):
     return nic_addresses(hypervisor, dom, (mac,))[mac]
 
 
-def nic_addresses(hypervisor, dom, macs, wanted=None):
+def nic_addresses(hypervisor, dom, macs, wanted=None, answered=None):
     """domain_ipv4 for several NICs at once, and their IPv6 where wanted: {mac: AddressLookup}, each source asked once
     for all of them.
 
     ``wanted`` maps a MAC to its Wanted (absent: IPv4 alone). A source is asked
     only while some NIC still lacks an address it wants (``None`` in ``macs``
     stands for any NIC), so one IPv4 NIC costs what domain_ipv4 always did.
+    ``answered`` is the agent's answer when the caller asked it already
+    (ask_agent's): it is used instead of asking again.
     """
     wanted = wanted or {}
     lookups = OrderedDict((mac, AddressLookup(ip=None, sources=OrderedDict())) for mac in macs)
@@ -177,7 +185,10 @@ def nic_addresses(hypervisor, dom, macs, wanted=None):
         pending = {mac: families for mac, families in pending.items() if families}
         if not pending:
             continue
-        interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
+        if source == ADDRESS_SOURCE_AGENT and answered is not None:
+            interfaces, why = answered
+        else:
+            interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
         for mac, families in pending.items():
             lookup = lookups[mac]
             found = {} if why is not None else {

@@ -57,6 +57,7 @@ class InstanceMetadata:
     spec_digest: Optional[str] = None
     spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy.request)
     policy_digest: Optional[str] = None  # the policy the guest was last given (_guest.policy)
+    ha_group_json: Optional[str] = None  # the HA group that policy names, as JSON (_common.ha_group); absent: none
 
     @property
     def created_at(self):
@@ -121,12 +122,14 @@ def _validate_digest(what, digest):
     return digest.lower()
 
 
-def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, policy_digest=None):
-    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest, spec and policyDigest.
+def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, policy_digest=None, ha_group_json=None):
+    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest, spec, policyDigest
+    and haGroup.
 
     ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest
     of the VM spec, ``spec_json`` that spec as JSON text; ``policy_digest``
-    the digest of the policy the guest holds.
+    the digest of the policy the guest holds, ``ha_group_json`` the HA group
+    that policy names, as JSON text.
     """
     texts = [
         ("managed", "true"),
@@ -144,6 +147,12 @@ def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, po
     policy = _validate_digest("policy", policy_digest)
     if policy is not None:
         texts.append(("policyDigest", policy))
+    if ha_group_json is not None:
+        if not is_value_text(ha_group_json):
+            raise ValidationError("the HA group to record must be non-empty XML-compatible text without surrounding "
+                                  "whitespace, got %r" % (ha_group_json[:80] if isinstance(ha_group_json, str)
+                                                          else ha_group_json,))
+        texts.append(("haGroup", ha_group_json))
     root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
     for tag, text in texts:
         etree.SubElement(root, etree.QName(METADATA_URI, tag)).text = text
@@ -188,6 +197,7 @@ def instance_metadata_from_domain_element(domain):
         spec_digest=texts.get("specDigest"),
         spec_json=texts.get("spec"),
         policy_digest=texts.get("policyDigest"),
+        ha_group_json=texts.get("haGroup"),
     )
 
 

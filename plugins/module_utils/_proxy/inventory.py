@@ -8,7 +8,8 @@ Each domain costs a small constant number of libvirt calls: its XML once
 (which carries name, vcpus, memory, disks, NICs and our metadata element, so
 the metadata is never fetched separately), its state, its autostart flag,
 and one or two address lookups when it is running (each source asked once
-for all of its NICs). A domain that is left
+for all of its NICs; an HA group's member asks its guest agent first, whether
+or not ARP answers, to tell whether it holds the group's address). A domain that is left
 out (no metadata of ours, another owner) costs only the XML read.
 
 Partial views are handled as in the reference's ListByTag: a domain that
@@ -33,8 +34,9 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     TransientError,
     ValidationError,
 )
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import format_domain_id, validate_host_name
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, nic_addresses
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, ask_agent, nic_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339, recorded_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active, libvirt_state_name, map_state
@@ -98,14 +100,16 @@ def _created_at(metadata):
     return format_rfc3339(metadata.created_at_as_of(datetime.datetime.now(datetime.timezone.utc)))
 
 
-def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
+def inspect_domain(hypervisor, dom, host, domain_info=None, status=None, holder=True):
     """Build the entry of one domain.
 
     ``domain_info`` is the DomainInfo parsed from the domain's XML when the
     caller already read it (list_proxies does, to filter on the metadata);
     otherwise the XML is read here. ``status`` is its ``(state, autostart)``
     when the caller read those since the domain last changed (a proxy's flow
-    did, observing it), else they are asked here. Raises the typed error of any failed
+    did, observing it), else they are asked here. ``holder`` False leaves
+    ``ha_holder`` None and asks a member's guest agent nothing more (a caller
+    that does not report it). Raises the typed error of any failed
     libvirt call (NotFoundError when the domain vanished) and PermanentError
     for unreadable XML or metadata.
     """
@@ -120,12 +124,19 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
     # The roles and static addresses are the ones the VM was created with (its recorded spec); a hand-made domain
     # has no roles, and its NICs are looked up for their IPv4.
     spec = recorded_spec(metadata)
+    ha_group = HaGroup.from_recorded(metadata.ha_group_json) if metadata is not None else None
+    ha_holder = None
     if is_active(state):
+        # A member's guest agent is asked once, up front: whether it holds its group's address, and the answer the
+        # address lookup uses for the agent. A proxy in no group costs nothing more.
+        answered = ask_agent(hypervisor, dom) if holder and ha_group is not None else None
+        if answered is not None and answered[1] is None:
+            ha_holder = ha_group.held_in(answered[0])
         # Every NIC's addresses from the same one or two lookups; `ip` stays the first NIC's (None: any NIC
         # of a domain defined without a MAC): its IPv4, or its IPv6 when it is IPv6-only.
         first = macs[0] if macs else None
         wanted = dict(zip(macs, recorded_wanted(spec, len(macs))))
-        lookups = nic_addresses(hypervisor, dom, macs or [first], wanted)
+        lookups = nic_addresses(hypervisor, dom, macs or [first], wanted, answered)
         ip = wanted.get(first, IPV4).address(lookups[first])
         ipv6 = lookups[first].ipv6
         ip_sources = dict(lookups[first].sources)
@@ -144,6 +155,8 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None):
         "created_at": _created_at(metadata),
         "spec_digest": metadata.spec_digest if metadata is not None else None,
         "policy_digest": metadata.policy_digest if metadata is not None else None,
+        "ha_group": ha_group.as_dict() if ha_group is not None else None,
+        "ha_holder": ha_holder,
         "vcpus": domain_info.vcpus,
         "memory_mib": domain_info.memory_mib,
         "disks": [

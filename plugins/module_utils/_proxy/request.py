@@ -268,6 +268,11 @@ class ProxyRequest:
         return self.policy.digest() if self.policy is not None else None
 
     @property
+    def ha_group_json(self):
+        """The HA group the policy names as the metadata records it (beside the policy's digest), or None."""
+        return self.policy.group.recorded() if self.policy is not None and self.policy.group is not None else None
+
+    @property
     def disk_bytes(self):
         return self.disk_size_gb * GIB
 
@@ -412,15 +417,16 @@ def spec_digest(spec):
     return _sha256(_canonical_json(spec).encode("ascii"))
 
 
-def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=None):
-    """Our metadata element with the spec's digest, plus the spec itself, and the digest of the policy the guest holds.
+def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=None, ha_group_json=None):
+    """Our metadata element with the spec's digest, plus the spec itself, and the digest of the policy the guest holds
+    with the HA group it names.
 
     The spec holds no secrets (cloud-init data appears as digests only) and
     lets diff mode show what a drifted VM was built from. ``digest`` defaults
     to the spec's own; an adopted VM keeps the digest it was recorded with.
     """
     return build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest,
-                                  None if spec is None else _canonical_json(spec), policy_digest)
+                                  None if spec is None else _canonical_json(spec), policy_digest, ha_group_json)
 
 
 def base_volume_of(identity):

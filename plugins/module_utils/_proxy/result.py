@@ -82,7 +82,8 @@ def describe_proxy(hypervisor, host, request, observation, outcome, settle):
 
 
 def _entry(hypervisor, host, dom, info, uid, status=None):
-    entry = inspect_domain(hypervisor, dom, host, info, status)
+    # Whether a member holds its group's address is kvm_proxy_info's to tell: no agent call for it here.
+    entry = inspect_domain(hypervisor, dom, host, info, status, holder=False)
     described = {key: entry[key] for key in _DESCRIBED}
     described["uid"] = uid
     described["mac"] = entry["macs"][0] if entry["macs"] else None

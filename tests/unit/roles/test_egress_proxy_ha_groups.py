@@ -28,6 +28,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
     HAND_OVER_PATH,
     HEALTH_PORT,
@@ -124,6 +126,18 @@ def test_a_proxy_in_no_group_is_byte_identical_beside_a_group():
     beside = proxies([LONE, A], [GROUP])["egress-lone"]
     assert beside == alone
     assert "keepalived" not in json.dumps(alone) and "egress_health" not in json.dumps(alone)
+
+
+def test_a_members_policy_names_its_group_which_the_module_records_and_a_lone_proxys_names_none():
+    proxy = proxies([with_outside(A, 11)], [dict(GROUP, address6="2001:db8:40::10")], hv2=[with_outside(B, 12)],
+                    **OUTSIDE)["egress-a"]
+    assert proxy["policy"]["group"] == {"name": "office", "address": "198.18.40.10", "address6": "2001:db8:40::10"}
+    assert Policy.from_params(proxy["policy"]).group == HaGroup("office", "198.18.40.10", "2001:db8:40::10")
+    assert proxies([A], [GROUP])["egress-a"]["policy"]["group"] == {
+        "name": "office", "address": "198.18.40.10", "address6": None}
+    # A proxy in no group: no group key, so its policy's digest is the one it had before groups named themselves.
+    alone = proxies([LONE, A], [GROUP])["egress-lone"]
+    assert "group" not in alone["policy"] and Policy.from_params(alone["policy"]).group is None
 
 
 def test_membership_priority_address_and_id_changes_are_policy_only():

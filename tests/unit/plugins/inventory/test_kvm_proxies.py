@@ -21,12 +21,16 @@ from ansible.plugins.loader import inventory_loader
 from ansible.template import Templar
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt import hypervisor as _libvirt
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (
     INSIDE_MAC,
     OUTSIDE_MAC,
     hand_made_domain,
+    ipv4,
+    mac_of,
     managed_domain,
     two_nic_domain,
 )
@@ -246,6 +250,41 @@ keyed_groups:
     assert members(inventory, "reachable") == ["proxy-one"]
     assert members(inventory, "libvirt_running") == ["proxy-one", "proxy-two"]
     assert members(inventory, "libvirt_shutoff") == ["proxy-three"]
+
+
+def ha_members(hypervisors):
+    """egress-demo-1 (nas1, its guest holding the group's address) and egress-demo-2 (nas2, not holding it)."""
+    group = HaGroup("demo", "198.18.40.10").recorded()
+    for uri, name, addrs in ((NAS1, "egress-demo-1", [ipv4("198.18.40.11"), ipv4("198.18.40.10")]),
+                             (NAS2, "egress-demo-2", [ipv4("198.18.40.12")])):
+        dom = managed_domain(hypervisors[uri], name, "uid-1", state=RUNNING, ha_group_json=group)
+        dom.addresses[ADDRESS_SOURCE_AGENT] = {"eth0": {"hwaddr": mac_of(name), "addrs": addrs}}
+
+
+def test_ha_group_and_holder_are_host_vars_and_each_group_is_an_inventory_group(parse, hypervisors):
+    ha_members(hypervisors)
+    inventory, warnings = parse(TWO_HYPERVISORS + """
+strict: true
+groups:
+  ha_holders: kvm_proxy_ha_holder is true
+keyed_groups:
+  - key: "[kvm_proxy_ha_group.name] if kvm_proxy_ha_group else []"
+    prefix: ha
+compose:
+  ha_address: kvm_proxy_ha_group.address if kvm_proxy_ha_group else none
+""")[:2]
+    assert warnings == []
+    one, two = (inventory.get_host(name).get_vars() for name in ("egress-demo-1", "egress-demo-2"))
+    assert one["kvm_proxy_ha_group"] == two["kvm_proxy_ha_group"] == {
+        "name": "demo", "address": "198.18.40.10", "address6": None}
+    assert (one["kvm_proxy_ha_holder"], two["kvm_proxy_ha_holder"]) == (True, False)
+    assert members(inventory, "kvm_ha_group_demo") == members(inventory, "ha_demo") == ["egress-demo-1", "egress-demo-2"]
+    assert members(inventory, "ha_holders") == ["egress-demo-1"]
+    assert one["ha_address"] == "198.18.40.10"
+    # A proxy in no group: null host vars, no HA group.
+    lone = inventory.get_host("proxy-one").get_vars()
+    assert (lone["kvm_proxy_ha_group"], lone["kvm_proxy_ha_holder"], lone["ha_address"]) == (None, None, None)
+    assert [group.name for group in inventory.get_host("proxy-one").get_groups() if "ha" in group.name] == []
 
 
 def test_same_name_on_two_hypervisors(parse, hypervisors):

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import DomainParams, NicInfo, build_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP
@@ -53,10 +54,11 @@ def mac_of(name):
     return "52:54:00:00:00:%02x" % (sum(name.encode()) % 256)
 
 
-def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, created=CREATED):
+def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, created=CREATED, ha_group_json=None):
     xml = build_domain_xml(DomainParams(
         name=name,
-        metadata=build_instance_element(uid, created, DIGEST),
+        metadata=build_instance_element(uid, created, DIGEST, policy_digest=None if ha_group_json is None else DIGEST,
+                                        ha_group_json=ha_group_json),
         vcpus=2,
         memory_mib=512,
         pool="default",
@@ -135,6 +137,8 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         "created_at": "2026-09-04T14:04:00Z",
         "spec_digest": DIGEST,
         "policy_digest": None,
+        "ha_group": None,
+        "ha_holder": None,
         "vcpus": 2,
         "memory_mib": 512,
         "disks": [
@@ -160,6 +164,122 @@ def test_get_costs_a_constant_number_of_calls_and_never_reads_metadata_separatel
     managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING, agent="198.18.0.151")
     get_proxy(hv1, "nas1", "proxy-one")
     assert hv1.calls == ["lookup_domain", "domain_xml", "domain_state", "domain_autostart", "domain_addresses", "domain_addresses"]
+
+
+# --- HA groups: the recorded group, and whether the guest holds its address ------------------------
+
+GROUP = HaGroup("demo", "198.18.40.10", "2001:db8:40::10")
+
+
+def ipv6(addr, prefix=64):
+    return {"type": 1, "addr": addr, "prefix": prefix}
+
+
+def sources_asked(hv):
+    """The address sources ``hv`` is asked, in order, from now on."""
+    asked, original = [], hv.domain_addresses
+
+    def spy(dom, source):
+        asked.append(source)
+        return original(dom, source)
+
+    hv.domain_addresses = spy
+    return asked
+
+
+def member(hv, agent_addrs, state=RUNNING, arp="198.18.40.11", group=GROUP):
+    """A member of ``group`` whose guest agent reports ``agent_addrs`` on eth0 (None: the agent gives no answer)."""
+    dom = managed_domain(hv, "egress-demo-1", "uid-1", state=state, arp=arp,
+                         ha_group_json=group.recorded() if isinstance(group, HaGroup) else group)
+    if agent_addrs is not None:
+        dom.addresses[ADDRESS_SOURCE_AGENT] = {
+            "lo": {"hwaddr": "00:00:00:00:00:00", "addrs": [ipv4("127.0.0.1", 8)]},
+            "eth0": {"hwaddr": mac_of("egress-demo-1"), "addrs": agent_addrs}}
+    return dom
+
+
+@pytest.mark.parametrize("agent_addrs, holds", [
+    ([ipv4("198.18.40.11"), ipv4("198.18.40.10")], True),
+    ([ipv4("198.18.40.11"), ipv6("2001:db8:40::10")], True),
+    ([ipv4("198.18.40.11")], False),
+    ([], False),
+])
+def test_a_member_reports_its_group_and_whether_its_guest_holds_the_address(hv1, agent_addrs, holds):
+    member(hv1, agent_addrs)
+    asked = sources_asked(hv1)
+    entry = get_proxy(hv1, "nas1", "egress-demo-1")
+    assert entry["ha_group"] == {"name": "demo", "address": "198.18.40.10", "address6": "2001:db8:40::10"}
+    assert entry["ha_holder"] is holds
+    # One agent call, first; ARP still gives the address, and the lookup asks the agent no more.
+    assert asked == [ADDRESS_SOURCE_AGENT, ADDRESS_SOURCE_ARP]
+    assert entry["ip"] == "198.18.40.11" and list(entry["ip_sources"]) == ["arp"]
+
+
+def test_a_members_agent_answer_is_the_address_lookups_too(hv1):
+    member(hv1, [ipv4("198.18.40.11"), ipv4("198.18.40.10")], arp=None)
+    entry = get_proxy(hv1, "nas1", "egress-demo-1")
+    assert entry["ha_holder"] is True
+    assert entry["ip"] == "198.18.40.11" and entry["ip_sources"] == {"arp": "no address yet", "agent": "198.18.40.11"}
+    assert hv1.calls.count("domain_addresses") == 2
+
+
+def test_a_member_whose_agent_does_not_answer_holds_it_unknown(hv1):
+    dom = member(hv1, None)
+    dom.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    entry = get_proxy(hv1, "nas1", "egress-demo-1")
+    assert entry["ha_group"]["name"] == "demo" and entry["ha_holder"] is None
+    assert entry["ip"] == "198.18.40.11"
+    assert hv1.calls.count("domain_addresses") == 2
+
+
+def test_a_stopped_member_holds_it_unknown_without_asking(hv1):
+    member(hv1, [ipv4("198.18.40.10")], state=SHUTOFF)
+    entry = get_proxy(hv1, "nas1", "egress-demo-1")
+    assert (entry["ha_group"]["name"], entry["ha_holder"]) == ("demo", None)
+    assert "domain_addresses" not in hv1.calls
+
+
+def test_a_proxy_in_no_group_costs_no_agent_call(hv1):
+    managed_domain(hv1, "proxy-one", "uid-1", state=RUNNING, arp="198.18.0.150")
+    asked = sources_asked(hv1)
+    entry = get_proxy(hv1, "nas1", "proxy-one")
+    assert (entry["ha_group"], entry["ha_holder"]) == (None, None)
+    assert asked == [ADDRESS_SOURCE_ARP]
+
+
+@pytest.mark.parametrize("hostile", [
+    "198.18.40.10\n", " 198.18.40.10", "\uff11\uff19\uff18.18.40.10", "2001:db8:40::10%eth0", "198.18.40.10/24",
+    "2001:db8:40::10%eth0\n198.18.40.10", 3232245770, None,
+])
+def test_the_guests_word_is_parsed_as_text_first_never_taken_as_it_is(hv1, hostile):
+    member(hv1, [ipv4("198.18.40.11"), {"type": 0, "addr": hostile, "prefix": 24}])
+    assert get_proxy(hv1, "nas1", "egress-demo-1")["ha_holder"] is False
+
+
+@pytest.mark.parametrize("answer, holds", [
+    ({"lo": {"hwaddr": "00:00:00:00:00:00", "addrs": [ipv4("198.18.40.10")]}}, False),
+    ({"eth0": "198.18.40.10", "eth1": {"addrs": "198.18.40.10"}, "eth2": {"addrs": ["198.18.40.10", None]}}, False),
+    # The group's address past the first 64 NICs, and past a NIC's first 64 addresses: not read.
+    (dict({"nic%03d" % index: {"addrs": [ipv4("198.18.99.1")]} for index in range(64)},
+          nic999={"addrs": [ipv4("198.18.40.10")]}), False),
+    ({"eth0": {"addrs": [ipv4("198.18.99.1")] * 64 + [ipv4("198.18.40.10")]}}, False),
+    ({"eth0": {"addrs": [ipv4("198.18.99.1")] * 63 + [ipv4("198.18.40.10")]}}, True),
+    ([ipv4("198.18.40.10")], None),
+])
+def test_a_guest_answer_of_another_shape_or_too_long_is_read_bounded(hv1, answer, holds):
+    dom = member(hv1, [])
+    dom.addresses[ADDRESS_SOURCE_AGENT] = answer
+    assert get_proxy(hv1, "nas1", "egress-demo-1")["ha_holder"] is holds
+
+
+@pytest.mark.parametrize("recorded", ['{"name":"demo"}', "not json", '{"name":"Demo!","address":"198.18.40.10"}',
+                                      '{"address":"198.18.40.10\\n","name":"demo"}', "[]"])
+def test_a_recorded_group_this_collection_would_not_write_reads_as_none(hv1, recorded):
+    member(hv1, [ipv4("198.18.40.10")], group=recorded)
+    asked = sources_asked(hv1)
+    entry = get_proxy(hv1, "nas1", "egress-demo-1")
+    assert (entry["ha_group"], entry["ha_holder"]) == (None, None)
+    assert asked == [ADDRESS_SOURCE_ARP]
 
 
 def test_get_unmanaged_domain_has_no_uid(hv1):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     CLOCK_SKEW_TOLERANCE,
@@ -243,3 +244,30 @@ def test_a_domain_without_our_element_has_no_metadata(raw):
 def test_created_at_as_of_never_lies_in_the_future(ahead, reads_as):
     metadata = InstanceMetadata(managed=True, uid="u", created_at_raw=format_rfc3339(CREATED + ahead))
     assert metadata.created_at_as_of(CREATED) == {"recorded": CREATED + ahead, "now": CREATED, "oldest": OLDEST}[reads_as]
+
+
+# The HA group a proxy's policy names (_common.ha_group), recorded beside the policy's digest.
+GROUP_JSON = '{"address":"198.18.40.10","address6":null,"name":"demo"}'
+
+
+def test_the_ha_group_is_recorded_beside_the_policy_digest_and_reads_back():
+    element = build_instance_element("uid-1", CREATED, DIGEST, policy_digest="cd" * 32, ha_group_json=GROUP_JSON)
+    assert [etree.QName(child).localname for child in element][-2:] == ["policyDigest", "haGroup"]
+    parsed = read(to_string(element))
+    assert (parsed.policy_digest, parsed.ha_group_json) == ("cd" * 32, GROUP_JSON)
+    assert HaGroup.from_recorded(parsed.ha_group_json) == HaGroup("demo", "198.18.40.10")
+
+
+def test_metadata_written_before_ha_groups_reads_without_one():
+    old = ('<instance xmlns="%s"><managed>true</managed><uid>u-1</uid><createdAt>2026-11-29T18:00:00Z</createdAt>'
+           "<policyDigest>%s</policyDigest></instance>" % (METADATA_URI, DIGEST))
+    parsed = read(old)
+    assert parsed.managed and parsed.policy_digest == DIGEST and parsed.ha_group_json is None
+    assert HaGroup.from_recorded(parsed.ha_group_json) is None
+    assert build_instance_element("uid-1", CREATED, DIGEST).find(NS + "haGroup") is None
+
+
+@pytest.mark.parametrize("bad", ["", " {}", "a\x00b"])
+def test_a_group_that_is_no_xml_text_is_refused(bad):
+    with pytest.raises(ValidationError):
+        build_instance_element("uid-1", CREATED, ha_group_json=bad)

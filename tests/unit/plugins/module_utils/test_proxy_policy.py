@@ -9,11 +9,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import email
+import hashlib
+import json
 
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import _STAGE, BOOT_FINISHED, SHELL, Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
@@ -227,6 +230,73 @@ def test_bad_policies_are_refused_naming_the_entry(change, message):
     with pytest.raises(ValidationError) as raised:
         ProxyRequest.from_params(params(policy=dict(policy(), **change)))
     assert message in raised.value.message
+
+
+GROUP = {"name": "demo", "address": "198.18.40.10", "address6": "2001:db8:40::10"}
+
+
+@pytest.mark.parametrize("group, message", [
+    (dict(GROUP, name="Demo"), "policy.group.name 'Demo' is not 1-15 lowercase letters"),
+    (dict(GROUP, name="a" * 16), "policy.group.name"),
+    (dict(GROUP, name="demo\n"), "policy.group.name 'demo\\n'"),
+    (dict(GROUP, address="198.18.40.10\n"), "policy.group.address '198.18.40.10\\n' is not an IPv4 address"),
+    (dict(GROUP, address=" 198.18.40.10"), "policy.group.address ' 198.18.40.10' is not an IPv4 address"),
+    (dict(GROUP, address="198.18.40.10/24"), "policy.group.address '198.18.40.10/24' is not an IPv4 address"),
+    (dict(GROUP, address="\uff11\uff19\uff18.18.40.10"), "policy.group.address '\uff11"),
+    (dict(GROUP, address="2001:db8:40::10"), "policy.group.address '2001:db8:40::10' is not an IPv4 address"),
+    (dict(GROUP, address="127.0.0.1"), "policy.group.address 127.0.0.1 is not an address clients reach"),
+    (dict(GROUP, address=None), "policy.group.address None is not an IPv4 address"),
+    (dict(GROUP, address6="2001:db8:40::10%eth0"), "policy.group.address6 '2001:db8:40::10%eth0' is not an IPv6"),
+    (dict(GROUP, address6="fe80::1"), "policy.group.address6 fe80::1 is not an address clients reach"),
+    (dict(GROUP, address6="2001:db8:40::10/64"), "policy.group.address6 '2001:db8:40::10/64'"),
+    (dict(GROUP, address6="２001:db8::1"), "policy.group.address6 '２001:db8::1'"),
+    (dict(GROUP, vip="198.18.40.10"), "policy.group has unknown keys 'vip'"),
+    ("demo", "policy.group must be a dictionary"),
+])
+def test_a_bad_group_is_refused_naming_the_option(group, message):
+    with pytest.raises(ValidationError) as raised:
+        ProxyRequest.from_params(params(policy=policy(group=group)))
+    assert message in raised.value.message
+
+
+def test_the_group_is_normalised_and_covered_by_the_digest_a_policy_without_one_keeps_its_own():
+    plain = Policy.from_params(policy())
+    # The digest a policy had before groups existed: its files alone.
+    files = [{"path": f.path, "owner": f.owner, "group": f.group, "mode": f.mode, "sha256": f.sha256}
+             for f in sorted(plain.files, key=lambda f: f.path)]
+    assert plain.group is None and plain.digest() == hashlib.sha256(
+        json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    member = Policy.from_params(policy(group=dict(GROUP, address6="2001:DB8:40:0::10")))
+    assert member.group == HaGroup("demo", "198.18.40.10", "2001:db8:40::10")
+    assert member.digest() == Policy.from_params(policy(group=GROUP)).digest() != plain.digest()
+    assert member.digest() != Policy.from_params(policy(group=dict(GROUP, address="198.18.40.20"))).digest()
+    assert member.digest() != Policy.from_params(policy(group=dict(GROUP, address6=None))).digest()
+    assert Policy.from_params(policy(group=None)) == plain
+
+
+def test_joining_moving_and_leaving_a_group_is_applied_in_place_and_recorded(run, converge):
+    hv = running_set(converge)
+    uuids = {name: hv.domains[name] for name in NAMES}
+    assert domain_of(hv, "proxy-a").metadata.ha_group_json is None
+    for group in (GROUP, dict(GROUP, address="198.18.40.20", address6=None), None):
+        requested = policy(group=group)
+        predicted = run(hv, set_request(NAMES, policy=requested), check_mode=True)
+        assert [p["actions"] for p in predicted["proxies"]] == [[steps.APPLY_POLICY]] * 2
+        result = converge(hv, set_request(NAMES, policy=requested))
+        assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.APPLY_POLICY])] * 2
+        for name in NAMES:
+            assert hv.domains[name] is uuids[name] and hv.domains[name].state == RUNNING
+            metadata = domain_of(hv, name).metadata
+            assert metadata.policy_digest == Policy.from_params(requested).digest()
+            assert HaGroup.from_recorded(metadata.ha_group_json) == HaGroup.from_params(group)
+        assert converge(hv, set_request(NAMES, policy=requested))["changed"] is False
+
+
+def test_a_new_member_records_its_group_from_its_definition(converge):
+    hv = ready_host()
+    converge(hv, set_request(NAMES, policy=policy(group=GROUP)))
+    assert domain_of(hv, "proxy-a").metadata.ha_group_json == (
+        '{"address":"198.18.40.10","address6":"2001:db8:40::10","name":"demo"}')
 
 
 def test_multipart_user_data_cannot_carry_a_policy():

@@ -139,6 +139,10 @@ def test_absent_removes_the_vm_and_keeps_the_image(run, hypervisor):
     (dict(ARGS, memory_mib=1), "memory_mib must be a whole number from 128"),
     (dict(ARGS, timeout=0), "timeout must be a positive number of seconds, got 0"),
     (dict(ARGS, lock_timeout=-5), "lock_timeout must be a positive number of seconds, got -5"),
+    (dict(ARGS, policy=dict(files=[dict(path="/etc/x", content="x")], group=dict(name="demo"))),
+     "missing required arguments: address found in policy -> group"),
+    (dict(ARGS, policy=dict(files=[dict(path="/etc/x", content="x")], group=dict(name="demo", address="198.18.40.10\n"))),
+     "policy.group.address '198.18.40.10\\n' is not an IPv4 address"),
 ])
 def test_bad_arguments_fail_before_connecting(run, args, message):
     result, _out, opened = run(args)

@@ -14,12 +14,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import module as _module
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.hypervisor import ADDRESS_SOURCE_AGENT
 from ansible_collections.egress_proxies.kvm.plugins.modules import kvm_proxy_info
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeHypervisor
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_inventory import (
     INSIDE_MAC,
     OUTSIDE_MAC,
     hand_made_domain,
+    ipv4,
+    mac_of,
     managed_domain,
     two_nic_domain,
 )
@@ -108,6 +112,21 @@ def test_a_two_nic_proxy_is_reported_with_its_interfaces_and_egress_address(run,
         {"mac": OUTSIDE_MAC, "bridge": "br1", "network": None, "role": "outside", "ipv4": "198.18.21.70", "ipv6": None, "egress": True},
     ]
     assert (proxy["ip"], proxy["egress_ip"]) == ("198.18.11.70", "198.18.21.70")
+
+
+def test_each_proxy_says_its_ha_group_and_whether_it_holds_the_address(run, hypervisor):
+    group = HaGroup("demo", "198.18.40.10", "2001:db8:40::10").recorded()
+    for name, addrs, state in (("egress-demo-1", ["198.18.40.11", "198.18.40.10"], RUNNING),
+                               ("egress-demo-2", ["198.18.40.12"], RUNNING), ("egress-demo-3", [], SHUTOFF)):
+        dom = managed_domain(hypervisor, name, "uid-1", state=state, ha_group_json=group)
+        dom.addresses[ADDRESS_SOURCE_AGENT] = {"eth0": {"hwaddr": mac_of(name), "addrs": [ipv4(addr) for addr in addrs]}}
+    proxies = {proxy["name"]: proxy for proxy in run({})["proxies"]}
+    assert [(name, proxies[name]["ha_holder"]) for name in sorted(proxies)] == [
+        ("egress-demo-1", True), ("egress-demo-2", False), ("egress-demo-3", None), ("proxy-one", None),
+        ("proxy-two", None)]
+    assert proxies["egress-demo-3"]["ha_group"] == {
+        "name": "demo", "address": "198.18.40.10", "address6": "2001:db8:40::10"}
+    assert proxies["proxy-one"]["ha_group"] is None
 
 
 def test_by_name_absent_is_found_false_not_a_failure(run):

@@ -23,6 +23,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
     HAND_OVER_PATH,
@@ -37,6 +38,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     member_policy,
     member_view,
     parse_groups,
+    policy_group,
     release_argv,
     resolve_groups,
     vrrp_id,
@@ -534,6 +536,25 @@ def test_the_policy_is_what_the_module_accepts():
         checked = Policy.from_params(policy)
         assert [policy_file.secret for policy_file in checked.files].count(True) == 0
         assert list(checked.release) == policy["release"]
+        assert checked.group == HaGroup("office", "198.18.40.10", "2001:db8:40::10")
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_members_policy_names_its_one_group_without_prefix_lengths(shape):
+    groups, hypervisors, outside = SHAPES[shape]
+    for name, (instance, policy) in member_policies(groups, hypervisors, outside).items():
+        (group,) = instance["ha"]
+        assert policy["group"] == {"name": group["name"], "address": group["address"].split("/")[0],
+                                   "address6": group["address6"].split("/")[0] if group["address6"] else None}, name
+
+
+def test_a_member_in_two_groups_is_refused_rather_than_naming_one():
+    groups, hypervisors, _outside = SHAPES["two groups"]
+    found = fleet_groups(groups, listings(groups, *hypervisors), UID)["groups"]
+    both = instance_groups(found, "egress-a") + instance_groups(found, "egress-c")
+    with pytest.raises(HaGroupError) as raised:
+        policy_group(both)
+    assert str(raised.value) == "egress_proxy_ha_groups puts a proxy in 2 groups (office, lab); a proxy is in one group."
 
 
 # policy.release: the hand-over, run by the module through the guest agent before the VM is shut down.
