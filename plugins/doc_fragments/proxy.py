@@ -374,7 +374,7 @@ options:
         description:
           - A program and its arguments (run without a shell) that makes the service read the new files, for example
             V(['/bin/systemctl', 'reload-or-restart', 'squid']). It runs whenever a file was written.
-          - It must finish within 60 seconds; when it fails the task fails, and the next run writes the files and
+          - It must finish within 3 minutes; when it fails the task fails, and the next run writes the files and
             reloads again.
         type: list
         elements: str

@@ -76,15 +76,19 @@ SYSCTL_PATH = "/etc/sysctl.d/60-egress-proxy-ha.conf"
 SYSCTL_LOAD = ["/usr/sbin/sysctl", "--quiet", "--load=%s" % SYSCTL_PATH]
 KEEPALIVED_VALIDATE = [KEEPALIVED, "--config-test", "--all-config", "--use-file=%s" % KEEPALIVED_CONF_PATH]
 KEEPALIVED_RELOAD = ["/bin/systemctl", "reload-or-restart", "keepalived"]
-# keepalived's check of squid (the health script): its interval, and how many answers in a row make a member serve
-# (from its start too: init_fail), how many failures make it give the address up.
+# keepalived's check of squid (the health script): its interval, how long squid has to answer it, how many answers in
+# a row make a member serve (from its start too: init_fail), how many failures make it give the address up. A squid
+# slow under load is not taken for a hung one: moving the address to a member as loaded only cuts connections.
 CHECK_INTERVAL = 2
+CHECK_ANSWER_SECONDS = 2
 CHECK_RISE = 2
-CHECK_FALL = 2
+CHECK_FALL = 3
 # How long the hand-over waits for a peer to serve (one replaced just before may be in its first boot), then for its
 # keepalived to count squid as answering; how long it lets the connections in flight finish, new ones held; and
 # how long it waits for another member to answer on the address once keepalived stopped.
 PEER_SECONDS = 300
+# Before a reload, a peer serves already or the member reloads keeping the address (new connections held).
+RELOAD_PEER_SECONDS = 10
 SETTLE_SECONDS = CHECK_INTERVAL * CHECK_RISE + 1
 DRAIN_SECONDS = 5
 HAND_OVER_SECONDS = 10
@@ -537,7 +541,7 @@ def keepalived_conf(name, groups):
         "vrrp_script egress_squid {",
         '    script "%s %d"' % (HEALTH_SCRIPT_PATH, HEALTH_PORT),
         "    interval %d" % CHECK_INTERVAL,
-        "    timeout 2",
+        "    timeout %d" % (CHECK_ANSWER_SECONDS + 1),
         "    fall %d" % CHECK_FALL,
         "    rise %d" % CHECK_RISE,
         # A member starting (a first boot, a restart) takes no address before squid has answered.
@@ -591,17 +595,19 @@ if read -r since < %(reloading_file)s 2>/dev/null; then
 fi
 exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
 printf 'GET http://127.0.0.1/ HTTP/1.0\r\n\r\n' >&3
-IFS= read -r -t 1 status <&3 || exit 1
+IFS= read -r -t %(answer_seconds)d status <&3 || exit 1
 case $status in "HTTP/1."[01]" "[1-5][0-9][0-9]*) exit 0 ;; esac
 exit 1
-""" % {"reloading_file": RELOADING_FILE, "reloading_seconds": RELOADING_SECONDS, "interval": CHECK_INTERVAL}
+""" % {"reloading_file": RELOADING_FILE, "reloading_seconds": RELOADING_SECONDS, "interval": CHECK_INTERVAL,
+       "answer_seconds": CHECK_ANSWER_SECONDS}
 
 # The run hands a group's address over before it stops or replaces the member that holds it.
 HAND_OVER_SCRIPT = r"""#!/bin/bash
-# hand-over VIP PEER...: before the proxy %(name)s is stopped or replaced, hands its group's client address VIP over to
-# another member (PEER...: the other members' own addresses). Nothing to do when this guest does not hold VIP. Else:
+# hand-over [--within SECONDS] VIP PEER...: before the proxy %(name)s is stopped, replaced or reloaded, hands its
+# group's client address VIP over to another member (PEER...: the other members' own addresses). Nothing to do when
+# this guest does not hold VIP. Else:
 # 1. A peer serves: its squid answers on its own address as another proxy (an HTTP status line and its X-Egress-Proxy
-#    header), asked for at most $peer_seconds s (a member replaced just before may be in its first boot), then
+#    header), asked for at most SECONDS (%(peer_seconds)d: a member replaced just before may be in its first boot), then
 #    %(settle)d s more for its keepalived to count squid as answering. None does: VIP stays here, exit 1.
 # 2. New connections to squid's port %(port)d held (a client sends a dropped SYN again, to the new holder), those in
 #    flight let finish for at most %(drain)d s, then keepalived stopped: its last advertisement, priority 0, makes a
@@ -609,6 +615,11 @@ HAND_OVER_SCRIPT = r"""#!/bin/bash
 #    starts again (VIP is not left without a holder), exit 1.
 # Exit 0 when handed over or not held, with one line saying which. Written by the egress_proxies.kvm.egress_proxy role.
 self=%(name)s port=%(port)d peer_seconds=%(peer_seconds)d
+if [ "$1" = --within ]; then
+  case $2 in '' | *[!0-9]*) echo "hand-over: --within $2 is not a number of seconds"; exit 2 ;; esac
+  peer_seconds=$2
+  shift 2
+fi
 address() { case $1 in '' | *[!0-9A-Fa-f:.]*) echo "hand-over: $1 is not an IP address"; exit 2 ;; esac; }
 # The proxy that answers on $1:port (squid refuses its cache manager's menu to every client: squid's own answer, no
 # DNS, no origin), if one does.
@@ -704,13 +715,26 @@ RELEASE_SCRIPT = ('[ -x "$1" ] || { echo "no hand-over script at $1: this proxy 
                   'IFS=,; set -f; "$script" "$vip" $peers || exit; unset IFS; set +f; done')
 
 
-def release_argv(groups):
-    """The member's policy.release: the hand-over of each of ``groups``' (instance_groups') client address to its
-    peers, by a fixed /bin/sh wrapper that succeeds where the guest has no hand-over script."""
-    argv = ["/bin/sh", "-c", RELEASE_SCRIPT, "sh", HAND_OVER_PATH]
+# Before a member's reload: the hand-over of each group's address (the arguments up to "--", as RELEASE_SCRIPT's), to a
+# peer that serves now (within RELOAD_PEER_SECONDS); when none does, or none takes the address, the member keeps it and
+# reloads with new connections held. keepalived's reload after squid's starts it again where the hand-over stopped it.
+RELOAD_HAND_OVERS = ('script=$1; shift; while [ "$1" != -- ]; do vip=$1 peers=$2; shift 2; IFS=,; set -f; '
+                     '"$script" --within %d "$vip" $peers || true; unset IFS; set +f; done; shift;' % RELOAD_PEER_SECONDS)
+
+
+def _hand_over_arguments(groups):
+    """The hand-over script, then each of ``groups``' (instance_groups') client address and its peers' addresses
+    joined by commas."""
+    argv = [HAND_OVER_PATH]
     for group in groups:
         argv += [group["address"].split("/")[0], ",".join(peer.split("/")[0] for peer in group["peers"])]
     return argv
+
+
+def release_argv(groups):
+    """The member's policy.release: the hand-over of each of ``groups``' (instance_groups') client address to its
+    peers, by a fixed /bin/sh wrapper that succeeds where the guest has no hand-over script."""
+    return ["/bin/sh", "-c", RELEASE_SCRIPT, "sh"] + _hand_over_arguments(groups)
 
 
 def policy_group(groups):
@@ -737,12 +761,12 @@ def member_policy(instance, policy):
         {"path": HEALTH_SCRIPT_PATH, "mode": "0755", "content": HEALTH_SCRIPT},
         {"path": HAND_OVER_PATH, "mode": "0755", "content": hand_over_script(instance["name"], instance["port"])},
     ]
-    reload_script = '"$@"; %s' % " ".join(KEEPALIVED_RELOAD)
+    reload_script = '%s "$@"; %s' % (RELOAD_HAND_OVERS, " ".join(KEEPALIVED_RELOAD))
     if listens_nonlocal(instance):
         files.append({"path": SYSCTL_PATH, "content": SYSCTL_CONF})
         reload_script = "%s; %s" % (" ".join(SYSCTL_LOAD), reload_script)
     return {"files": files,
             "validate": _composed('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
-            "reload": _composed(reload_script, policy["reload"]),
+            "reload": _composed(reload_script, _hand_over_arguments(groups) + ["--"] + list(policy["reload"])),
             "release": release_argv(groups),
             "group": policy_group(groups)}

@@ -44,6 +44,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
     ANSWER_POLL,
+    EXEC_TIMEOUT,
     ROLLBACK_SECONDS,
     UNUSABLE_AGENT,
     AgentUnavailableError,
@@ -87,6 +88,9 @@ SHELL = "/bin/sh"
 # the packages) and its runcmd done (the role's restarts the guest agent). Until then the policy's files are not
 # the guest's to read back, and one written in place would race with both.
 BOOT_FINISHED = "/var/lib/cloud/instance/boot-finished"
+# The longest policy.reload may run: an HA group's member hands its address over first, and squid reconfigures in
+# seconds on a slow guest.
+RELOAD_SECONDS = 180
 # The longest policy.release may run: an HA group's hand-over waits for another member to serve, one replaced just
 # before possibly still in its first boot.
 RELEASE_SECONDS = 600
@@ -335,7 +339,8 @@ def apply_policy(agent, policy, paths):
     # run applies them again.
     _run(agent, [SHELL, "-c", _COMMIT, "sh"] + moved, "removing the old policy files")
     if policy.reload:
-        _run(agent, list(policy.reload), "reloading the service")
+        agent.budget.grant(RELOAD_SECONDS)
+        _run(agent, list(policy.reload), "reloading the service", timeout=RELOAD_SECONDS)
 
 
 def _undone(agent, error, argv, undone, left):
@@ -350,8 +355,8 @@ def _undone(agent, error, argv, undone, left):
     return error.after("%s; %s" % (error.message, undone), error.completed_actions or [])
 
 
-def _run(agent, argv, doing, allowed=()):
-    completed = agent.run(argv)
+def _run(agent, argv, doing, allowed=(), timeout=EXEC_TIMEOUT):
+    completed = agent.run(argv, timeout=timeout)
     if completed.exitcode != 0 and completed.exitcode not in allowed:
         raise PermanentError("%s in domain '%s' failed (%s exited %d): %s" % (
             doing, agent.name, argv[0] if argv[0] != SHELL else "sh", completed.exitcode, completed.last_lines()))

@@ -31,11 +31,11 @@ from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances impor
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import Policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
+    CHECK_ANSWER_SECONDS,
     HAND_OVER_PATH,
     HEALTH_PORT,
     HEALTH_SCRIPT_PATH,
     KEEPALIVED_CONF_PATH,
-    PEER_SECONDS,
     SYSCTL_PATH,
     fleet_groups,
     member_view,
@@ -98,7 +98,8 @@ def test_a_member_gets_keepalived_and_its_files_as_policy():
         "/usr/sbin/squid", "-k", "parse"]
     # squid's reload holds new connections to every port it listens on: the proxy's, the metrics port, the cache
     # manager's and the health check's loopback ports.
-    assert proxy["policy"]["reload"][4:] == squid_reload_argv([3128, 9301, MANAGER_PORT, HEALTH_PORT])
+    assert proxy["policy"]["reload"][4:] == [HAND_OVER_PATH, "198.18.40.10", "198.18.40.12", "--"] + squid_reload_argv(
+        [3128, 9301, MANAGER_PORT, HEALTH_PORT])
     assert proxy["policy"]["release"] == release_argv([{"address": "198.18.40.10/24", "peers": ["198.18.40.12"]}])
     document = yaml.safe_load(proxy["user_data"])
     assert document["packages"] == ["squid", "qemu-guest-agent", "prometheus-squid-exporter", "keepalived"]
@@ -337,7 +338,7 @@ def test_the_health_check_fails_on_a_squid_that_does_not_answer(tmp_path, segmen
         assert listener.stdout.readline().strip() == "ready"
         started = time.monotonic()
         assert netns(names["member"], check, str(HEALTH_PORT), check=False).returncode == 1
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < CHECK_ANSWER_SECONDS + 1
     finally:
         listener.kill()
         listener.wait()
@@ -379,19 +380,16 @@ def test_a_hand_over_nobody_takes_starts_keepalived_again_and_says_why(tmp_path,
 
 def test_a_hand_over_without_a_serving_peer_keeps_the_address_and_leaves_keepalived_alone(tmp_path, segment):
     names, workdir, env = segment
-    content = files_of(proxies([A], [GROUP])["egress-a"])[HAND_OVER_PATH]["content"]
-    assert " peer_seconds=%d\n" % PEER_SECONDS in content
-    hand_over = tmp_path / "hand-over"
-    hand_over.write_text(content.replace(" peer_seconds=%d\n" % PEER_SECONDS, " peer_seconds=2\n"))
-    hand_over.chmod(0o755)
-    handed = netns(names["member"], str(hand_over), "198.18.40.10", "198.18.40.12", env=env, check=False)
+    hand_over = guest_script(tmp_path, proxies([A], [GROUP])["egress-a"], HAND_OVER_PATH)
+    handed = netns(names["member"], hand_over, "--within", "2", "198.18.40.10", "198.18.40.12", env=env, check=False)
     assert (handed.returncode, handed.stdout) == (1, "hand-over: no other member serves (asked 198.18.40.12 on port 3128 "
                                                      "for 2 s); 198.18.40.10 stays on egress-a\n")
     assert not os.path.exists(os.path.join(workdir, "systemctl.log"))
 
 
 @pytest.mark.parametrize("argv", [["198.18.40.10\n", "198.18.40.12"], ["198.18.40.10;reboot", "198.18.40.12"],
-                                  ["198.18.40.10", "198.18.40.12 x"], ["198.18.40.10"], ["--move", "$(reboot)"]])
+                                  ["198.18.40.10", "198.18.40.12 x"], ["198.18.40.10"], ["--move", "$(reboot)"],
+                                  ["--within", "2;reboot", "198.18.40.10", "198.18.40.12"]])
 def test_the_hand_over_refuses_arguments_that_are_not_addresses(tmp_path, segment, argv):
     names, workdir, env = segment
     hand_over = guest_script(tmp_path, proxies([A], [GROUP])["egress-a"], HAND_OVER_PATH)

@@ -29,6 +29,7 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups impor
     HAND_OVER_PATH,
     HEALTH_SCRIPT_PATH,
     KEEPALIVED_CONF_PATH,
+    RELOAD_HAND_OVERS,
     SYSCTL_PATH,
     HaGroupError,
     fleet_groups,
@@ -507,7 +508,7 @@ def test_keepalived_conf_is_byte_stable_and_says_what_the_design_says():
     assert ("    virtual_ipaddress {\n        198.18.40.10/24 dev nic0\n        198.18.41.10/24 dev nic1\n    }\n"
             "    virtual_ipaddress_excluded {\n        2001:db8:40::10/64 dev nic0\n    }\n") in instance
     assert ('vrrp_script egress_squid {\n    script "/usr/local/lib/egress-proxy/squid-answers 13129"\n    interval 2\n'
-            "    timeout 2\n    fall 2\n    rise 2\n    init_fail\n}\n") in conf
+            "    timeout 3\n    fall 3\n    rise 2\n    init_fail\n}\n") in conf
     assert "    router_id egress-b\n    vrrp_version 3\n    script_user root\n    enable_script_security\n" in conf
     assert "authentication" not in conf and "include" not in conf
 
@@ -518,8 +519,9 @@ def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text(
         "/bin/sh", "-c", 'set -e; "$@"; /usr/sbin/keepalived --config-test --all-config '
         "--use-file=/etc/keepalived/keepalived.conf", "sh", "/usr/sbin/squid", "-k", "parse"]
     assert policy["reload"] == [
-        "/bin/sh", "-c", 'set -e; /usr/sbin/sysctl --quiet --load=%s; "$@"; /bin/systemctl reload-or-restart '
-        "keepalived" % SYSCTL_PATH, "sh", "/bin/systemctl", "reload-or-restart", "squid"]
+        "/bin/sh", "-c", 'set -e; /usr/sbin/sysctl --quiet --load=%s; %s "$@"; /bin/systemctl reload-or-restart '
+        "keepalived" % (SYSCTL_PATH, RELOAD_HAND_OVERS), "sh", HAND_OVER_PATH, "198.18.40.10", "198.18.40.12", "--",
+        "/bin/systemctl", "reload-or-restart", "squid"]
     assert policy["release"] == release_argv([{"address": "198.18.40.10/24", "peers": ["198.18.40.12"]}])
     paths = [entry["path"] for entry in policy["files"]]
     assert paths == ["/etc/squid/squid.conf", KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH, SYSCTL_PATH]
@@ -528,7 +530,7 @@ def test_the_members_validate_and_reload_wrap_squids_in_one_shell_of_fixed_text(
     # Without an outside NIC squid listens on every address: no sysctl.
     (_instance, policy) = member_policies([OFFICE], (("hv1", [A]), ("hv2", [B])))["egress-a"]
     assert SYSCTL_PATH not in [entry["path"] for entry in policy["files"]]
-    assert policy["reload"][2] == 'set -e; "$@"; /bin/systemctl reload-or-restart keepalived'
+    assert policy["reload"][2] == 'set -e; %s "$@"; /bin/systemctl reload-or-restart keepalived' % RELOAD_HAND_OVERS
 
 
 def test_the_policy_is_what_the_module_accepts():
@@ -590,6 +592,21 @@ def test_the_release_runs_the_hand_over_for_every_group_in_turn_and_stops_at_a_r
     completed = run_release(release_argv(groups), script)
     assert (completed.returncode, completed.stdout) == (3, "refused\n")
     assert calls.read_text() == "2 198.18.50.10 198.18.50.12\n"
+
+
+@pytest.mark.parametrize("refusal", [0, 1])
+def test_a_members_reload_hands_each_address_over_first_and_reloads_when_the_hand_over_refuses(tmp_path, refusal):
+    script = tmp_path / "hand-over"
+    calls = tmp_path / "calls"
+    script.write_text("#!/bin/sh\necho \"$*\" >> %s\nexit %d\n" % (calls, refusal))
+    script.chmod(0o755)
+    completed = subprocess.run(
+        ["/bin/sh", "-c", 'set -e; %s "$@"' % RELOAD_HAND_OVERS, "sh", str(script), "198.18.40.10",
+         "198.18.40.12,198.18.40.13", "198.18.60.10", "198.18.60.12", "--", "echo", "reloaded"],
+        capture_output=True, text=True, timeout=10, check=False)
+    assert (completed.returncode, completed.stdout) == (0, "reloaded\n")
+    assert calls.read_text() == ("--within 10 198.18.40.10 198.18.40.12 198.18.40.13\n"
+                                 "--within 10 198.18.60.10 198.18.60.12\n")
 
 
 @pytest.mark.parametrize("present", [False, True])
