@@ -11,8 +11,8 @@ def errors_text(kinds):
 
 def downloads_text(side):
     """Downloads ended whole, and those that ended in an error by kind (a refused one never started)."""
-    return "%d whole, %d cut or refused%s" % (side["downloads"] - side["downloads_cut"], side["downloads_cut"],
-                                             " (%s)" % errors_text(side["cut_errors"]) if side["downloads_cut"] else "")
+    kinds = " (%s)" % errors_text(side["cut_errors"]) if side["downloads_cut"] else ""
+    return "%d whole, %d cut or refused%s" % (side["downloads"] - side["downloads_cut"], side["downloads_cut"], kinds)
 
 
 def side_cells(side, gap=None):
