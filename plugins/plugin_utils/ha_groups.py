@@ -90,7 +90,7 @@ PEER_SECONDS = 300
 # Before a reload, a peer serves already or the member reloads keeping the address (new connections held).
 RELOAD_PEER_SECONDS = 10
 SETTLE_SECONDS = CHECK_INTERVAL * CHECK_RISE + 1
-DRAIN_SECONDS = 5
+DRAIN_SECONDS = 15
 HAND_OVER_SECONDS = 10
 # VRRP's advertisement interval (version 3 counts in centiseconds): a backup takes the address after 3 missed ones
 # and its skew time, about 1.6 s after the holder falls silent.

@@ -16,7 +16,7 @@ then 3 s, 7 s...) and it lands once squid listens again. Packets of established 
 last ACK of a handshake under way. In order:
 
 1. Hold: the filter goes on every device, an ingress qdisc added where the device has none.
-2. Drain: wait (at most 1 s) until squid's listeners on the ports hold no connection in their accept queue or
+2. Drain: wait (at most DRAIN_SECONDS) until squid's listeners on the ports hold no connection in their accept queue or
    half-way through its handshake, so none is queued when the socket closes.
 3. Reload, then wait until squid listens again on every port with new sockets (the old ones gone, the new ones the
    same at two looks in a row), at most ``listen_seconds``.
@@ -63,7 +63,7 @@ HOLD_HANDLE = 0x5EED
 RELOADING_FILE = "/run/egress-proxy-squid-reload"
 # The longest the reload waits, new connections held, for squid to accept those already queued: a slow guest (TCG)
 # takes seconds where a KVM one takes milliseconds, and a queued connection is reset when its socket closes.
-DRAIN_SECONDS = 5
+DRAIN_SECONDS = 30
 RELOADING_SECONDS = 60
 
 # A fixed script: every value comes as an argument (the filter, listen_seconds, the ports, "--", the reload command).
