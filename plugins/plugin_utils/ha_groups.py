@@ -29,13 +29,12 @@ import shlex
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import GROUP_NAME, address_text
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
     ascii_decimal,
-    ipv4_address,
     ipv4_interface,
-    ipv6_address,
     ipv6_interface,
     quoted,
 )
@@ -48,12 +47,6 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload im
 VARIABLE = "egress_proxy_ha_groups"
 GROUP_KEYS = ("name", "address", "address6", "members", "priorities", "vrrp_id", "egress_follows", "egress_address",
               "egress_address6")
-# keepalived's instance name and the file_sd label: short, and nothing keepalived's parser or a path could read apart.
-_GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,14}")
-# Addresses as text before ipaddress reads them: ASCII digits (no other script's), dots, hex and colons; no blank,
-# no line feed, no %scope, no /prefix (the prefix is the members' own).
-_IPV4_TEXT = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
-_IPV6_TEXT = re.compile(r"[0-9A-Fa-f:.]{2,45}")
 _BOOLEAN_TEXT = re.compile(r"[A-Za-z01]{1,5}")
 FIRST_PRIORITY = 200
 PRIORITY_STEP = 10
@@ -120,13 +113,6 @@ def _integer(value):
     return value if isinstance(value, int) else ascii_decimal(value)
 
 
-def _address(text, version):
-    """``text`` as an address of IP ``version`` when it is written as one (ASCII, no scope, no prefix), else None."""
-    if not isinstance(text, str) or not (_IPV4_TEXT if version == 4 else _IPV6_TEXT).fullmatch(text):
-        return None
-    return (ipv4_address if version == 4 else ipv6_address)(text)
-
-
 def _parse_address(entry, index, field, version, problems, required=False):
     value = entry.get(field)
     if value is None or value == "":
@@ -134,7 +120,7 @@ def _parse_address(entry, index, field, version, problems, required=False):
             problems.append("%s is required: the group's client address (IPv4, without prefix length)"
                             % _label(index, field))
         return None
-    found = _address(value, version)
+    found = address_text(value, version)
     if found is None:
         problems.append("%s %s is not an IPv%d address (ASCII digits%s, no prefix length, no %%scope, no blank)"
                         % (_label(index, field), quoted(value), version, "" if version == 4 else " and hex"))
@@ -164,7 +150,7 @@ def parse_groups(groups):
             found.append("%s has unknown keys %s (known: %s)" % (_label(index), ", ".join(quoted(key) for key in unknown),
                                                                  ", ".join(GROUP_KEYS)))
         group = {"index": index, "name": entry.get("name")}
-        if not isinstance(group["name"], str) or not _GROUP_NAME.fullmatch(group["name"]):
+        if not isinstance(group["name"], str) or not GROUP_NAME.fullmatch(group["name"]):
             found.append("%s %s is not 1-15 lowercase letters, digits and -, starting with a letter or digit"
                          % (_label(index, "name"), quoted(group["name"])))
         group["address"] = _parse_address(entry, index, "address", 4, found, required=True)

@@ -31,7 +31,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ipv4_address, ipv6_address, quoted
 
 # As the egress_proxy role's egress_proxy_ha_groups names a group: keepalived's instance name and a file_sd label.
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,14}")
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,14}")
 # An address as text before ipaddress reads it: ASCII digits (no other script's), dots, hex and colons; no blank, no
 # line feed, no %scope (ipaddress takes one of any characters), no /prefix.
 _ADDRESS_TEXT = {4: re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}"), 6: re.compile(r"[0-9A-Fa-f:.]{2,45}")}
@@ -42,7 +42,7 @@ MAX_GUEST_ADDRESSES = 64
 _KEYS = ("name", "address", "address6")
 
 
-def _address(value, version):
+def address_text(value, version):
     """``value`` as an address of IP ``version`` when it is written as one (ASCII, no scope, no prefix), else None."""
     if not isinstance(value, str) or not _ADDRESS_TEXT[version].fullmatch(value):
         return None
@@ -50,7 +50,7 @@ def _address(value, version):
 
 
 def _client_address(label, value, version):
-    found = _address(value, version)
+    found = address_text(value, version)
     if found is None:
         raise ValidationError("%s %s is not an IPv%d address (ASCII digits%s, no prefix length, no %%scope, no blank "
                               "or control character)" % (label, quoted(value), version, "" if version == 4 else " and hex"))
@@ -81,7 +81,7 @@ class HaGroup:
             raise ValidationError("%s has unknown keys %s (known: %s)" % (
                 label, ", ".join(quoted(key) for key in unknown), ", ".join(_KEYS)))
         name = params.get("name")
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):
             raise ValidationError("%s.name %s is not 1-15 lowercase letters, digits and -, starting with a letter or "
                                   "digit" % (label, quoted(name)))
         address6 = params.get("address6")
@@ -122,7 +122,7 @@ class HaGroup:
             for entry in itertools.islice(interface["addrs"], MAX_GUEST_ADDRESSES):
                 text = entry.get("addr") if isinstance(entry, dict) else None
                 for version in (4, 6):
-                    found = _address(text, version)
+                    found = address_text(text, version)
                     if found is not None and (version, str(found)) in wanted:
                         return True
         return False
