@@ -82,7 +82,8 @@ CHECK_FALL = 3
 PEER_SECONDS = 300
 # Before a reload, a peer serves already or the member reloads keeping the address (new connections held).
 RELOAD_PEER_SECONDS = 10
-SETTLE_SECONDS = CHECK_INTERVAL * CHECK_RISE + 1
+# The settle covers the peer's rise and one late check more: a guest short of CPU runs its checks late.
+SETTLE_SECONDS = CHECK_INTERVAL * (CHECK_RISE + 2)
 DRAIN_SECONDS = 15
 HAND_OVER_SECONDS = 10
 # VRRP's advertisement interval (version 3 counts in centiseconds): a backup takes the address after 3 missed ones

@@ -104,9 +104,11 @@ def test_a_member_gets_keepalived_and_its_files_as_policy():
     document = yaml.safe_load(proxy["user_data"])
     assert document["packages"] == ["squid", "qemu-guest-agent", "prometheus-squid-exporter", "keepalived"]
     runcmd = [" ".join(command) if isinstance(command, list) else command for command in document["runcmd"]]
-    squid = runcmd.index("systemctl reload-or-restart squid")
-    assert runcmd[squid + 1:squid + 3] == ["sh -c systemctl is-enabled --quiet keepalived || systemctl enable keepalived",
-                                           "systemctl reload-or-restart keepalived"]
+    # keepalived runs once squid answers with this configuration on the member's own address, which a hand-over
+    # takes as the member being ready.
+    keepalived = runcmd.index("systemctl reload-or-restart keepalived")
+    assert runcmd[keepalived - 1] == "sh -c systemctl is-enabled --quiet keepalived || systemctl enable keepalived"
+    assert keepalived < runcmd.index("systemctl reload-or-restart squid")
 
 
 def test_without_install_packages_a_member_installs_nothing_but_still_starts_keepalived():
