@@ -62,6 +62,8 @@ INSTANCE_DEFAULTS = (
     ("denied_destinations", "egress_proxy_denied_destinations"),
     ("deny_internal", "egress_proxy_deny_internal"),
     ("users", "egress_proxy_users"),
+    ("mode", "egress_proxy_mode"),
+    ("profiles", "egress_proxy_profiles"),
 )
 # The role-wide settings squid.conf writes the same for every proxy of the hypervisor: its metrics and its access
 # log's remote copy. They are not instance keys: each instance gets the role's.
@@ -135,6 +137,10 @@ def fill_in(entry, variables):
     instance["metrics"] = _bool_or_given(instance["metrics"])
     instance["autostart"] = _bool_or_given(instance["autostart"])
     instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
+    if isinstance(instance["profiles"], list):
+        instance["profiles"] = [dict(profile, deny_internal=_bool_or_given(profile["deny_internal"]))
+                                if isinstance(profile, dict) and "deny_internal" in profile else profile
+                                for profile in instance["profiles"]]
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
     # The addresses from the pool are the instance's outside.address and address6, checked from here on as ones given
     # by hand.

@@ -66,6 +66,16 @@ EXPORTER_PORT = 19301
 MANAGER_PORT = 13128
 LOOPBACK_PORTS = (EXPORTER_PORT, MANAGER_PORT)
 SYSLOG_PROTOCOLS = ("udp", "tcp")
+# A policy's modes: enforce refuses what its rules deny; report forwards it, and its access line says would_deny.
+ENFORCE, REPORT = "enforce", "report"
+MODES = (ENFORCE, REPORT)
+# The decisions an access line writes (decision=...), and the profile it names for the default policy (profile=...).
+ALLOW, DENY, WOULD_DENY = "allow", "deny", "would_deny"
+DEFAULT_POLICY = "default"
+# A profile's keys, and its name: a word of squid.conf, part of its acls' names (profile_<name>_...: no underscore,
+# so two profiles' acls never share a name) and of every access line it decides.
+PROFILE_KEYS = ("name", "users", "clients", "allowed_destinations", "denied_destinations", "deny_internal", "mode")
+_PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 # host:port of the syslog server: an IPv4 address, or an IPv6 one in brackets.
 _SYSLOG_SERVER = re.compile(r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<ipv4>[^:\[\]]*)):(?P<port>[^:]*)")
 
@@ -195,10 +205,13 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "forwarded_for": forwarded_for,
     }
     settings["dns_nameservers"] = _nameservers(proxy, problems)
-    settings.update(_policy(proxy, [interface.network for interface in inside + outside], problems))
+    settings.update(_policy(proxy, [interface.network for interface in inside + outside],
+                            [matched for network in networks if network is not None for matched in _squid_matched(network)],
+                            problems))
     settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
     settings.update(_ha(proxy, port, settings["metrics_port"], problems))
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
+    settings.update(_access_rules(settings))
     return settings, problems
 
 
@@ -412,19 +425,22 @@ def _users(users, problems):
     return [{"name": user["name"], "hash": user["hash"]} for user in users or []]
 
 
-def _policy(proxy, nic_networks, problems):
-    """Where the proxy lets its clients go and who it asks for credentials (the keys squid.conf.j2 reads).
+def _destination_policy(label, policy, nic_networks, problems):
+    """Where one policy (the proxy's default, or a profile of it: ``label`` "" or "profiles[0] (ci).", what its
+    messages name) lets its clients go: the keys of its destination acls.
 
     squid's dst acl matches when any address a name resolves to matches, and squid then connects to those addresses
     in DNS order. So every address squid may connect to must pass each rule, and each rule is written as a deny
     that any one address sets off: ``internal_networks`` the internal networks not allowed by address,
     ``unlisted_networks`` every address outside the allowed networks (with an allowlist of networks).
     """
-    allowed_domains, allowed_networks = _destinations("allowed_destinations", proxy.get("allowed_destinations"), problems)
-    denied_domains, denied_networks = _destinations("denied_destinations", proxy.get("denied_destinations"), problems)
-    deny_internal = proxy.get("deny_internal", True)
+    allowed_domains, allowed_networks = _destinations(label + "allowed_destinations", policy.get("allowed_destinations"),
+                                                      problems)
+    denied_domains, denied_networks = _destinations(label + "denied_destinations", policy.get("denied_destinations"),
+                                                    problems)
+    deny_internal = policy.get("deny_internal", True)
     if not isinstance(deny_internal, bool):
-        problems.append("deny_internal %s is not a boolean" % quoted(deny_internal))
+        problems.append("%sdeny_internal %s is not a boolean" % (label, quoted(deny_internal)))
     allowed = _squid_networks(allowed_networks)
     internal = _minus(internal_networks(nic_networks), allowed) if deny_internal else []
     unlisted = _minus(_squid_networks([str(network) for network in _EVERY_ADDRESS]), allowed) if allowed else []
@@ -435,8 +451,195 @@ def _policy(proxy, nic_networks, problems):
         "denied_networks": _squid_values(_squid_networks(denied_networks)),
         "internal_networks": _squid_values(internal),
         "unlisted_networks": _squid_values(unlisted),
-        "users": _users(proxy.get("users"), problems),
     }
+
+
+def _mode(label, mode, problems):
+    """A policy's mode, MODES' first (enforce) when it is not one of them (after saying so)."""
+    if isinstance(mode, str) and mode in MODES:
+        return mode
+    problems.append("%smode %s is not one of %s" % (label, quoted(mode), ", ".join(MODES)))
+    return ENFORCE
+
+
+def _policy(proxy, nic_networks, client_networks, problems):
+    """Who the proxy asks for credentials (``users``), and where its clients may go: its default policy (the keys of
+    _destination_policy, ``acl_prefix`` "" and ``mode``) and its ``profiles`` (_profiles)."""
+    users = _users(proxy.get("users"), problems)
+    settings = _destination_policy("", proxy, nic_networks, problems)
+    settings.update(acl_prefix="", mode=_mode("", proxy.get("mode", ENFORCE), problems), users=users,
+                    profiles=_profiles(proxy.get("profiles"), nic_networks, [user["name"] for user in users],
+                                       client_networks, problems))
+    return settings
+
+
+def _profile_entries(profiles, problems):
+    """(label, profile) of each entry of ``profiles`` that is a mapping of PROFILE_KEYS with a usable name,
+    each name once; a sentence in ``problems`` for every other entry."""
+    if profiles is None:
+        return []
+    if not isinstance(profiles, list):
+        problems.append("profiles %s is not a list of profiles" % quoted(profiles))
+        return []
+    names = [profile.get("name") if isinstance(profile, dict) else None for profile in profiles]
+    entries = []
+    for index, (profile, name) in enumerate(zip(profiles, names)):
+        if not isinstance(profile, dict):
+            problems.append("profiles[%d] %s is not a mapping (name, users, clients, allowed_destinations, ...)"
+                            % (index, quoted(profile)))
+            continue
+        unknown = sorted(str(key) for key in profile if key not in PROFILE_KEYS)
+        if unknown:
+            problems.append("profiles[%d] has the unknown keys %s (a profile has %s)"
+                            % (index, ", ".join(quoted(key) for key in unknown), ", ".join(PROFILE_KEYS)))
+        if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name) or name == DEFAULT_POLICY:
+            problems.append("profiles[%d].name %s is not 1-32 lowercase letters, digits and hyphens starting with a "
+                            "letter, other than %s (the access lines' name of the default policy)"
+                            % (index, quoted(name), DEFAULT_POLICY))
+        elif names.count(name) > 1 and names.index(name) != index:
+            problems.append("profiles[%d].name %s is the name of profiles[%d] too; give each profile its own"
+                            % (index, quoted(name), names.index(name)))
+        elif not unknown:
+            entries.append(("profiles[%d] (%s)." % (index, name), profile))
+    return entries
+
+
+def _within(network, networks):
+    """Whether ``network`` lies inside one of ``networks`` (ip_network objects)."""
+    return any(network.version == other.version and network.subnet_of(other) for other in networks)
+
+
+def _profiles(profiles, nic_networks, user_names, client_networks, problems):
+    """The proxy's profiles as squid.conf writes them, in their order (a request takes the first whose identity it
+    matches): per profile its ``name``, ``acl_prefix`` and ``mode``, the ``users`` and ``clients`` (acl src values)
+    it applies to, and its destination acls (_destination_policy, the default policy's own rules)."""
+    written = []
+    for label, profile in _profile_entries(profiles, problems):
+        users = profile.get("users") or []
+        if not isinstance(users, list):
+            problems.append("%susers %s is not a list of user names" % (label, quoted(users)))
+            users = []
+        for position, user in enumerate(users):
+            if not is_user_name(user):
+                problems.append("%susers[%d] %s is not a user's name (1-64 letters, digits and . _ @ + -)"
+                                % (label, position, quoted(user)))
+            elif user not in user_names:
+                problems.append("%susers[%d] %s is not one of the proxy's users (users, egress_proxy_users): a request "
+                                "only names a user it authenticated as" % (label, position, quoted(user)))
+        clients = profile.get("clients") or []
+        if not isinstance(clients, list):
+            problems.append("%sclients %s is not a list of addresses or networks" % (label, quoted(clients)))
+            clients = []
+        networks = []
+        for position, client in enumerate(clients):
+            network = ip_network(client)
+            if network is None:
+                problems.append("%sclients[%d] %s is not an IPv4 or IPv6 address or network (address/prefix, no host "
+                                "bits, no %%scope)" % (label, position, quoted(client)))
+            elif not all(_within(part, client_networks) for part in _squid_matched(network)):
+                problems.append("%sclients[%d] %s is not within allowed_clients: the proxy refuses such a client "
+                                "before any profile applies" % (label, position, quoted(client)))
+            else:
+                networks.append(network)
+        if not users and not clients:
+            problems.append("%s applies to nobody: give it users, clients or both" % label[:-1])
+        policy = _destination_policy(label, profile, nic_networks, problems)
+        policy.update(name=profile["name"], acl_prefix="profile_%s_" % profile["name"],
+                      mode=_mode(label, profile.get("mode", ENFORCE), problems),
+                      users=[user for position, user in enumerate(users) if users.index(user) == position],
+                      clients=_clients(networks))
+        written.append(policy)
+    return written
+
+
+def _access_rules(settings):
+    """squid.conf's http_access rules, in order, as ``http_access`` [{"comment": a line above it or None, "rule":
+    what follows http_access}], and the annotate_transaction acls they use: ``profile_selects`` [{"acl", "profile"}]
+    and ``decision_marks`` [{"acl", "decision", "rule"}].
+
+    Without profiles, in enforce mode, these are the rules the role has always written. With profiles or report mode,
+    every rule that decides a request also annotates it (``decisions``): decision=allow|deny|would_deny and the rule
+    (its name in _destination_rules and here), which the access lines write with the profile the request took. A profile's rules are the default
+    policy's (_destination_rules), behind the profile's note; the default policy's come last, for every request no
+    profile took.
+    """
+    decisions = bool(settings["profiles"]) or settings["mode"] != ENFORCE
+    marks = {}
+
+    def mark(decision, rule):
+        """The acl that annotates a request with ``decision`` and ``rule`` (as a list, [] when nothing is annotated)."""
+        if not decisions:
+            return []
+        acl = "decision_%s_%s" % (decision, rule)
+        marks.setdefault(acl, {"acl": acl, "decision": decision, "rule": rule})
+        return [acl]
+
+    rules = []
+
+    def add(action, acls, comment=None):
+        rules.append({"comment": comment, "rule": " ".join([action] + acls)})
+
+    if settings["ha_health_port"]:
+        add("deny", ["egress_health"])
+    if settings["metrics_port"]:
+        add("allow", ["egress_metrics", "egress_metrics_clients", "!manager"] + mark(ALLOW, "metrics"))
+        add("deny", ["egress_metrics"] + mark(DENY, "metrics_clients"))
+        add("allow", ["egress_manager", "manager", "localhost"] + mark(ALLOW, "manager"))
+        add("deny", ["egress_manager"] + mark(DENY, "manager"))
+    add("deny", ["manager"] + mark(DENY, "manager"), "squid's cache manager (its counters and settings) answers no client.")
+    add("deny", ["!safe_ports"] + mark(DENY, "safe_ports"))
+    add("deny", ["CONNECT", "!connect_ports"] + mark(DENY, "connect_ports"))
+    add("deny", ["!egress_clients"] + mark(DENY, "allowed_clients"))
+    if settings["users"]:
+        # The annotation comes first: squid asks for credentials only when the deny's last acl is the proxy_auth one.
+        add("deny", mark(DENY, "users") + ["!egress_users"], "A deny ending in proxy_auth answers 407, asking for credentials.")
+    selects = []
+    if decisions:
+        selects = [{"acl": "profile_%s_select" % name, "profile": name}
+                   for name in [profile["name"] for profile in settings["profiles"]] + [DEFAULT_POLICY]]
+        comment = "The request's profile: the first whose users or clients match, else the default (!all: they only annotate)."
+        for profile, select in zip(settings["profiles"], selects):
+            for identity in ("users", "clients"):
+                if profile[identity]:
+                    add("deny", ["!profile_chosen", profile["acl_prefix"] + identity, select["acl"], "!all"], comment)
+                    comment = None
+        add("deny", ["!profile_chosen", selects[-1]["acl"], "!all"], comment)
+    for profile in settings["profiles"]:
+        for action, acls, comment in _destination_rules(profile, "profile_%s" % profile["name"], mark):
+            add(action, acls, comment)
+    for action, acls, comment in _destination_rules(settings, None, mark):
+        add(action, acls, comment)
+    return {"decisions": decisions, "http_access": rules, "profile_selects": selects, "decision_marks": list(marks.values())}
+
+
+def _destination_rules(policy, gate, mark):
+    """The http_access rules of one policy (_destination_policy's acls, named with its ``acl_prefix``) as (action,
+    acls, comment): its denials, then its allowlist. ``gate`` the acl of the requests it decides (a profile's note),
+    or None (the default policy, last, decides every request that got this far). ``mark`` names the annotation of a
+    decision. In report mode a rule that would deny allows, annotated would_deny: the first one that matches is the
+    rule enforcement would have refused with, and the request is forwarded."""
+    report = policy["mode"] == REPORT
+    prefix = policy["acl_prefix"]
+    gated = [gate] if gate else []
+
+    def deny(acls, rule):
+        if report:
+            return (ALLOW, gated + acls + mark(WOULD_DENY, rule), None)
+        return (DENY, gated + acls + mark(DENY, rule), None)
+
+    rules = [deny([prefix + "denied_" + kind], "denied_destinations")
+             for kind in ("domains", "networks") if policy["denied_" + kind]]
+    if policy["internal_networks"]:
+        rules.append(deny([prefix + "internal_destinations"], "deny_internal"))
+    if not policy["allowed_domains"] and not policy["allowed_networks"]:
+        comment = "No allowlist: every destination that nothing above refuses."
+        return rules + [(ALLOW, (gated or ["all"]) + mark(ALLOW, "no_allowlist"), comment)]
+    if policy["allowed_domains"]:
+        rules.append((ALLOW, gated + [prefix + "allowed_domains"] + mark(ALLOW, "allowed_destinations"), None))
+    if policy["allowed_networks"]:
+        unlisted = ["!" + prefix + "unlisted_networks"] if policy["unlisted_networks"] else []
+        rules.append((ALLOW, gated + [prefix + "allowed_networks"] + unlisted + mark(ALLOW, "allowed_destinations"), None))
+    return rules + [deny([] if gate else ["all"], "not_allowed")]
 
 
 def authorized_keys_problems(keys):
