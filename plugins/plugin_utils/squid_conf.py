@@ -474,8 +474,8 @@ def _policy(proxy, nic_networks, client_networks, problems):
 
 
 def _profile_entries(profiles, problems):
-    """(label, profile) of each entry of ``profiles`` that is a mapping of PROFILE_KEYS with a usable name,
-    each name once; a sentence in ``problems`` for every other entry."""
+    """(where, profile) of each entry of ``profiles`` that is a mapping of PROFILE_KEYS with a usable name, each name
+    once, ``where`` how messages name it ("profiles[0] (ci)"); a sentence in ``problems`` for every other entry."""
     if profiles is None:
         return []
     if not isinstance(profiles, list):
@@ -500,7 +500,7 @@ def _profile_entries(profiles, problems):
             problems.append("profiles[%d].name %s is the name of profiles[%d] too; give each profile its own"
                             % (index, quoted(name), names.index(name)))
         elif not unknown:
-            entries.append(("profiles[%d] (%s)." % (index, name), profile))
+            entries.append(("profiles[%d] (%s)" % (index, name), profile))
     return entries
 
 
@@ -511,10 +511,11 @@ def _within(network, networks):
 
 def _profiles(profiles, nic_networks, user_names, client_networks, problems):
     """The proxy's profiles as squid.conf writes them, in their order (a request takes the first whose identity it
-    matches): per profile its ``name``, ``acl_prefix`` and ``mode``, the ``users`` and ``clients`` (acl src values)
+    matches): per profile its ``name``, ``acl``, ``acl_prefix`` and ``mode``, the ``users`` and ``clients`` (acl src values)
     it applies to, and its destination acls (_destination_policy, the default policy's own rules)."""
     written = []
-    for label, profile in _profile_entries(profiles, problems):
+    for where, profile in _profile_entries(profiles, problems):
+        label = where + "."
         users = profile.get("users") or []
         if not isinstance(users, list):
             problems.append("%susers %s is not a list of user names" % (label, quoted(users)))
@@ -542,9 +543,10 @@ def _profiles(profiles, nic_networks, user_names, client_networks, problems):
             else:
                 networks.append(network)
         if not users and not clients:
-            problems.append("%s applies to nobody: give it users, clients or both" % label[:-1])
+            problems.append("%s applies to nobody: give it users, clients or both" % where)
         policy = _destination_policy(label, profile, nic_networks, problems)
-        policy.update(name=profile["name"], acl_prefix="profile_%s_" % profile["name"],
+        # Its requests are those annotated with its name (acl), its acls' names start with acl_prefix.
+        policy.update(name=profile["name"], acl="profile_%s" % profile["name"], acl_prefix="profile_%s_" % profile["name"],
                       mode=_mode(label, profile.get("mode", ENFORCE), problems),
                       users=[user for position, user in enumerate(users) if users.index(user) == position],
                       clients=_clients(networks))
@@ -559,9 +561,9 @@ def _access_rules(settings):
 
     Without profiles, in enforce mode, these are the rules the role has always written. With profiles or report mode,
     every rule that decides a request also annotates it (``decisions``): decision=allow|deny|would_deny and the rule
-    (its name in _destination_rules and here), which the access lines write with the profile the request took. A profile's rules are the default
-    policy's (_destination_rules), behind the profile's note; the default policy's come last, for every request no
-    profile took.
+    (its name here and in _destination_rules), which the access lines write with the profile the request took. A
+    profile's rules are the default policy's (_destination_rules), behind the profile's note; the default policy's
+    come last, for every request no profile took.
     """
     decisions = bool(settings["profiles"]) or settings["mode"] != ENFORCE
     marks = {}
@@ -580,19 +582,19 @@ def _access_rules(settings):
         rules.append({"comment": comment, "rule": " ".join([action] + acls)})
 
     if settings["ha_health_port"]:
-        add("deny", ["egress_health"])
+        add(DENY, ["egress_health"])
     if settings["metrics_port"]:
-        add("allow", ["egress_metrics", "egress_metrics_clients", "!manager"] + mark(ALLOW, "metrics"))
-        add("deny", ["egress_metrics"] + mark(DENY, "metrics_clients"))
-        add("allow", ["egress_manager", "manager", "localhost"] + mark(ALLOW, "manager"))
-        add("deny", ["egress_manager"] + mark(DENY, "manager"))
-    add("deny", ["manager"] + mark(DENY, "manager"), "squid's cache manager (its counters and settings) answers no client.")
-    add("deny", ["!safe_ports"] + mark(DENY, "safe_ports"))
-    add("deny", ["CONNECT", "!connect_ports"] + mark(DENY, "connect_ports"))
-    add("deny", ["!egress_clients"] + mark(DENY, "allowed_clients"))
+        add(ALLOW, ["egress_metrics", "egress_metrics_clients", "!manager"] + mark(ALLOW, "metrics"))
+        add(DENY, ["egress_metrics"] + mark(DENY, "metrics_clients"))
+        add(ALLOW, ["egress_manager", "manager", "localhost"] + mark(ALLOW, "manager"))
+        add(DENY, ["egress_manager"] + mark(DENY, "manager"))
+    add(DENY, ["manager"] + mark(DENY, "manager"), "squid's cache manager (its counters and settings) answers no client.")
+    add(DENY, ["!safe_ports"] + mark(DENY, "safe_ports"))
+    add(DENY, ["CONNECT", "!connect_ports"] + mark(DENY, "connect_ports"))
+    add(DENY, ["!egress_clients"] + mark(DENY, "allowed_clients"))
     if settings["users"]:
         # The annotation comes first: squid asks for credentials only when the deny's last acl is the proxy_auth one.
-        add("deny", mark(DENY, "users") + ["!egress_users"], "A deny ending in proxy_auth answers 407, asking for credentials.")
+        add(DENY, mark(DENY, "users") + ["!egress_users"], "A deny ending in proxy_auth answers 407, asking for credentials.")
     selects = []
     if decisions:
         selects = [{"acl": "profile_%s_select" % name, "profile": name}
@@ -601,11 +603,11 @@ def _access_rules(settings):
         for profile, select in zip(settings["profiles"], selects):
             for identity in ("users", "clients"):
                 if profile[identity]:
-                    add("deny", ["!profile_chosen", profile["acl_prefix"] + identity, select["acl"], "!all"], comment)
+                    add(DENY, ["!profile_chosen", profile["acl_prefix"] + identity, select["acl"], "!all"], comment)
                     comment = None
-        add("deny", ["!profile_chosen", selects[-1]["acl"], "!all"], comment)
+        add(DENY, ["!profile_chosen", selects[-1]["acl"], "!all"], comment)
     for profile in settings["profiles"]:
-        for action, acls, comment in _destination_rules(profile, "profile_%s" % profile["name"], mark):
+        for action, acls, comment in _destination_rules(profile, profile["acl"], mark):
             add(action, acls, comment)
     for action, acls, comment in _destination_rules(settings, None, mark):
         add(action, acls, comment)

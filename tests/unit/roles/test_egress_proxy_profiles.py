@@ -13,13 +13,24 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import json
 import os
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
+from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
-from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import role_set_args
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import internal_networks
+from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    SQUID_CONF,
+    policy_files,
+    role_set_args,
+    role_variables,
+    squid_parsed,
+)
+from ansible_collections.egress_proxies.kvm.tests.unit.roles.test_egress_proxy_policy import acl_networks
 
 # kvm_proxy_set's proxies of each of NO_PROFILE_CASES as the role rendered them at commit 01cc1a7, before profiles
 # existed (the user-data, the policy's files and reload, the NICs): the upgrade must give such a proxy the same ones,
@@ -75,3 +86,226 @@ def test_a_proxy_without_profiles_gets_byte_for_byte_what_it_got_before_profiles
     with open(NO_PROFILE_PROXIES) as handle:
         before = json.load(handle)[case]
     assert rendered_without_profiles[case] == before
+
+
+CI = {"name": "ci", "users": ["alice"], "allowed_destinations": [".debian.org", "10.30.4.20"]}
+BACKUP = {"name": "backup", "clients": ["198.51.100.64/26", "198.51.100.7"], "allowed_destinations": ["bucket.example"],
+          "mode": "report"}
+LAB = {"name": "lab", "users": ["bob@corp"], "clients": ["198.51.100.128/25"], "denied_destinations": [".example.org"],
+       "deny_internal": False}
+
+
+def squid_conf(entry=None, **overrides):
+    """The squid.conf kvm_proxy_set gets for ``entry`` (ENTRY) with BASE, USERS and ``overrides``."""
+    (proxy,) = role_set_args([dict(entry or ENTRY)], **dict(BASE, egress_proxy_users=USERS, **overrides))["proxies"]
+    return policy_files(proxy)[SQUID_CONF]["content"]
+
+
+def lines(parsed, *starts):
+    """The directives of ``parsed`` (squid_parsed's) that start with one of ``starts``."""
+    return [line for line in parsed if line.startswith(starts)]
+
+
+# What every request passes before any profile, each rule annotating the request it decides (profile=-): the metrics
+# port and the cache manager, the ports, the clients, the users (the annotation first: squid asks for credentials on a
+# deny whose last acl is proxy_auth).
+GATE_RULES = [
+    "http_access allow egress_metrics egress_metrics_clients !manager decision_allow_metrics",
+    "http_access deny egress_metrics decision_deny_metrics_clients",
+    "http_access allow egress_manager manager localhost decision_allow_manager",
+    "http_access deny egress_manager decision_deny_manager",
+    "http_access deny manager decision_deny_manager",
+    "http_access deny !safe_ports decision_deny_safe_ports",
+    "http_access deny CONNECT !connect_ports decision_deny_connect_ports",
+    "http_access deny !egress_clients decision_deny_allowed_clients",
+    "http_access deny decision_deny_users !egress_users",
+]
+# The default policy of BASE (no allowlist, internal destinations refused), last.
+DEFAULT_RULES = ["http_access deny internal_destinations decision_deny_deny_internal",
+                 "http_access allow all decision_allow_no_allowlist"]
+# (profiles, the role's other overrides, the http_access rules after GATE_RULES).
+COMBINATIONS = {
+    "one-user-profile": ([CI], {}, [
+        "http_access deny !profile_chosen profile_ci_users profile_ci_select !all",
+        "http_access deny !profile_chosen profile_default_select !all",
+        "http_access deny profile_ci profile_ci_internal_destinations decision_deny_deny_internal",
+        "http_access allow profile_ci profile_ci_allowed_domains decision_allow_allowed_destinations",
+        "http_access allow profile_ci profile_ci_allowed_networks !profile_ci_unlisted_networks "
+        "decision_allow_allowed_destinations",
+        "http_access deny profile_ci decision_deny_not_allowed"] + DEFAULT_RULES),
+    "clients-profile-in-report-mode": ([BACKUP], {}, [
+        "http_access deny !profile_chosen profile_backup_clients profile_backup_select !all",
+        "http_access deny !profile_chosen profile_default_select !all",
+        "http_access allow profile_backup profile_backup_internal_destinations decision_would_deny_deny_internal",
+        "http_access allow profile_backup profile_backup_allowed_domains decision_allow_allowed_destinations",
+        "http_access allow profile_backup decision_would_deny_not_allowed"] + DEFAULT_RULES),
+    "users-and-clients-denylist-no-internal": ([LAB], {}, [
+        "http_access deny !profile_chosen profile_lab_users profile_lab_select !all",
+        "http_access deny !profile_chosen profile_lab_clients profile_lab_select !all",
+        "http_access deny !profile_chosen profile_default_select !all",
+        "http_access deny profile_lab profile_lab_denied_domains decision_deny_denied_destinations",
+        "http_access allow profile_lab decision_allow_no_allowlist"] + DEFAULT_RULES),
+    "three-profiles-default-in-report-mode": ([CI, BACKUP, LAB], {
+        "egress_proxy_mode": "report", "egress_proxy_allowed_destinations": ["www.example.com"],
+        "egress_proxy_denied_destinations": ["198.18.20.9"]}, [
+        "http_access deny !profile_chosen profile_ci_users profile_ci_select !all",
+        "http_access deny !profile_chosen profile_backup_clients profile_backup_select !all",
+        "http_access deny !profile_chosen profile_lab_users profile_lab_select !all",
+        "http_access deny !profile_chosen profile_lab_clients profile_lab_select !all",
+        "http_access deny !profile_chosen profile_default_select !all",
+        "http_access deny profile_ci profile_ci_internal_destinations decision_deny_deny_internal",
+        "http_access allow profile_ci profile_ci_allowed_domains decision_allow_allowed_destinations",
+        "http_access allow profile_ci profile_ci_allowed_networks !profile_ci_unlisted_networks "
+        "decision_allow_allowed_destinations",
+        "http_access deny profile_ci decision_deny_not_allowed",
+        "http_access allow profile_backup profile_backup_internal_destinations decision_would_deny_deny_internal",
+        "http_access allow profile_backup profile_backup_allowed_domains decision_allow_allowed_destinations",
+        "http_access allow profile_backup decision_would_deny_not_allowed",
+        "http_access deny profile_lab profile_lab_denied_domains decision_deny_denied_destinations",
+        "http_access allow profile_lab decision_allow_no_allowlist",
+        "http_access allow denied_networks decision_would_deny_denied_destinations",
+        "http_access allow internal_destinations decision_would_deny_deny_internal",
+        "http_access allow allowed_domains decision_allow_allowed_destinations",
+        "http_access allow all decision_would_deny_not_allowed"]),
+    "no-profile-default-in-report-mode": ([], {"egress_proxy_mode": "report"}, [
+        "http_access deny !profile_chosen profile_default_select !all",
+        "http_access allow internal_destinations decision_would_deny_deny_internal",
+        "http_access allow all decision_allow_no_allowlist"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMBINATIONS))
+def test_each_combination_of_profiles_and_modes_renders_its_rules_in_order_and_squid_accepts_it(case, tmp_path):
+    profiles, overrides, rules = COMBINATIONS[case]
+    squid = squid_conf(egress_proxy_profiles=profiles, **overrides)
+    parsed = squid_parsed(squid, tmp_path)
+    assert [line for line in parsed if line.startswith("http_access")] == GATE_RULES + rules
+    # Every rule that decides a request annotates it with an acl the file defines, and each profile's requests are
+    # those annotated with its name.
+    annotations = {line.split()[1]: line.split(None, 3)[3] for line in parsed if " annotate_transaction " in line}
+    for profile in profiles:
+        assert "acl profile_%s note profile %s" % (profile["name"], profile["name"]) in parsed
+        assert annotations["profile_%s_select" % profile["name"]] == "profile=" + profile["name"]
+    assert annotations["profile_default_select"] == "profile=default"
+    used = {word for rule in GATE_RULES + rules for word in rule.split() if word.startswith("decision_")}
+    assert used == {name for name in annotations if name.startswith("decision_")}
+    for name in used:
+        decision, rule = name[len("decision_"):].split("_", 1) if not name.startswith("decision_would_deny_") else (
+            "would_deny", name[len("decision_would_deny_"):])
+        assert annotations[name] == "decision=%s rule=%s" % (decision, rule)
+
+
+def test_a_profiles_identity_is_its_users_and_its_client_networks_as_squid_matches_them(tmp_path):
+    parsed = squid_parsed(squid_conf(egress_proxy_profiles=[LAB, dict(BACKUP, clients=["::ffff:198.51.100.64/122"])],
+                                     egress_proxy_allowed_clients=["198.51.100.0/24", "2001:db8:10::/64"]), tmp_path)
+    assert lines(parsed, "acl profile_lab_users", "acl profile_lab_clients", "acl profile_backup_clients") == [
+        "acl profile_lab_users proxy_auth bob@corp", "acl profile_lab_clients src 198.51.100.128/25",
+        # An IPv4-mapped network is the IPv4 clients it maps, as in allowed_clients.
+        "acl profile_backup_clients src 198.51.100.64/26"]
+    # The proxy_auth acls follow the auth_param that makes them mean the users' file.
+    assert parsed.index("acl profile_lab_users proxy_auth bob@corp") > parsed.index("acl egress_users proxy_auth REQUIRED")
+
+
+def test_each_profile_denies_internal_destinations_by_the_default_policys_own_networks():
+    """The internal networks of a profile are the default policy's computation (internal_networks, the proxy's NICs'
+    networks with them) less that profile's allowed networks, judged by a dst acl on every address a name resolves to."""
+    outside = dict(ENTRY, outside={"bridge": "br1", "address": "192.0.43.5/28", "gateway": "192.0.43.1"})
+    squid = squid_conf(outside, egress_proxy_profiles=[CI, dict(BACKUP, allowed_destinations=[])])
+    found = {name: acl_networks(squid, name) for name in (
+        "internal_destinations", "profile_ci_internal_destinations", "profile_backup_internal_destinations")}
+    own = ipaddress.ip_network("192.0.43.0/28")
+    assert own in found["internal_destinations"] and own in found["profile_ci_internal_destinations"]
+    assert found["profile_backup_internal_destinations"] == found["internal_destinations"]
+    assert found["internal_destinations"] == internal_networks([own, ipaddress.ip_network("198.51.100.0/24")])
+    # The allowed internal mirror (and its NAT64 image) is the only way through, for that profile alone.
+    assert not [network for network in found["profile_ci_internal_destinations"]
+                if ipaddress.ip_address("10.30.4.20") in network or ipaddress.ip_address("64:ff9b::a1e:414") in network]
+    assert [network for network in found["internal_destinations"] if ipaddress.ip_address("10.30.4.20") in network]
+
+
+def test_the_access_lines_carry_the_decision_the_profile_and_the_rule(tmp_path):
+    squid = squid_conf(egress_proxy_profiles=[CI], egress_proxy_syslog="198.51.100.7:514")
+    parsed = squid_parsed(squid, tmp_path)
+    fields = "decision=%{decision}note profile=%{profile}note rule=%{rule}note"
+    assert lines(parsed, "logformat", "access_log") == [
+        # squid's own format, then the fields: a parser of squid's lines reads them as before.
+        "logformat egress_access %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt " + fields,
+        "logformat egress_syslog <134>1 %{%Y-%m-%dT%H:%M:%S}tg.%03tuZ egress-1 squid - access - client=%>a user=%#un "
+        "method=%#rm dest=%#>rd:%>rP status=%>Hs bytes=%<st result=%Ss " + fields,
+        "access_log daemon:/var/log/squid/access.log egress_access",
+        "access_log udp://198.51.100.7:514 logformat=egress_syslog buffer-size=0KB on-error=drop !egress_metrics !manager"]
+    # Without syslog, the file alone.
+    parsed = squid_parsed(squid_conf(egress_proxy_mode="report"), tmp_path)
+    assert lines(parsed, "access_log") == ["access_log daemon:/var/log/squid/access.log egress_access"]
+
+
+def test_the_rendered_configuration_is_byte_stable_across_runs():
+    """Each render is a Python of its own (role_set_args renders in a subprocess), so set and dict orders, hash seeds
+    and the users' salts would show: the same input gives the same proxy, and so the same digests."""
+    overrides = dict(BASE, egress_proxy_users=USERS, egress_proxy_profiles=[LAB, CI, BACKUP], egress_proxy_mode="report",
+                     egress_proxy_allowed_destinations=["b.example", "a.example", "10.1.0.0/16", "10.0.0.0/16"])
+    first, second = (role_set_args([dict(ENTRY)], **overrides)["proxies"] for _run in range(2))
+    assert first == second
+
+
+def test_a_proxy_takes_its_own_profiles_and_mode_over_the_role_wide_ones(tmp_path):
+    entry = dict(ENTRY, profiles=[BACKUP], mode="report")
+    squid = squid_conf(entry, egress_proxy_profiles=[CI])
+    rules = lines(squid_parsed(squid, tmp_path), "http_access")
+    assert "profile_ci" not in squid and "http_access allow profile_backup decision_would_deny_not_allowed" in rules
+    assert rules[-1] == "http_access allow all decision_allow_no_allowlist"
+    assert "http_access allow internal_destinations decision_would_deny_deny_internal" in rules
+
+
+def test_a_profiles_deny_internal_is_read_as_the_roles_flags_are():
+    """The inventory's "no" is a boolean as egress_proxy_deny_internal's is (proxy_instances reads it), not text."""
+    squid = squid_conf(egress_proxy_profiles=[dict(CI, deny_internal="no")])
+    assert "profile_ci_internal_destinations" not in squid
+
+
+def refusal(**overrides):
+    """The message proxy_instances (the role's check) refuses ENTRY with, given BASE, USERS and ``overrides``."""
+    variables = role_variables(**dict(BASE, egress_proxy_users=USERS, **overrides))
+    with pytest.raises(AnsibleFilterError) as refused:
+        proxy_instances([dict(ENTRY)], variables)
+    message = str(refused.value)
+    assert "egress-1 on hv1" in message and "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("profiles, words", [
+    ([CI, dict(BACKUP, name="ci")], "profiles[1].name 'ci' is the name of profiles[0] too"),
+    ([dict(CI, name="default")], "profiles[0].name 'default' is not 1-32 lowercase letters"),
+    ([dict(CI, name="CI")], "profiles[0].name 'CI' is not"),
+    ([dict(CI, name="ci_runners")], "profiles[0].name 'ci_runners' is not"),
+    ([dict(CI, name="c" * 33)], "profiles[0].name 'ccccccccc"),
+    ([{"users": ["alice"]}], "profiles[0].name None is not"),
+    ([dict(CI, egress="203.0.113.9")], "profiles[0] has the unknown keys 'egress' (a profile has name, users, clients"),
+    ([dict(CI, allowed_destination=["x.example"])], "profiles[0] has the unknown keys 'allowed_destination'"),
+    (["ci"], "profiles[0] 'ci' is not a mapping"),
+    ([dict(CI, users=["carol"])], "profiles[0] (ci).users[0] 'carol' is not one of the proxy's users"),
+    ([dict(CI, users="alice")], "profiles[0] (ci).users 'alice' is not a list of user names"),
+    ([dict(BACKUP, clients=["10.9.0.0/16"])], "profiles[0] (backup).clients[0] '10.9.0.0/16' is not within allowed_clients"),
+    ([dict(BACKUP, clients=["198.51.100.0/23"])], "profiles[0] (backup).clients[0] '198.51.100.0/23' is not within"),
+    ([dict(BACKUP, clients=["198.51.100.7/24"])], "profiles[0] (backup).clients[0] '198.51.100.7/24' is not an IPv4"),
+    ([{"name": "idle", "allowed_destinations": ["x.example"]}], "profiles[0] (idle) applies to nobody"),
+    ([dict(CI, mode="audit")], "profiles[0] (ci).mode 'audit' is not one of enforce, report"),
+    ([dict(CI, mode="Enforce")], "profiles[0] (ci).mode 'Enforce' is not one of enforce, report"),
+    ([dict(CI, deny_internal="sometimes")], "profiles[0] (ci).deny_internal 'sometimes' is not a boolean"),
+    ([dict(CI, allowed_destinations=["*.debian.org"])], "profiles[0] (ci).allowed_destinations[0] '*.debian.org': neither"),
+    ([dict(CI, denied_destinations=["10.0.0.1/8"])], "profiles[0] (ci).denied_destinations[0] '10.0.0.1/8': neither"),
+], ids=lambda value: None if isinstance(value, list) else value[:40])
+def test_a_bad_profile_is_refused_naming_the_entry_and_the_key(profiles, words):
+    message = refusal(egress_proxy_profiles=profiles)
+    assert words in message, message
+
+
+def test_a_profile_of_users_on_a_proxy_without_users_is_refused():
+    variables = role_variables(**dict(BASE, egress_proxy_profiles=[CI]))
+    with pytest.raises(AnsibleFilterError, match=r"profiles\[0\] \(ci\).users\[0\] 'alice' is not one of the proxy's users"):
+        proxy_instances([dict(ENTRY)], variables)
+
+
+@pytest.mark.parametrize("mode", ["audit", "", "report\n", ["report"]])
+def test_a_mode_that_is_neither_enforce_nor_report_is_refused(mode):
+    assert "mode %r is not one of enforce, report" % (mode,) in refusal(egress_proxy_mode=mode)
