@@ -84,7 +84,22 @@ SQUID_VALUES = [
     ("egress_proxy_syslog", lambda text: {"egress_proxy_syslog": "[2001:db8::7" + text + "]:514"}),
     ("egress_proxy_syslog_protocol", lambda text: {"egress_proxy_syslog": "198.51.100.7:514",
                                                    "egress_proxy_syslog_protocol": "udp" + text}),
+    ("mode", lambda text: {"instance": {"mode": "report" + text}}),
+    ("profiles[0].name", lambda text: {"instance": {"profiles": [dict(PROFILE, name="ci" + text)]}}),
+    ("profiles[0] (ci).users[0]", lambda text: {"instance": {"users": [ALICE], "profiles": [
+        {"name": "ci", "users": ["alice" + text]}]}}),
+    ("profiles[0] (ci).clients[0]", lambda text: {"instance": {"profiles": [dict(PROFILE, clients=["10.1.0.0/16" + text])]}}),
+    ("profiles[0] (ci).clients[0]", lambda text: {"instance": {"profiles": [dict(PROFILE, clients=["::1%1" + text + INJECTED])]}}),
+    ("profiles[0] (ci).allowed_destinations[0]", lambda text: {"instance": {"profiles": [
+        dict(PROFILE, allowed_destinations=["api.example.com" + text + INJECTED])]}}),
+    ("profiles[0] (ci).denied_destinations[1]", lambda text: {"instance": {"profiles": [
+        dict(PROFILE, denied_destinations=[".example.com", "10.0.0.0/8" + text])]}}),
+    ("profiles[0] (ci).deny_internal", lambda text: {"instance": {"profiles": [dict(PROFILE, deny_internal="true" + text)]}}),
+    ("profiles[0] (ci).mode", lambda text: {"instance": {"profiles": [dict(PROFILE, mode="report" + text)]}}),
 ]
+# A profile of the proxy below (its clients are 10.0.0.0/8), and a user of it.
+PROFILE = {"name": "ci", "clients": ["10.1.0.0/16"]}
+ALICE = {"name": "alice", "hash": squid_user_hash("o", "alice", "x")}
 OUTSIDE = {"bridge": "br1", "address": "198.19.0.5/24", "gateway": "198.19.0.1"}
 # The directives squid.conf.j2 writes, by their first word, for the proxy below: its clients, ports and CONNECT, the
 # internal destinations (deny_internal's default, eight to a line), five rules; the metrics (the role's default): their two ports, the
