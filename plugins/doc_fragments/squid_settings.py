@@ -16,7 +16,9 @@ options:
     description:
       - One proxy of the role, with its C(name), C(port), C(allowed_clients), C(address) and C(outside), and its policy
         as P(egress_proxies.kvm.proxy_instances#filter) fills it in, C(allowed_destinations), C(denied_destinations),
-        C(deny_internal) (default true) and C(users), each user with its C(name) and C(hash).
+        C(deny_internal) (default true), C(mode) (C(enforce), the default, or C(report)), C(profiles) (each with its
+        C(name), C(users), C(clients), C(allowed_destinations), C(denied_destinations), C(deny_internal) and C(mode))
+        and C(users), each user with its C(name) and C(hash).
     type: dict
     required: true
   safe_ports:

@@ -22,7 +22,10 @@ description:
     given, IPv4 addresses with their prefix length; the safe and CONNECT ports ports or ranges C(low-high) of them,
     in ASCII digits; O(forwarded_for) one of squid's C(forwarded_for) values; each of C(allowed_destinations) and
     C(denied_destinations) a host name, a domain with its leading dot, or an IPv4 or IPv6 address or network; each user
-    a name of letters, digits and C(. _ @ + -) given once, with the hash the role wrote.
+    a name of letters, digits and C(. _ @ + -) given once, with the hash the role wrote; C(mode) C(enforce) or
+    C(report); each of C(profiles) a mapping of its known keys, named once (1-32 lowercase letters, digits and
+    hyphens, not C(default)), applying to users of the proxy or clients within C(allowed_clients), its destinations,
+    C(deny_internal) and C(mode) checked as the default policy's.
   - Each of O(ssh_authorized_keys) must be one line. cloud-init writes a key as a line of C(authorized_keys), where a
     line feed (or a carriage return, NUL, U+2028 or another control character) inside it would write a line, another
     key or one with options such as C(command=), of its own.

@@ -31,6 +31,9 @@ NOT_RUN = {
     "What runs inside a proxy": "squid.conf as the role renders it (tests/unit/roles/test_egress_proxy_docs.py checks it)",
     "Policy": "the policy's variables and their vaulted passwords (tests/unit/roles/test_egress_proxy_policy.py renders "
               "them and squid -k parse reads the result; test_networking.py proves a policy on a booted proxy)",
+    "Profiles and report mode": "profiles, an access line and squid.conf's rules (tests/unit/roles/"
+                                "test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
+                                "test_squid_profiles.py runs them through a real squid)",
     "Networking": "static addresses on a LAN and an uplink with a router (test_networking.py proves a two-NIC "
                   "proxy on the lab), and kvm_proxy_info's output",
     "Observability": "Prometheus' own configuration and access lines (test_networking.py runs a Prometheus with the role's "

@@ -23,7 +23,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import internal_networks
+from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import FENCE, inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    REPO_ROOT,
     SQUID_CONF,
     policy_files,
     role_set_args,
@@ -309,3 +311,18 @@ def test_a_profile_of_users_on_a_proxy_without_users_is_refused():
 @pytest.mark.parametrize("mode", ["audit", "", "report\n", ["report"]])
 def test_a_mode_that_is_neither_enforce_nor_report_is_refused(mode):
     assert "mode %r is not one of enforce, report" % (mode,) in refusal(egress_proxy_mode=mode)
+
+
+def test_the_docs_example_renders_the_rules_the_docs_show(tmp_path):
+    variables = inventory_files("Profiles and report mode")["group_vars/hypervisors/profiles.yml"]
+    # The vaulted passwords as the play reads them once decrypted.
+    variables["egress_proxy_users"] = [dict(user, password="secret of %s" % user["name"])
+                                       for user in variables["egress_proxy_users"]]
+    (proxy,) = role_set_args([{"name": "egress-1"}], **dict(variables, egress_proxy_bridge="br0", egress_proxy_image=IMAGE))[
+        "proxies"]
+    rules = lines(squid_parsed(policy_files(proxy)[SQUID_CONF]["content"], tmp_path), "http_access")
+    with open(os.path.join(REPO_ROOT, "docs", "role-egress_proxy.md")) as handle:
+        section = handle.read().split("### Profiles and report mode\n", 1)[1].split("\n## ", 1)[0]
+    shown = [fence["body"] for fence in FENCE.finditer(section) if fence["body"].startswith("http_access")]
+    assert len(shown) == 1
+    assert rules[rules.index("http_access deny decision_deny_users !egress_users"):] == shown[0].splitlines()
