@@ -7,10 +7,11 @@ addresses in the order given, origins on ports 80 and 443 of every address that 
 reached on, squid with the role's squid.conf, and a client. Nothing leaves the namespace.
 
 Run as a program (inside the namespace) it is the DNS server and the origins (``squid_netns.py RECORDS_JSON``), or
-a client of squid that writes the request line itself (``squid_netns.py ask HOST PATH get|tunnel SOURCE``, from the
-source address SOURCE of the namespace's loopback).
+a client of squid that writes the request line itself (``squid_netns.py ask HOST PATH get|tunnel SOURCE [USER:PASSWORD]``,
+from the source address SOURCE of the namespace's loopback, with those credentials for squid).
 """
 
+import base64
 import contextlib
 import http.server
 import json
@@ -112,20 +113,23 @@ def _read_head(stream):
     return status
 
 
-def _ask(host, path, mode, source):
+def _ask(host, path, mode, source, credentials=""):
     """Prints {"status", "body"}: GET http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that
-    GET inside the tunnel, from the address ``source`` (squid's client), to squid's loopback address of its family."""
+    GET inside the tunnel, from the address ``source`` (squid's client), to squid's loopback address of its family;
+    with ``credentials`` (user:password) as squid's Basic Proxy-Authorization."""
     squid = "::1" if ":" in source else "127.0.0.1"
     connection = socket.create_connection((squid, SQUID_PORT), timeout=15, source_address=(source, 0))
     stream = connection.makefile("rb")
     body = None
+    authorization = ("Proxy-Authorization: Basic %s\r\n" % base64.b64encode(credentials.encode()).decode()
+                     if credentials else "")
     if mode == "tunnel":
-        connection.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+        connection.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n%s\r\n" % (host, host, authorization)).encode())
         status = _read_head(stream)
         request = "GET /%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)
     else:
         status = None
-        request = "GET http://%s/%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (host, path, host)
+        request = "GET http://%s/%s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (host, path, host, authorization)
     if status in (None, 200):
         connection.sendall(request.encode())
         status = _read_head(stream)
@@ -157,13 +161,13 @@ class SquidNamespace:
     def run(self, argv, **options):
         return subprocess.run(_netns(self.name, argv), capture_output=True, text=True, timeout=60, check=False, **options)
 
-    def get(self, host, path, tunnel=False, source="127.0.0.1"):
+    def get(self, host, path, tunnel=False, source="127.0.0.1", credentials=""):
         """(HTTP status, the origin's JSON or None) of GET http://HOST/PATH through squid, or with ``tunnel`` of a
         CONNECT to HOST:443 (its status; the GET's inside the tunnel when squid opened it), asked from the loopback
-        address ``source`` (an IPv6 one asks squid on ::1). ``host`` goes to squid as written (a client such as curl
-        rewrites 0x0a000005 to 10.0.0.5 before squid sees it)."""
+        address ``source`` (an IPv6 one asks squid on ::1), with ``credentials`` (user:password) when given. ``host``
+        goes to squid as written (a client such as curl rewrites 0x0a000005 to 10.0.0.5 before squid sees it)."""
         completed = self.run([sys.executable, os.path.abspath(__file__), "ask", host, path, "tunnel" if tunnel else "get",
-                              source])
+                              source, credentials])
         assert completed.returncode == 0, completed.stderr
         answer = json.loads(completed.stdout)
         return answer["status"], answer["body"]
@@ -225,6 +229,6 @@ def squid_namespace(squid_conf, records, addresses):
 
 if __name__ == "__main__":
     if sys.argv[1] == "ask":
-        _ask(*sys.argv[2:6])
+        _ask(*sys.argv[2:7])
     else:
         _serve(json.loads(sys.argv[1]))

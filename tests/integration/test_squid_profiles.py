@@ -1,0 +1,98 @@
+"""Profiles and report mode through a real squid (issue 43 items 1 and 2): the role's squid.conf, squid 5.7.
+
+squid (with the users' file the role writes), a stand-in DNS server and the origins run in a network namespace of the
+test's (tests/integration/squid_netns.py), which takes root but no lab: the machine's lane, about 15 s. Each request is
+asked with GET and with CONNECT, and read back from the access lines squid wrote in the role's format.
+
+- A request takes the first profile of its user or client address: the user ci (profile ci, listed first) from the
+  backup hosts' address gets ci's allowlist; another user from there gets the backup profile; from elsewhere, the
+  default policy. Each profile refuses internal destinations by address, as the default policy does.
+- The backup profile is in report mode: what its allowlist or deny_internal would refuse is forwarded (the origin is
+  reached), and its line says decision=would_deny with the rule; an allowed destination says allow.
+- What the proxy checks before any profile (credentials) is decided with profile=-, in either mode.
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from tests.integration.squid_netns import squid_namespace
+from tests.unit.role_templates import SQUID_CONF, SQUID_USERS, policy_files, role_set_args
+
+pytestmark = pytest.mark.integration
+
+ENTRY = {"name": "egress-1", "address": "198.51.100.5/24", "dns": ["127.0.0.1"]}
+PASSWORDS = {"ci": "ci-secret", "ops": "ops-secret"}
+BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["127.0.0.0/29"], "egress_proxy_metrics": False,
+        "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"},
+        "egress_proxy_users": [{"name": name, "password": password} for name, password in PASSWORDS.items()],
+        "egress_proxy_allowed_destinations": ["www.example"],
+        "egress_proxy_profiles": [
+            {"name": "ci", "users": ["ci"], "allowed_destinations": ["mirror.example"]},
+            {"name": "backup", "clients": ["127.0.0.3"], "allowed_destinations": ["bucket.example"], "mode": "report"}]}
+RECORDS = {"www.example": ["93.184.216.97"], "bucket.example": ["93.184.216.98"], "mirror.example": ["93.184.216.99"],
+           "other.example": ["8.8.4.4"], "meta.example": ["169.254.169.254"]}
+ADDRESSES = ["93.184.216.97", "93.184.216.98", "93.184.216.99", "8.8.4.4", "169.254.169.254", "127.0.0.3"]
+BACKUP_HOST, ELSEWHERE = "127.0.0.3", "127.0.0.1"
+# (client address, user, host) -> (status, the address an origin was reached on or None, decision, profile, rule).
+EXPECTED = {
+    # ci is the first profile: its user takes it from the backup hosts' address too.
+    (BACKUP_HOST, "ci", "mirror.example"): (200, "::ffff:93.184.216.99", "allow", "ci", "allowed_destinations"),
+    (BACKUP_HOST, "ci", "bucket.example"): (403, None, "deny", "ci", "not_allowed"),
+    (BACKUP_HOST, "ci", "meta.example"): (403, None, "deny", "ci", "deny_internal"),
+    # Report mode: forwarded, and said.
+    (BACKUP_HOST, "ops", "bucket.example"): (200, "::ffff:93.184.216.98", "allow", "backup", "allowed_destinations"),
+    (BACKUP_HOST, "ops", "other.example"): (200, "::ffff:8.8.4.4", "would_deny", "backup", "not_allowed"),
+    (BACKUP_HOST, "ops", "meta.example"): (200, "::ffff:169.254.169.254", "would_deny", "backup", "deny_internal"),
+    # The default policy, enforced.
+    (ELSEWHERE, "ops", "www.example"): (200, "::ffff:93.184.216.97", "allow", "default", "allowed_destinations"),
+    (ELSEWHERE, "ops", "bucket.example"): (403, None, "deny", "default", "not_allowed"),
+    (ELSEWHERE, "ops", "meta.example"): (403, None, "deny", "default", "deny_internal"),
+    # No credentials: asked for them before any profile, from the report-mode profile's clients too.
+    (BACKUP_HOST, None, "other.example"): (407, None, "deny", "-", "users"),
+}
+
+
+def fields(line):
+    """The key=value fields of an access line in the role's format (squid's own fields, then decision= profile= rule=)."""
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+@pytest.fixture
+def policy_dir():
+    """A directory squid's own user reads (pytest's are mode 0700): the users' file, and squid's access lines."""
+    path = tempfile.mkdtemp(prefix="eptest-profiles-")
+    os.chmod(path, 0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it_would_deny(policy_dir):
+    (proxy,) = role_set_args([dict(ENTRY)], **BASE)["proxies"]
+    files = policy_files(proxy)
+    users = os.path.join(policy_dir, "egress-users")
+    with open(users, "w") as handle:
+        handle.write(files[SQUID_USERS]["secret_content"])
+    os.chmod(users, 0o644)
+    log = os.path.join(policy_dir, "access.log")
+    conf = files[SQUID_CONF]["content"].replace(SQUID_USERS, users).replace(
+        "daemon:/var/log/squid/access.log", "stdio:" + log)
+    asked = []
+    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
+        for (source, user, host), expected in EXPECTED.items():
+            for method, tunnel in (("GET", False), ("CONNECT", True)):
+                status, body = namespace.get(host, method.lower(), tunnel=tunnel, source=source,
+                                             credentials="%s:%s" % (user, PASSWORDS[user]) if user else "")
+                asked.append(((source, user, host, method), expected, (status, body and body["reached"])))
+    # squid writes its stdio log out when it stops.
+    with open(log) as handle:
+        lines = [fields(line) for line in handle.read().splitlines()]
+    assert len(lines) == len(asked), lines
+    for line, (request, expected, answered) in zip(lines, asked):
+        assert answered == expected[:2], (request, answered)
+        assert (line["decision"], line["profile"], line["rule"]) == expected[2:], (request, line)
+    # What the operator counts before enforcing the backup profile.
+    would_deny = [line for line in lines if line["decision"] == "would_deny" and line["profile"] == "backup"]
+    assert len(would_deny) == 4
