@@ -619,7 +619,7 @@ def _destination_rules(policy, gate, mark):
     acls, comment): its denials, then its allowlist. ``gate`` the acl of the requests it decides (a profile's note),
     or None (the default policy, last, decides every request that got this far). ``mark`` names the annotation of a
     decision. In report mode a rule that would deny allows, annotated would_deny: the first one that matches is the
-    rule enforcement would have refused with, and the request is forwarded."""
+    rule enforcement would have refused with, and the request is forwarded; deny_internal refuses in either mode."""
     report = policy["mode"] == REPORT
     prefix = policy["acl_prefix"]
     gated = [gate] if gate else []
@@ -632,7 +632,9 @@ def _destination_rules(policy, gate, mark):
     rules = [deny([prefix + "denied_" + kind], "denied_destinations")
              for kind in ("domains", "networks") if policy["denied_" + kind]]
     if policy["internal_networks"]:
-        rules.append(deny([prefix + "internal_destinations"], "deny_internal"))
+        # Refused in either mode: report mode rolls an allowlist out, it never opens the proxy's inside (the metadata
+        # service, the hypervisor's networks) to a client, as smokescreen refuses private addresses in every mode.
+        rules.append((DENY, gated + [prefix + "internal_destinations"] + mark(DENY, "deny_internal"), None))
     if not policy["allowed_domains"] and not policy["allowed_networks"]:
         comment = "No allowlist: every destination that nothing above refuses."
         return rules + [(ALLOW, (gated or ["all"]) + mark(ALLOW, "no_allowlist"), comment)]

@@ -7,8 +7,9 @@ asked with GET and with CONNECT, and read back from the access lines squid wrote
 - A request takes the first profile of its user or client address: the user ci (profile ci, listed first) from the
   backup hosts' address gets ci's allowlist; another user from there gets the backup profile; from elsewhere, the
   default policy. Each profile refuses internal destinations by address, as the default policy does.
-- The backup profile is in report mode: what its allowlist or deny_internal would refuse is forwarded (the origin is
-  reached), and its line says decision=would_deny with the rule; an allowed destination says allow.
+- The backup profile is in report mode: what its allowlist would refuse is forwarded (the origin is reached), and its
+  line says decision=would_deny with the rule; an allowed destination says allow; an internal one is refused all the
+  same (deny_internal holds in either mode).
 - What the proxy checks before any profile (credentials) is decided with profile=-, in either mode.
 """
 
@@ -45,7 +46,8 @@ EXPECTED = {
     # Report mode: forwarded, and said.
     (BACKUP_HOST, "ops", "bucket.example"): (200, "::ffff:93.184.216.98", "allow", "backup", "allowed_destinations"),
     (BACKUP_HOST, "ops", "other.example"): (200, "::ffff:8.8.4.4", "would_deny", "backup", "not_allowed"),
-    (BACKUP_HOST, "ops", "meta.example"): (200, "::ffff:169.254.169.254", "would_deny", "backup", "deny_internal"),
+    # ... but never to the proxy's inside.
+    (BACKUP_HOST, "ops", "meta.example"): (403, None, "deny", "backup", "deny_internal"),
     # The default policy, enforced.
     (ELSEWHERE, "ops", "www.example"): (200, "::ffff:93.184.216.97", "allow", "default", "allowed_destinations"),
     (ELSEWHERE, "ops", "bucket.example"): (403, None, "deny", "default", "not_allowed"),
@@ -95,4 +97,4 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
         assert (line["decision"], line["profile"], line["rule"]) == expected[2:], (request, line)
     # What the operator counts before enforcing the backup profile.
     would_deny = [line for line in lines if line["decision"] == "would_deny" and line["profile"] == "backup"]
-    assert len(would_deny) == 4
+    assert len(would_deny) == 2

@@ -138,7 +138,7 @@ COMBINATIONS = {
     "clients-profile-in-report-mode": ([BACKUP], {}, [
         "http_access deny !profile_chosen profile_backup_clients profile_backup_select !all",
         "http_access deny !profile_chosen profile_default_select !all",
-        "http_access allow profile_backup profile_backup_internal_destinations decision_would_deny_deny_internal",
+        "http_access deny profile_backup profile_backup_internal_destinations decision_deny_deny_internal",
         "http_access allow profile_backup profile_backup_allowed_domains decision_allow_allowed_destinations",
         "http_access allow profile_backup decision_would_deny_not_allowed"] + DEFAULT_RULES),
     "users-and-clients-denylist-no-internal": ([LAB], {}, [
@@ -160,18 +160,18 @@ COMBINATIONS = {
         "http_access allow profile_ci profile_ci_allowed_networks !profile_ci_unlisted_networks "
         "decision_allow_allowed_destinations",
         "http_access deny profile_ci decision_deny_not_allowed",
-        "http_access allow profile_backup profile_backup_internal_destinations decision_would_deny_deny_internal",
+        "http_access deny profile_backup profile_backup_internal_destinations decision_deny_deny_internal",
         "http_access allow profile_backup profile_backup_allowed_domains decision_allow_allowed_destinations",
         "http_access allow profile_backup decision_would_deny_not_allowed",
         "http_access deny profile_lab profile_lab_denied_domains decision_deny_denied_destinations",
         "http_access allow profile_lab decision_allow_no_allowlist",
         "http_access allow denied_networks decision_would_deny_denied_destinations",
-        "http_access allow internal_destinations decision_would_deny_deny_internal",
+        "http_access deny internal_destinations decision_deny_deny_internal",
         "http_access allow allowed_domains decision_allow_allowed_destinations",
         "http_access allow all decision_would_deny_not_allowed"]),
     "no-profile-default-in-report-mode": ([], {"egress_proxy_mode": "report"}, [
         "http_access deny !profile_chosen profile_default_select !all",
-        "http_access allow internal_destinations decision_would_deny_deny_internal",
+        "http_access deny internal_destinations decision_deny_deny_internal",
         "http_access allow all decision_allow_no_allowlist"]),
 }
 
@@ -256,7 +256,7 @@ def test_a_proxy_takes_its_own_profiles_and_mode_over_the_role_wide_ones(tmp_pat
     rules = lines(squid_parsed(squid, tmp_path), "http_access")
     assert "profile_ci" not in squid and "http_access allow profile_backup decision_would_deny_not_allowed" in rules
     assert rules[-1] == "http_access allow all decision_allow_no_allowlist"
-    assert "http_access allow internal_destinations decision_would_deny_deny_internal" in rules
+    assert "http_access deny internal_destinations decision_deny_deny_internal" in rules
 
 
 def test_a_profiles_deny_internal_is_read_as_the_roles_flags_are():
