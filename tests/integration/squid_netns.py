@@ -106,15 +106,21 @@ def _serve(records):
 
 
 def _read_head(stream):
-    """The status code of the HTTP response head read from ``stream`` (a file of the socket)."""
+    """The status code and the Proxy-Authenticate header (None without one) of the HTTP response head read from
+    ``stream`` (a file of the socket)."""
     status = int(stream.readline().split()[1])
-    while stream.readline() not in (b"\r\n", b"\n", b""):
-        pass
-    return status
+    challenge = None
+    line = stream.readline()
+    while line not in (b"\r\n", b"\n", b""):
+        name, _colon, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "proxy-authenticate" and challenge is None:
+            challenge = value.strip()
+        line = stream.readline()
+    return status, challenge
 
 
 def _ask(host, path, mode, source, credentials=""):
-    """Prints {"status", "body"}: GET http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that
+    """Prints {"status", "body", "challenge"} (squid's Proxy-Authenticate): GET http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that
     GET inside the tunnel, from the address ``source`` (squid's client), to squid's loopback address of its family;
     with ``credentials`` (user:password) as squid's Basic Proxy-Authorization."""
     squid = "::1" if ":" in source else "127.0.0.1"
@@ -125,17 +131,17 @@ def _ask(host, path, mode, source, credentials=""):
                      if credentials else "")
     if mode == "tunnel":
         connection.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n%s\r\n" % (host, host, authorization)).encode())
-        status = _read_head(stream)
+        status, challenge = _read_head(stream)
         request = "GET /%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)
     else:
         status = None
         request = "GET http://%s/%s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (host, path, host, authorization)
     if status in (None, 200):
         connection.sendall(request.encode())
-        status = _read_head(stream)
+        status, challenge = _read_head(stream)
         if status == 200:
             body = json.loads(stream.read().decode())
-    print(json.dumps({"status": status, "body": body}))
+    print(json.dumps({"status": status, "body": body, "challenge": challenge}))
 
 
 def _netns(name, argv):
@@ -161,15 +167,20 @@ class SquidNamespace:
     def run(self, argv, **options):
         return subprocess.run(_netns(self.name, argv), capture_output=True, text=True, timeout=60, check=False, **options)
 
-    def get(self, host, path, tunnel=False, source="127.0.0.1", credentials=""):
-        """(HTTP status, the origin's JSON or None) of GET http://HOST/PATH through squid, or with ``tunnel`` of a
-        CONNECT to HOST:443 (its status; the GET's inside the tunnel when squid opened it), asked from the loopback
-        address ``source`` (an IPv6 one asks squid on ::1), with ``credentials`` (user:password) when given. ``host``
-        goes to squid as written (a client such as curl rewrites 0x0a000005 to 10.0.0.5 before squid sees it)."""
+    def ask(self, host, path, tunnel=False, source="127.0.0.1", credentials=""):
+        """{"status": HTTP status, "body": the origin's JSON or None, "challenge": squid's Proxy-Authenticate or None}
+        of GET http://HOST/PATH through squid, or with ``tunnel`` of a CONNECT to HOST:443 (its status; the GET's inside
+        the tunnel when squid opened it), asked from the loopback address ``source`` (an IPv6 one asks squid on ::1),
+        with ``credentials`` (user:password) when given. ``host`` goes to squid as written (a client such as curl
+        rewrites 0x0a000005 to 10.0.0.5 before squid sees it)."""
         completed = self.run([sys.executable, os.path.abspath(__file__), "ask", host, path, "tunnel" if tunnel else "get",
                               source, credentials])
         assert completed.returncode == 0, completed.stderr
-        answer = json.loads(completed.stdout)
+        return json.loads(completed.stdout)
+
+    def get(self, host, path, tunnel=False, source="127.0.0.1", credentials=""):
+        """(HTTP status, the origin's JSON or None) of ask()."""
+        answer = self.ask(host, path, tunnel, source, credentials)
         return answer["status"], answer["body"]
 
     def reached(self):

@@ -10,7 +10,8 @@ asked with GET and with CONNECT, and read back from the access lines squid wrote
 - The backup profile is in report mode: what its allowlist would refuse is forwarded (the origin is reached), and its
   line says decision=would_deny with the rule; an allowed destination says allow; an internal one is refused all the
   same (deny_internal holds in either mode).
-- What the proxy checks before any profile (credentials) is decided with profile=-, in either mode.
+- What the proxy checks before any profile (credentials) is decided with profile=-, in either mode, and its 407 carries
+  the Proxy-Authenticate challenge clients wait for.
 """
 
 import os
@@ -37,6 +38,8 @@ RECORDS = {"www.example": ["93.184.216.97"], "bucket.example": ["93.184.216.98"]
            "other.example": ["8.8.4.4"], "meta.example": ["169.254.169.254"]}
 ADDRESSES = ["93.184.216.97", "93.184.216.98", "93.184.216.99", "8.8.4.4", "169.254.169.254", "127.0.0.3"]
 BACKUP_HOST, ELSEWHERE = "127.0.0.3", "127.0.0.1"
+# What a 407 asks for: Basic credentials, in the role's realm.
+CHALLENGE = 'Basic realm="egress proxy"'
 # (client address, user, host) -> (status, the address an origin was reached on or None, decision, profile, rule).
 EXPECTED = {
     # ci is the first profile: its user takes it from the backup hosts' address too.
@@ -85,9 +88,12 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
     with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
         for (source, user, host), expected in EXPECTED.items():
             for method, tunnel in (("GET", False), ("CONNECT", True)):
-                status, body = namespace.get(host, method.lower(), tunnel=tunnel, source=source,
-                                             credentials="%s:%s" % (user, PASSWORDS[user]) if user else "")
-                asked.append(((source, user, host, method), expected, (status, body and body["reached"])))
+                answer = namespace.ask(host, method.lower(), tunnel=tunnel, source=source,
+                                       credentials="%s:%s" % (user, PASSWORDS[user]) if user else "")
+                asked.append(((source, user, host, method), expected,
+                              (answer["status"], answer["body"] and answer["body"]["reached"])))
+                # A 407 says how to authenticate, as curl, Java and .NET clients expect before they send credentials.
+                assert (answer["challenge"] == CHALLENGE) == (answer["status"] == 407), answer
     # squid writes its stdio log out when it stops.
     with open(log) as handle:
         lines = [fields(line) for line in handle.read().splitlines()]
