@@ -15,6 +15,11 @@ def downloads_text(side):
     return "%d whole, %d cut or refused%s" % (side["downloads"] - side["downloads_cut"], side["downloads_cut"], kinds)
 
 
+def in_flight_text(cut_on):
+    """Downloads cut after their answer began, by the proxy they were on (the member that gave the address up)."""
+    return ", ".join("%d on %s" % (count, proxy) for proxy, count in sorted(cut_on.items())) or "none"
+
+
 def side_cells(side, gap=None):
     """A client's cells: new requests (failed), longest gap (``gap`` instead when given), downloads (whole / not)."""
     return ["%d (%d failed)" % (side["requests"], side["failed"]), gap or seconds_text(side["longest_gap"], "-"),
@@ -100,13 +105,15 @@ def render(results, b14, plots):
         if step.get("failures")]
     lines += [
         "- Rolling replacement at %d/s: the converge did %s. The group's client lost %d of %d new requests (%s), its "
-        "longest gap %s s, answered by %s; its downloads: %s. A member hands the address over once the other serves "
-        "and lets requests in flight finish for at most 5 s, so a longer download on it is cut. The single proxy, "
+        "longest gap %s s, answered by %s; its downloads: %s; cut in flight: %s. A member hands the address over once "
+        "the other serves and lets requests in flight finish for at most %d s, so a longer download on it is cut. The "
+        "single proxy, "
         "replaced as a proxy is today, lost %d of %d (%s), its longest gap %s s; its downloads: %s (each attempt "
         "while it was down counts)." % (
             roll["group"]["rate"], actions_text(roll["actions"]), roll["group"]["failed"], roll["group"]["requests"],
             errors_text(roll["group"]["failed_errors"]), seconds_text(roll["group"]["longest_gap"]),
             ", ".join(roll["group"]["proxies"]) or "none", downloads_text(roll["group"]),
+            in_flight_text(roll["group"]["cut_in_flight_on"]), b14["hand_over_drain"],
             roll["single"]["failed"], roll["single"]["requests"], errors_text(roll["single"]["failed_errors"]),
             seconds_text(roll["single"]["longest_gap"]), downloads_text(roll["single"])),
         "- `virsh destroy` of the holder (%s) and of the single proxy at %d/s: a request through the group's address "
@@ -129,7 +136,7 @@ def render(results, b14, plots):
         "replaced one after the other with the address handed over. The zero failures the issue asks of a policy "
         "change and a roll, and the 3 s after a holder's loss, need guests that are not starved: on this lab's TCG "
         "guests the other member answers late or not at all while a guest boots or reconfigures, so those figures "
-        "belong to a KVM host. A download's cut at a hand-over (in flight longer than the 5 s the member waits) and "
+        "belong to a KVM host. A download's cut at a hand-over (in flight longer than the %d s the member waits) and "
         "one stalled %g s by a starved guest both end in a timeout here, so the clients' records do not tell them "
-        "apart." % DOWNLOAD_TIMEOUT]
+        "apart." % (b14["hand_over_drain"], DOWNLOAD_TIMEOUT)]
     return lines
