@@ -5,6 +5,7 @@ benchmark returns a dict of such figures and plain values, which bench/run write
 into one JSON file and bench/report.py turns into docs/performance.md.
 """
 
+import datetime
 import glob
 import json
 import os
@@ -39,6 +40,11 @@ PREFIX = "eptest-bench-"
 def read_text(path):
     with open(path) as handle:
         return handle.read()
+
+
+def utc_now_text():
+    """Now, in UTC to the second, as the results files record when a run started."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def command_output(argv):

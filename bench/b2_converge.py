@@ -21,7 +21,6 @@ Writes bench/results/converge.json. Every domain and volume made here is removed
 
 import argparse
 import collections
-import datetime
 import json
 import os
 import pathlib
@@ -39,6 +38,7 @@ from bench._common import (
     machine,
     peer_venv,
     peer_version,
+    utc_now_text,
 )
 from tests.lab import config, hypervisors
 from tests.lab.fleet_runs import Fleet
@@ -388,7 +388,7 @@ def main():
         sys.exit("%s is not up: scripts/lab up" % HOST)
     peer = peer_venv() if "peer" in ways else None
     # The run this file's figures come from, for the page's sections when a later bench/run leaves B2 out.
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started = utc_now_text()
     measured_on = machine()
     with tempfile.TemporaryDirectory(prefix="bench-converge-") as workdir:
         # Fleet wants two hypervisors; only the first one is used here.

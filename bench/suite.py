@@ -13,7 +13,6 @@ JSON is folded into this run's.
 """
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -44,6 +43,7 @@ from bench._common import (
     collections_of,
     machine,
     timed,
+    utc_now_text,
 )
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
@@ -82,7 +82,7 @@ def main():
         return
     only = set(args.only.upper().split(","))
     started = time.monotonic()
-    results = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    results = {"started": utc_now_text(),
                "machine": machine(), "runs": args.runs, "peer": PEER_ANSIBLE}
     path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
     os.makedirs(CACHE, exist_ok=True)
