@@ -5,9 +5,11 @@ benchmark returns a dict of such figures and plain values, which bench/run write
 into one JSON file and bench/report.py turns into docs/performance.md.
 """
 
+import datetime
 import glob
 import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -38,6 +40,35 @@ PREFIX = "eptest-bench-"
 def read_text(path):
     with open(path) as handle:
         return handle.read()
+
+
+def utc_now_text():
+    """Now, in UTC to the second, as the results files record when a run started."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def command_output(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def machine():
+    cpu = [line.split(":", 1)[1].strip() for line in read_text("/proc/cpuinfo").splitlines() if line.startswith("model name")]
+    mem_kib = [int(line.split()[1]) for line in read_text("/proc/meminfo").splitlines() if line.startswith("MemTotal")][0]
+    return {
+        "hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+        "cpu_model": cpu[0] if cpu else None, "memory_gib": round(mem_kib / (1 << 20), 1),
+        "libvirt": (command_output(["virsh", "-c", config.LIBVIRT_URI, "version", "--daemon"]) or "?").splitlines()[-1],
+        "qemu": command_output(["qemu-system-x86_64", "--version"]),
+        "hypervisor_python": command_output([HYPERVISOR_PYTHON, "-c", "import sys; print(sys.version.split()[0])"]),
+        "ansible_core": command_output([os.path.join(VENV, "bin", "ansible"), "--version"]).splitlines()[0],
+        "collection_commit": command_output(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"]),
+        "load_average": read_text("/proc/loadavg").split()[:3],
+        "collection_dirty": bool(command_output(["git", "-C", REPO_ROOT, "status", "--porcelain", "--",
+                                                 "plugins"])),
+    }
 
 
 def figure(runs):

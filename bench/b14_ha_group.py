@@ -39,6 +39,7 @@ import time
 
 import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import DRAIN_SECONDS
 from bench._common import LAB_INVENTORY, PREFIX, read_text, rounded
 from tests.lab import client_load, config, hypervisors, namespaces
 from tests.lab.fleet_runs import REPO_ROOT, VENV_BIN, Fleet
@@ -256,7 +257,10 @@ def figures(load, rate, since):
         "rate": rate, "requests": seen["requests"], "failed": len(failed), "failed_errors": error_kinds(failed),
         "failed_first": kept(failed, since), "longest_gap": rounded(seen["longest_gap"]),
         "downloads": seen["downloads"], "downloads_cut": len(cut), "cut_errors": error_kinds(cut),
-        "cut_first": kept(sorted(cut, key=lambda record: record["end"]), since), "proxies": seen["proxies"]}
+        "cut_first": kept(sorted(cut, key=lambda record: record["end"]), since),
+        # Downloads cut in flight, by the proxy that had answered them (the others never got an answer).
+        "cut_in_flight_on": dict(collections.Counter(record["proxy"] for record in cut if record["proxy"])),
+        "proxies": seen["proxies"]}
 
 
 def step(work, name, rate, action):
@@ -310,7 +314,7 @@ def run():
                "single": proxy_of(SINGLE), "rates": list(RATES), "downloads": DOWNLOADS,
                "download_bytes": DOWNLOAD_BYTES, "download_pace": DOWNLOAD_PACE, "request_timeout": REQUEST_TIMEOUT,
                "warmup": WARMUP, "settle": SETTLE, "failover_bound": FAILOVER_BOUND, "memory_mib": MEMORY_MIB,
-               "rolled_memory_mib": ROLLED_MEMORY_MIB}
+               "rolled_memory_mib": ROLLED_MEMORY_MIB, "hand_over_drain": DRAIN_SECONDS}
     with tempfile.TemporaryDirectory(prefix="bench-b14-") as work:
         fleet = Fleet(specs, pathlib.Path(work))
         remove(fleet)

@@ -28,7 +28,18 @@ import subprocess
 import sys
 import tempfile
 
-from bench._common import BUILD_COLLECTIONS, COUNT_LIBVIRT, HYPERVISOR_PYTHON, REPO_ROOT, RUN_MODULE, figure, peer_venv, peer_version
+from bench._common import (
+    BUILD_COLLECTIONS,
+    COUNT_LIBVIRT,
+    HYPERVISOR_PYTHON,
+    REPO_ROOT,
+    RUN_MODULE,
+    figure,
+    machine,
+    peer_venv,
+    peer_version,
+    utc_now_text,
+)
 from tests.lab import config, hypervisors
 from tests.lab.fleet_runs import Fleet
 
@@ -376,6 +387,9 @@ def main():
     if not specs:
         sys.exit("%s is not up: scripts/lab up" % HOST)
     peer = peer_venv() if "peer" in ways else None
+    # The run this file's figures come from, for the page's sections when a later bench/run leaves B2 out.
+    started = utc_now_text()
+    measured_on = machine()
     with tempfile.TemporaryDirectory(prefix="bench-converge-") as workdir:
         # Fleet wants two hypervisors; only the first one is used here.
         fleet = Fleet(specs * 2, pathlib.Path(workdir))
@@ -384,7 +398,8 @@ def main():
             figures = bench.measure(args.runs, ways)
         finally:
             bench.clean(ways)
-        document = {"host": HOST, "runs": args.runs, "figures": figures, "ratios": ratios(figures),
+        document = {"host": HOST, "runs": args.runs, "started": started, "machine": measured_on,
+                    "figures": figures, "ratios": ratios(figures),
                     "peer_version": peer_version(peer) if peer else None,
                     "noop_calls": count_noop_calls(specs[0], fleet.role_vars(), BIG)}
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)

@@ -13,10 +13,8 @@ JSON is folded into this run's.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,45 +36,19 @@ from bench import (
 from bench._common import (
     BUILD_COLLECTIONS,
     CACHE,
-    HYPERVISOR_PYTHON,
     PEER_ANSIBLE,
     REPO_ROOT,
-    VENV,
     adhoc,
     ansible_env,
     collections_of,
-    config,
-    read_text,
+    machine,
     timed,
+    utc_now_text,
 )
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
 ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B14")
-
-
-def command_output(argv):
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def machine():
-    cpu = [line.split(":", 1)[1].strip() for line in read_text("/proc/cpuinfo").splitlines() if line.startswith("model name")]
-    mem_kib = [int(line.split()[1]) for line in read_text("/proc/meminfo").splitlines() if line.startswith("MemTotal")][0]
-    return {
-        "hostname": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
-        "cpu_model": cpu[0] if cpu else None, "memory_gib": round(mem_kib / (1 << 20), 1),
-        "libvirt": (command_output(["virsh", "-c", config.LIBVIRT_URI, "version", "--daemon"]) or "?").splitlines()[-1],
-        "qemu": command_output(["qemu-system-x86_64", "--version"]),
-        "hypervisor_python": command_output([HYPERVISOR_PYTHON, "-c", "import sys; print(sys.version.split()[0])"]),
-        "ansible_core": command_output([os.path.join(VENV, "bin", "ansible"), "--version"]).splitlines()[0],
-        "collection_commit": command_output(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"]),
-        "load_average": read_text("/proc/loadavg").split()[:3],
-        "collection_dirty": bool(command_output(["git", "-C", REPO_ROOT, "status", "--porcelain", "--",
-                                                 "plugins"])),
-    }
 
 
 def converge(runs):
@@ -110,7 +82,7 @@ def main():
         return
     only = set(args.only.upper().split(","))
     started = time.monotonic()
-    results = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    results = {"started": utc_now_text(),
                "machine": machine(), "runs": args.runs, "peer": PEER_ANSIBLE}
     path = os.path.join(RESULTS, "run-%s.json" % results["started"].replace(":", "").replace("+0000", "Z"))
     os.makedirs(CACHE, exist_ok=True)

@@ -84,7 +84,10 @@ PEER_SECONDS = 300
 RELOAD_PEER_SECONDS = 10
 # The settle covers the peer's rise and one late check more: a guest short of CPU runs its checks late.
 SETTLE_SECONDS = CHECK_INTERVAL * (CHECK_RISE + 2)
-DRAIN_SECONDS = 15
+# The queued connections are drained before (held_argv); those in flight get a few seconds only: a client whose SYN the
+# hold dropped sends it again 1, 3, 7, 15 s later, and a move done within 7 s lands its third try on the new holder,
+# while a long download is cut by the move whatever the wait.
+DRAIN_SECONDS = 3
 HAND_OVER_SECONDS = 10
 # VRRP's advertisement interval (version 3 counts in centiseconds): a backup takes the address after 3 missed ones
 # and its skew time, about 1.6 s after the holder falls silent.

@@ -2,9 +2,10 @@
 
 `python -m tests.lab.client_load PROXY URL OUT [--rate N] [--timeout S] [--downloads N] [--download-url URL]` (run in
 a client namespace, `ip netns exec`) starts a new request through PROXY (host:port) every 1/N s, each on a new TCP
-connection with an S s bound (5 by default), and keeps N downloads of DOWNLOAD-URL going one after another, until it receives SIGTERM. Each
-finished request is one JSON line in OUT: {"kind": "request"|"download", "start", "end" (monotonic seconds), "ok",
-"status", "proxy" (the X-Egress-Proxy header: the proxy that answered), "error"}. ``summary()`` reads OUT back.
+connection with an S s bound (5 by default), and keeps N downloads of DOWNLOAD-URL going one after another (one that
+failed tried again DOWNLOAD_RETRY_SECONDS later), until it receives SIGTERM. Each finished request is one JSON line
+in OUT: {"kind": "request"|"download", "start", "end" (monotonic seconds), "ok", "status", "proxy" (the X-Egress-Proxy
+header: the proxy that answered, also when the body was cut), "error"}. ``summary()`` reads OUT back.
 """
 
 import http.client
@@ -18,6 +19,9 @@ import urllib.parse
 REQUEST_TIMEOUT = 5.0
 # A download's longest silence before it counts as cut.
 DOWNLOAD_TIMEOUT = 10.0
+# A failed download is tried again a second later, as a retrying client would: not thousands of times a second while a
+# proxy refuses connections, each a record.
+DOWNLOAD_RETRY_SECONDS = 1.0
 PROXY_HEADER = "X-Egress-Proxy"
 
 
@@ -29,9 +33,11 @@ def fetch(proxy, url, timeout):
     try:
         connection.request("GET", url, headers={"Host": urllib.parse.urlsplit(url).netloc, "Connection": "close"})
         response = connection.getresponse()
+        # Who answered, before the body: a download cut halfway still names the proxy it was in flight on.
+        record.update(status=response.status, proxy=response.getheader(PROXY_HEADER))
         while response.read(65536):
             pass
-        record.update(status=response.status, proxy=response.getheader(PROXY_HEADER), ok=response.status == 200)
+        record["ok"] = response.status == 200
     except (OSError, http.client.HTTPException) as error:
         record["error"] = "%s: %s" % (type(error).__name__, error)
     finally:
@@ -67,7 +73,10 @@ def _load(proxy, url, recorder, rate, downloads, download_url, timeout):
 
     def downloading():
         while not stopping.is_set():
-            recorder.write("download", fetch(proxy, download_url, DOWNLOAD_TIMEOUT))
+            downloaded = fetch(proxy, download_url, DOWNLOAD_TIMEOUT)
+            recorder.write("download", downloaded)
+            if not downloaded["ok"]:
+                stopping.wait(DOWNLOAD_RETRY_SECONDS)
 
     for _index in range(downloads):
         threading.Thread(target=downloading, daemon=True).start()

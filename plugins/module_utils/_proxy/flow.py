@@ -53,7 +53,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestBudget
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestAgent, GuestBudget
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import await_first_boot
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
@@ -278,8 +279,9 @@ class ProxyFlow:
 
     def _await(self, members):
         """Wait until every proxy of ``members`` has its address (and answers on the port): its first NIC's IPv4, or
-        IPv6 when that NIC is IPv6-only; each within its wait_timeout, counted from its first wait in the run (its
-        agent and first boot before a policy was applied) or from now.
+        IPv6 when that NIC is IPv6-only, and a member of an HA group its first boot over too; each within its
+        wait_timeout, counted from its first wait in the run (its agent and first boot before a policy was applied) or
+        from now.
 
         Without wait_for_ip nothing is awaited, so replacements do not roll: nothing tells when one is up.
         """
@@ -293,6 +295,15 @@ class ProxyFlow:
             awaited.append(Awaited(member.request.name, dom, macs[0] if macs else None, first.source, member.wait,
                                    first.wanted))
         await_ipv4(self.hv, awaited, self.timing, self.request.wait_for_port)
+        # A proxy that releases its service before a shutdown (an HA group's member) can take the group's address only
+        # once its first boot has started keepalived, which comes after squid answers: until then another member's
+        # hand-over would find nobody to give the address to, so it counts as up only then.
+        for member in members:
+            if member.request.policy is not None and member.request.policy.release:
+                agent = GuestAgent(self.hv, member.settle(self.hv)[0], member.request.name, self.timing,
+                                   member.guest_budget)
+                agent.await_answer(member.wait)
+                await_first_boot(agent, member.wait)
 
     def _result(self, member):
         # A proxy the run did not touch is described as observed: its state and autostart are not asked again.

@@ -104,8 +104,8 @@ def test_a_member_gets_keepalived_and_its_files_as_policy():
     document = yaml.safe_load(proxy["user_data"])
     assert document["packages"] == ["squid", "qemu-guest-agent", "prometheus-squid-exporter", "keepalived"]
     runcmd = [" ".join(command) if isinstance(command, list) else command for command in document["runcmd"]]
-    # keepalived runs once squid answers with this configuration on the member's own address, which a hand-over
-    # takes as the member being ready.
+    # keepalived starts before squid reloads the role's configuration: its check keeps it off the address until squid
+    # answers.
     keepalived = runcmd.index("systemctl reload-or-restart keepalived")
     assert runcmd[keepalived - 1] == "sh -c systemctl is-enabled --quiet keepalived || systemctl enable keepalived"
     assert keepalived < runcmd.index("systemctl reload-or-restart squid")

@@ -427,3 +427,43 @@ def test_without_a_release_program_nothing_runs_before_the_shutdown(converge):
     hv = running_set(converge)
     stopped = converge(hv, set_request(NAMES, policy=policy(), state="stopped"))
     assert stopped["proxies"][0]["actions"] == [steps.SHUTDOWN_DOMAIN]
+
+
+@pytest.mark.parametrize("releases", [True, False])
+def test_a_replaced_member_of_a_group_counts_as_up_once_its_first_boot_is_over(converge, fake_time, releases):
+    """A member (its policy releases the service) takes the group's address only once its first boot has started
+    keepalived: the roll goes on to the next member, whose hand-over needs one to take it, only then. A proxy in no
+    group counts as up with its address."""
+    hv = running_set(converge)
+    for name in NAMES:
+        hv.domains[name].guest.programs[HAND_OVER] = hand_over()
+    old = dict(hv.domains)
+    booting_since, released_at = {}, {}
+    define = hv.define_domain
+
+    def define_booting(xml):
+        dom = define(xml)
+        if dom is not old.get(dom.name) and dom.name not in booting_since:
+            del dom.guest.files[BOOT_FINISHED]
+            booting_since[dom.name] = fake_time.now
+        return dom
+    hv.define_domain = define_booting
+
+    def boots(_slept):
+        lease_all(hv)
+        for name, since in booting_since.items():
+            if fake_time.now - since >= 40:
+                hv.domains[name].guest.files[BOOT_FINISHED] = FakeFile(b"done\n")
+    fake_time.on_sleep = boots
+
+    def hand_over_of_b(_argv, _guest):
+        released_at["proxy-b"] = fake_time.now
+        return 0, b"", b""
+    old["proxy-b"].guest.programs[HAND_OVER] = hand_over_of_b
+    result = converge(hv, set_request(NAMES, policy=releasing() if releases else policy(), memory_mib=4096,
+                                      wait_for_ip=True, wait_timeout=120))
+    assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
+    if releases:
+        assert released_at["proxy-b"] >= booting_since["proxy-a"] + 40
+    else:
+        assert "proxy-b" not in released_at and fake_time.now - booting_since["proxy-a"] < 40
