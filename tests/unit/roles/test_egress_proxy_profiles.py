@@ -34,7 +34,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.roles.test_egress_proxy_policy import acl_networks
 
-# kvm_proxy_set's proxies of each of NO_PROFILE_CASES as the role rendered them at commit 01cc1a7, before profiles
+# kvm_proxy_set's proxies of each of NO_PROFILE_CASES as the role rendered them at commit 6f07a33, before profiles
 # existed (the user-data, the policy's files and reload, the NICs): the upgrade must give such a proxy the same ones,
 # so that neither its spec digest nor its policy digest changes and no proxy is replaced or rewritten.
 NO_PROFILE_PROXIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no_profile_proxies.json")
