@@ -142,7 +142,7 @@ def render(results, b14, plots):
                 policies[0]["group"]["rate"]) else "; at %d/s, the issue's rate, the policy change lost %d new requests "
                 "through the group and %d through the single proxy on these starved guests" % (
                     policies[0]["group"]["rate"], policies[0]["group"]["failed"], policies[0]["single"]["failed"]))
-            if all(done for *_, done in figures) else
+            if all(figure[-1] for figure in figures) else
             "The figures missed here need guests that are not starved: on this lab's TCG guests the other member "
             "answers late or not at all while a guest boots or reconfigures, so they belong to a KVM host.",
             b14["hand_over_drain"], DOWNLOAD_TIMEOUT)]
