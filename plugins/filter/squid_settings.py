@@ -61,6 +61,9 @@ _value:
       null); C(decisions), whether the rules annotate each request with its decision, profile and rule (with profiles,
       or a policy in report mode), and the annotations they use, C(profile_selects) (C(acl), C(profile)) and
       C(decision_marks) (C(acl), C(decision), C(rule)).
+    - C(decisions_counted), whether squid hands the decisions to the counter for the metrics page (with decisions and
+      the metrics on), C(page_port), the loopback port the metrics port reaches (the counter's, else the exporter's),
+      and C(counter) (C(program), the counter's path in the guest, and C(log), the log squid hands it).
   type: dict
 """
 

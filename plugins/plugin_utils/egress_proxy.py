@@ -34,6 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
@@ -436,7 +437,8 @@ def squid_ports(settings):
 
 
 def squid_policy(instance, squid_conf, variables):
-    """kvm_proxy_set's policy of one proxy: its squid.conf, and its users' file (name:hash, readable by squid's group).
+    """kvm_proxy_set's policy of one proxy: its squid.conf, its users' file (name:hash, readable by squid's group), and
+    with the decisions counted the counter squid runs as its log daemon (decision_counter).
     Its reload (squid_reload_argv: a reconfigure, new connections to every port squid listens on held meanwhile, not
     refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload."""
     files = [{"path": SQUID_CONF_PATH, "content": squid_conf if squid_conf.endswith("\n") else squid_conf + "\n"}]
@@ -445,6 +447,9 @@ def squid_policy(instance, squid_conf, variables):
     if settings["users"]:
         files.append({"path": SQUID_USERS_PATH, "group": "proxy", "mode": "0640",
                       "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in settings["users"])})
+    if settings["decisions_counted"]:
+        files.append({"path": settings["counter"]["program"], "mode": "0755",
+                      "content": program_text(settings["exporter_port"])})
     policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
     if instance.get("ha"):
         return member_policy(instance, policy)

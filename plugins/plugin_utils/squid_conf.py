@@ -30,6 +30,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import COUNTED_LOG, DECISIONS_PORT, PROGRAM_PATH
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import HEALTH_PORT, SYSCTL_PATH, listens_nonlocal
 
 MAX_PORT = 65535
@@ -64,7 +65,7 @@ _USER_HASH = re.compile(r"\$6\$rounds=[0-9]{4,9}\$[./0-9A-Za-z]{1,16}\$[./0-9A-Z
 # the second, which squid opens for the exporter alone. Neither can be the proxy's port or its metrics port.
 EXPORTER_PORT = 19301
 MANAGER_PORT = 13128
-LOOPBACK_PORTS = (EXPORTER_PORT, MANAGER_PORT)
+LOOPBACK_PORTS = (EXPORTER_PORT, DECISIONS_PORT, MANAGER_PORT)
 SYSLOG_PROTOCOLS = ("udp", "tcp")
 # A policy's modes: enforce refuses what its rules deny; report forwards it, and its access line says would_deny.
 ENFORCE, REPORT = "enforce", "report"
@@ -212,6 +213,11 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     settings.update(_ha(proxy, port, settings["metrics_port"], problems))
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
     settings.update(_access_rules(settings))
+    # With the decisions on the metrics page, the metrics port reaches the counter, which serves the exporter's page and
+    # the counts (decision_counter); else the exporter's page as it is.
+    settings["decisions_counted"] = bool(settings["decisions"] and settings["metrics_port"])
+    settings["page_port"] = DECISIONS_PORT if settings["decisions_counted"] else EXPORTER_PORT
+    settings["counter"] = {"program": PROGRAM_PATH, "log": COUNTED_LOG}
     return settings, problems
 
 
@@ -224,7 +230,7 @@ def _metrics(proxy, port, allowed_clients, problems):
         metrics = False
     if port in LOOPBACK_PORTS:
         problems.append("port %d is a loopback port of the metrics (%s); choose another"
-                        % (port, " and ".join(str(number) for number in LOOPBACK_PORTS)))
+                        % (port, ", ".join(str(number) for number in LOOPBACK_PORTS)))
     loopback = {"exporter_port": EXPORTER_PORT, "manager_port": MANAGER_PORT}
     if not metrics:
         return dict(loopback, metrics_port=None, metrics_clients=[])

@@ -9,6 +9,7 @@ proxies one at a time, sampled every second from its LAN namespace, then a repla
 image that cannot boot stops the roll with the other proxy still serving.
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 from tests.integration.fleet_fixtures import fetch  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
+from tests.unit.role_templates import decision_counts  # noqa: E402
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
 pytestmark = pytest.mark.integration
@@ -33,6 +35,8 @@ OTHER_OWNER = "eptest-fleet-other"
 UNMANAGED = PREFIX + "gc-unmanaged"
 # The address wait of a replacement onto the image that cannot boot: waited out in full, under the boot lock.
 UNBOOTABLE_WAIT = 10
+# The metrics port of the role's default (egress_proxy_metrics_port).
+METRICS_PORT = 9301
 
 
 def name(suffix):
@@ -202,6 +206,12 @@ def in_guest(spec, proxy, *argv):
     raise AssertionError("%s did not finish in %s" % (argv, proxy))
 
 
+def metrics_page(spec, ip):
+    """The proxy's metrics page, read from the hypervisor's LAN namespace (one of its metrics clients)."""
+    return subprocess.run(["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20",
+                           "http://%s:%d/metrics" % (ip, METRICS_PORT)], capture_output=True, text=True, check=True).stdout
+
+
 def running_as(spec, proxies):
     """{proxy: (domain UUID, domain id)}: the id changes whenever the VM starts again."""
     return {proxy: (hypervisors.virsh(spec, "domuuid", proxy).stdout.strip(),
@@ -264,6 +274,24 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     assert restored.items(CONVERGE_TASK, HV1)[proxies[1]]["actions"] == ["apply policy"]
     again = hv_fleet.playbook("deploy.yml", denied, extra, options=("--check",))
     assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
+
+    # Issue 43's report mode, in place on the same VMs: the denial is forwarded, said on the access line with its rule
+    # and counted on the metrics page; enforce refuses again.
+    reported = hv_fleet.playbook("deploy.yml", inventory(egress_proxy_denied_destinations=[spec.lan_address],
+                                                         egress_proxy_mode="report"), extra, timeout=600)
+    assert reported.rc == 0, reported
+    entries = reported.items(CONVERGE_TASK, HV1)
+    assert [(entries[p]["outcome"], entries[p]["actions"]) for p in proxies] == [("updated", ["apply policy"])] * 2
+    assert enforced(spec, ips, origin, 200) == dict.fromkeys(proxies, 200)
+    would_deny = ("would_deny", "default", "denied_destinations")
+    assert decision_counts(metrics_page(spec, ips[proxies[0]])).get(would_deny, 0) >= 1
+    logged = in_guest(spec, proxies[0], "/bin/grep", "-c", " decision=would_deny profile=default rule=denied_destinations",
+                      "/var/log/squid/access.log")
+    assert logged["exitcode"] == 0 and int(base64.b64decode(logged["out-data"])) >= 1, logged
+    enforcing = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
+    assert enforcing.rc == 0, enforcing
+    assert enforced(spec, ips, origin, 403) == dict.fromkeys(proxies, 403)
+    assert running_as(spec, proxies) == before
 
     # roll-2's agent stopped: the policy change reaches roll-1, the run fails naming roll-2 (which keeps the
     # policy it had). The roll below replaces it with on_unreachable_agent=replace.

@@ -14,20 +14,26 @@ asked with GET and with CONNECT, and read back from the access lines squid wrote
   the Proxy-Authenticate challenge clients wait for.
 """
 
+import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+from collections import Counter
 
 import pytest
 
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT
 from tests.integration.squid_netns import squid_namespace
-from tests.unit.role_templates import SQUID_CONF, SQUID_USERS, policy_files, role_set_args
+from tests.unit.role_templates import COUNTER_PROGRAM, SQUID_CONF, SQUID_USERS, decision_counts, policy_files, role_set_args
 
 pytestmark = pytest.mark.integration
 
 ENTRY = {"name": "egress-1", "address": "198.51.100.5/24", "dns": ["127.0.0.1"]}
 PASSWORDS = {"ci": "ci-secret", "ops": "ops-secret"}
-BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["127.0.0.0/29"], "egress_proxy_metrics": False,
+BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["127.0.0.0/29"], "egress_proxy_metrics": True,
         "egress_proxy_image": {"name": "debian-12", "url": "https://images.example/debian-12.qcow2"},
         "egress_proxy_users": [{"name": name, "password": password} for name, password in PASSWORDS.items()],
         "egress_proxy_allowed_destinations": ["www.example"],
@@ -38,6 +44,8 @@ RECORDS = {"www.example": ["93.184.216.97"], "bucket.example": ["93.184.216.98"]
            "other.example": ["8.8.4.4"], "meta.example": ["169.254.169.254"]}
 ADDRESSES = ["93.184.216.97", "93.184.216.98", "93.184.216.99", "8.8.4.4", "169.254.169.254", "127.0.0.3"]
 BACKUP_HOST, ELSEWHERE = "127.0.0.3", "127.0.0.1"
+EXPORTER_PAGE = "# TYPE squid_up gauge\nsquid_up 1\n"
+METRICS_PORT = 9301
 # What a 407 asks for: Basic credentials, in the role's realm.
 CHALLENGE = 'Basic realm="egress proxy"'
 # (client address, user, host) -> (status, the address an origin was reached on or None, decision, profile, rule).
@@ -58,6 +66,30 @@ EXPECTED = {
     # No credentials: asked for them before any profile, from the report-mode profile's clients too.
     (BACKUP_HOST, None, "other.example"): (407, None, "deny", "-", "users"),
 }
+
+
+@contextlib.contextmanager
+def exporter_stand_in(namespace, directory):
+    """The exporter's page, ``directory``/metrics, on its loopback port in ``namespace``."""
+    server = subprocess.Popen(["ip", "netns", "exec", namespace.name, sys.executable, "-m", "http.server", "--bind",
+                               "127.0.0.1", "--directory", directory, str(EXPORTER_PORT)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+
+
+def metrics_page(namespace, requests):
+    """The proxy's metrics page, read as Prometheus reads it (squid's metrics port), once it counts ``requests``
+    decisions: squid hands each access line to the counter as it writes it."""
+    deadline = time.monotonic() + 20
+    while True:
+        read = namespace.run(["curl", "-sS", "--max-time", "5", "http://127.0.0.1:%d/metrics" % METRICS_PORT])
+        if sum(decision_counts(read.stdout).values()) >= requests or time.monotonic() > deadline:
+            return read.stdout
+        time.sleep(0.2)
 
 
 def fields(line):
@@ -81,11 +113,19 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
     with open(users, "w") as handle:
         handle.write(files[SQUID_USERS]["secret_content"])
     os.chmod(users, 0o644)
+    counter = os.path.join(policy_dir, "decision-counter")
+    with open(counter, "w") as handle:
+        handle.write(files[COUNTER_PROGRAM]["content"])
+    os.chmod(counter, 0o755)
+    exporter = os.path.join(policy_dir, "exporter")
+    os.mkdir(exporter)
+    with open(os.path.join(exporter, "metrics"), "w") as handle:
+        handle.write(EXPORTER_PAGE)
     log = os.path.join(policy_dir, "access.log")
     conf = files[SQUID_CONF]["content"].replace(SQUID_USERS, users).replace(
-        "daemon:/var/log/squid/access.log", "stdio:" + log)
+        "daemon:/var/log/squid/access.log", "stdio:" + log).replace(COUNTER_PROGRAM, counter)
     asked = []
-    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
+    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace, exporter_stand_in(namespace, exporter):
         for (source, user, host), expected in EXPECTED.items():
             for method, tunnel in (("GET", False), ("CONNECT", True)):
                 answer = namespace.ask(host, method.lower(), tunnel=tunnel, source=source,
@@ -94,9 +134,15 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
                               (answer["status"], answer["body"] and answer["body"]["reached"])))
                 # A 407 says how to authenticate, as curl, Java and .NET clients expect before they send credentials.
                 assert (answer["challenge"] == CHALLENGE) == (answer["status"] == 407), answer
+        page = metrics_page(namespace, len(asked))
     # squid writes its stdio log out when it stops.
     with open(log) as handle:
-        lines = [fields(line) for line in handle.read().splitlines()]
+        logged = [fields(line) for line in handle.read().splitlines()]
+    # The metrics port's scrapes are lines of the file too, and no decision of the policy.
+    lines = [line for line in logged if line["rule"] != "metrics"]
+    # The metrics page: the exporter's, then each decision counted as the access lines write it.
+    assert page.startswith(EXPORTER_PAGE), page
+    assert decision_counts(page) == Counter((line["decision"], line["profile"], line["rule"]) for line in lines), page
     assert len(lines) == len(asked), lines
     for line, (request, expected, answered) in zip(lines, asked):
         assert answered == expected[:2], (request, answered)

@@ -102,6 +102,11 @@ PROXY_TEMPLATES = (("user_data", "user-data.yml.j2"), ("squid_conf", "squid.conf
 # What kvm_proxy_set is told to check the policy's files with, and to load them with, on the proxy.
 SQUID_CONF = "/etc/squid/squid.conf"
 SQUID_USERS = "/etc/squid/egress-users"
+# The decisions' counter, squid's log daemon where squid.conf counts them (plugin_utils/decision_counter.py).
+COUNTER_PROGRAM = "/usr/local/sbin/egress-proxy-decision-counter"
+# A count of the counter's metric on a metrics page: its labels, and its value.
+DECISION_SAMPLE = re.compile(r'^egress_proxy_decisions_total\{decision="([^"]*)",profile="([^"]*)",rule="([^"]*)"\} (\d+)$',
+                             re.M)
 SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
 
 
@@ -150,16 +155,22 @@ def role_set_args(desired, render=True, hypervisor="hv1", **overrides):
     return proxy_set_args(instances, variables, options=options, omitted=OMIT, texts=rendered["texts"])
 
 
+def decision_counts(page):
+    """{(decision, profile, rule): count} of the decisions' counter on a metrics page (text)."""
+    return {labels[:3]: int(labels[3]) for labels in DECISION_SAMPLE.findall(page)}
+
+
 def policy_files(proxy):
-    """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, and
-    the users' file beside it when there are users, checked by squid -k parse and loaded by a reload of squid that
-    holds new connections to its ports."""
+    """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, the
+    users' file beside it when there are users, and the decisions' counter when squid.conf counts them, checked by
+    squid -k parse and loaded by a reload of squid that holds new connections to its ports."""
     policy = proxy["policy"]
     assert sorted(policy) == ["files", "reload", "validate"], policy
     assert policy["validate"] == SQUID_VALIDATE
     reload_ports(policy["reload"])
     paths = [entry["path"] for entry in policy["files"]]
-    assert paths in ([SQUID_CONF], [SQUID_CONF, SQUID_USERS]), paths
+    counted = [COUNTER_PROGRAM] if "logfile_daemon %s\n" % COUNTER_PROGRAM in policy["files"][0]["content"] else []
+    assert paths in ([SQUID_CONF] + counted, [SQUID_CONF, SQUID_USERS] + counted), paths
     return {entry["path"]: entry for entry in policy["files"]}
 
 

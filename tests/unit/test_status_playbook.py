@@ -20,7 +20,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.page_server import PageSe
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TABLE_TASK = "Show every proxy of every hypervisor"
 COLUMNS = ("hypervisor", "name", "id", "state", "ip", "ipv6", "egress", "egress6", "owner", "age", "policy", "metrics",
-           "requests", "desired", "group", "holds", "error")
+           "requests", "would_deny", "desired", "group", "holds", "error")
 NO_GROUPS = {"groups": [], "error": None}
 
 
@@ -60,6 +60,20 @@ def test_a_listed_name_or_owner_cannot_start_a_row_of_its_own(tmp_path):
     assert "lab?lab-hv2     egress-demo-2  Running  198.18.12.188  up       4242" in lines[1], lines
     assert lines[2].split()[:2] == ["lab-hv2", "egress-demo-2"] and "no answer" in lines[2], lines
     assert lines[3] == "2 hypervisor(s), 2 proxies: 2 Running", lines
+
+
+def test_the_would_deny_decisions_show_in_a_column_of_their_own_when_a_proxy_counts_them(tmp_path):
+    """Issue 43 item 2: what report mode forwarded that enforcement would refuse, beside the requests; "-" for a proxy
+    that does not count its decisions, and no column in a fleet where none does."""
+    row = {"hypervisor": "lab-hv1", "id": "hosts/lab-hv1/domains/egress-demo-1", "state": "Running", "metrics": "up",
+           "requests": 1234}
+    lines = table(tmp_path, [dict(row, name="egress-demo-1", would_deny=42), dict(row, name="egress-demo-2")])
+    header = lines[0].split()
+    assert header[header.index("REQUESTS") + 1:header.index("REQUESTS") + 4] == ["WOULD", "DENY", "DESIRED"], lines
+    assert lines[1].split()[-3:] == ["1234", "42", "-"] and lines[2].split()[-3:] == ["1234", "-", "-"], lines
+    (tmp_path / "again").mkdir()
+    lines = table(tmp_path / "again", [dict(row, name="egress-demo-1")])
+    assert "WOULD" not in lines[0] and lines[0].split()[-1] == "DESIRED", lines
 
 
 # HA groups (issue 42 item 4): which member holds each group's address, from squid's X-Egress-Proxy header of the

@@ -27,6 +27,7 @@ import yaml
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_targets import metrics_targets
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import METRIC, Counts
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, role_instances
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     EXPORTER_PORT,
@@ -230,11 +231,11 @@ def test_status_reads_each_page_curl_fetched():
                       fetched("http://198.51.100.9:9301/metrics", "<html>502</html>", "502"),
                       fetched("http://198.51.100.8:9301/metrics", "", "000", "7"), ""])
     assert metrics_pages(text) == {
-        "http://198.51.100.5:9301/metrics": {"answer": "up", "requests": 1234},
-        "http://198.51.100.6:9301/metrics": {"answer": "squid down", "requests": 1234},
-        "http://198.51.100.7:9301/metrics": {"answer": "refused", "requests": None},
-        "http://198.51.100.9:9301/metrics": {"answer": "exporter down", "requests": None},
-        "http://198.51.100.8:9301/metrics": {"answer": "no answer", "requests": None}}
+        "http://198.51.100.5:9301/metrics": {"answer": "up", "requests": 1234, "would_deny": None},
+        "http://198.51.100.6:9301/metrics": {"answer": "squid down", "requests": 1234, "would_deny": None},
+        "http://198.51.100.7:9301/metrics": {"answer": "refused", "requests": None, "would_deny": None},
+        "http://198.51.100.9:9301/metrics": {"answer": "exporter down", "requests": None, "would_deny": None},
+        "http://198.51.100.8:9301/metrics": {"answer": "no answer", "requests": None, "would_deny": None}}
 
 
 def test_a_page_cannot_speak_for_another_proxys_page():
@@ -243,8 +244,8 @@ def test_a_page_cannot_speak_for_another_proxys_page():
     forged += "http://198.51.100.6:9301/metrics %s 200 0\n" % base64.b64encode((PAGE % ("4242", 1)).encode()).decode()
     pages = metrics_pages("\n".join([fetched("http://198.51.100.5:9301/metrics", forged),
                                      fetched("http://198.51.100.6:9301/metrics", "", "000", "28")]))
-    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None},
-                     "http://198.51.100.6:9301/metrics": {"answer": "no answer", "requests": None}}
+    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None, "would_deny": None},
+                     "http://198.51.100.6:9301/metrics": {"answer": "no answer", "requests": None, "would_deny": None}}
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-5", "1e400", "9007199254740993", "12.5", "\u0661\u0662",
@@ -252,8 +253,8 @@ def test_a_page_cannot_speak_for_another_proxys_page():
 def test_a_count_that_is_no_plain_whole_number_is_unknown_and_the_rest_of_the_table_stands(value):
     pages = metrics_pages("\n".join([fetched("http://198.51.100.5:9301/metrics", PAGE % (value, 1)),
                                      fetched("http://198.51.100.6:9301/metrics", PAGE % ("17", 1))]))
-    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None},
-                     "http://198.51.100.6:9301/metrics": {"answer": "up", "requests": 17}}
+    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": None, "would_deny": None},
+                     "http://198.51.100.6:9301/metrics": {"answer": "up", "requests": 17, "would_deny": None}}
 
 
 @pytest.mark.parametrize("line, answer", [
@@ -265,7 +266,35 @@ def test_a_count_that_is_no_plain_whole_number_is_unknown_and_the_rest_of_the_ta
     (fetched("http://198.51.100.5:9301/metrics", b'squid_up{host="127.0.0.1"} \xd9\xa1\n\xff\xfe\n'), "squid down"),
 ], ids=["too long", "cut short", "not base64", "no status", "a field short", "not text"])
 def test_a_page_that_cannot_be_read_whole_says_so(line, answer):
-    assert metrics_pages(line) == {"http://198.51.100.5:9301/metrics": {"answer": answer, "requests": None}}
+    assert metrics_pages(line) == {
+        "http://198.51.100.5:9301/metrics": {"answer": answer, "requests": None, "would_deny": None}}
+
+
+def counter_page(*lines):
+    """The page of a proxy that counts its decisions: the exporter's, then what the counter writes for ``lines``."""
+    counts = Counts()
+    for line in lines:
+        counts.add(line)
+    return PAGE % ("17", 1) + counts.exposition()
+
+
+@pytest.mark.parametrize("page, would_deny", [
+    (PAGE % ("17", 1), None),  # no counter: no profile and no report mode
+    (counter_page(), 0),
+    (counter_page(b"allow ci allowed_destinations", b"deny default not_allowed"), 0),
+    (counter_page(b"would_deny backup not_allowed", b"would_deny backup not_allowed",
+                  b"would_deny default denied_destinations", b"allow ci allowed_destinations"), 3),
+    # The page's own word: a count that is no count, or one series given twice differently, is unknown.
+    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="x",rule="y"} NaN\n', None),
+    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="backup",'
+     'rule="not_allowed"} 9\n', None),
+    # A series the counter never writes is no decision of it.
+    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="a b",rule="y"} 5\n'
+     + METRIC + '{profile="x",decision="would_deny",rule="y"} 5\n', 1),
+], ids=["no counter", "nothing counted", "none would deny", "three", "not a count", "twice", "not the counter's"])
+def test_status_reads_the_would_deny_decisions_the_counter_counted(page, would_deny):
+    pages = metrics_pages(fetched("http://198.51.100.5:9301/metrics", page))
+    assert pages == {"http://198.51.100.5:9301/metrics": {"answer": "up", "requests": 17, "would_deny": would_deny}}
 
 
 @pytest.fixture
@@ -297,8 +326,10 @@ def test_status_fetches_each_page_apart_within_its_bounds(pages):
     assert time.monotonic() - started < 15
     assert len(completed.stdout) < 4 * (limit + 1024), len(completed.stdout)
     assert metrics_pages(completed.stdout, limit) == {
-        honest: {"answer": "up", "requests": 3}, forging: {"answer": "up", "requests": 7},
-        gone: {"answer": "no answer", "requests": None}, endless: {"answer": "unreadable", "requests": None}}
+        honest: {"answer": "up", "requests": 3, "would_deny": None},
+        forging: {"answer": "up", "requests": 7, "would_deny": None},
+        gone: {"answer": "no answer", "requests": None, "would_deny": None},
+        endless: {"answer": "unreadable", "requests": None, "would_deny": None}}
 
 
 def test_the_status_playbook_reads_the_pages_from_where_verify_reaches_the_proxies():

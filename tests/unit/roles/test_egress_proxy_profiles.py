@@ -21,10 +21,12 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import COUNTED_LOG, DECISIONS_PORT, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import internal_networks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT, internal_networks
 from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import FENCE, inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    COUNTER_PROGRAM,
     REPO_ROOT,
     SQUID_CONF,
     policy_files,
@@ -226,7 +228,7 @@ def test_each_profile_denies_internal_destinations_by_the_default_policys_own_ne
 
 
 def test_the_access_lines_carry_the_decision_the_profile_and_the_rule(tmp_path):
-    squid = squid_conf(egress_proxy_profiles=[CI], egress_proxy_syslog="198.51.100.7:514")
+    squid = squid_conf(egress_proxy_profiles=[CI], egress_proxy_syslog="198.51.100.7:514", egress_proxy_metrics=False)
     parsed = squid_parsed(squid, tmp_path)
     fields = "decision=%{decision}note profile=%{profile}note rule=%{rule}note"
     assert lines(parsed, "logformat", "access_log") == [
@@ -235,10 +237,32 @@ def test_the_access_lines_carry_the_decision_the_profile_and_the_rule(tmp_path):
         "logformat egress_syslog <134>1 %{%Y-%m-%dT%H:%M:%S}tg.%03tuZ egress-1 squid - access - client=%>a user=%#un "
         "method=%#rm dest=%#>rd:%>rP status=%>Hs bytes=%<st result=%Ss " + fields,
         "access_log daemon:/var/log/squid/access.log egress_access",
-        "access_log udp://198.51.100.7:514 logformat=egress_syslog buffer-size=0KB on-error=drop !egress_metrics !manager"]
+        "access_log udp://198.51.100.7:514 logformat=egress_syslog buffer-size=0KB on-error=drop !manager"]
     # Without syslog, the file alone.
-    parsed = squid_parsed(squid_conf(egress_proxy_mode="report"), tmp_path)
+    parsed = squid_parsed(squid_conf(egress_proxy_mode="report", egress_proxy_metrics=False), tmp_path)
     assert lines(parsed, "access_log") == ["access_log daemon:/var/log/squid/access.log egress_access"]
+
+
+def test_with_the_metrics_the_decisions_are_counted_on_the_metrics_page(tmp_path):
+    """squid runs the counter as the daemon of one more log, the decisions', and its metrics port reaches the counter's
+    page (the exporter's, then the counts) instead of the exporter's; the counter is a file of the policy, changed in
+    place with it. The metrics' scrapes and the exporter's reads of the cache manager are no decisions of the policy."""
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=USERS, egress_proxy_mode="report"))["proxies"]
+    files = policy_files(proxy)
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    assert lines(parsed, "cache_peer ", "logfile_daemon", "logformat egress_decision", "access_log daemon:/run") == [
+        "cache_peer 127.0.0.1 parent %d 0 no-query originserver name=egress_exporter" % DECISIONS_PORT,
+        "logfile_daemon " + COUNTER_PROGRAM,
+        "logformat egress_decision %{decision}note %{profile}note %{rule}note",
+        "access_log daemon:%s egress_decision !egress_metrics !manager" % COUNTED_LOG]
+    assert files[COUNTER_PROGRAM]["mode"] == "0755"
+    assert files[COUNTER_PROGRAM]["content"] == program_text(EXPORTER_PORT)
+    # Without the metrics there is no page to count on; without profiles or report mode, no decision to count.
+    for overrides in ({"egress_proxy_metrics": False, "egress_proxy_mode": "report"}, {}):
+        (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, **overrides))["proxies"]
+        squid = policy_files(proxy)[SQUID_CONF]["content"]
+        assert COUNTER_PROGRAM not in policy_files(proxy) and "logfile_daemon" not in squid
+        assert "parent %d " % DECISIONS_PORT not in squid
 
 
 def test_the_rendered_configuration_is_byte_stable_across_runs():

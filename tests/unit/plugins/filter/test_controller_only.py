@@ -130,7 +130,7 @@ def test_every_filter_imports_and_runs_without_the_hypervisors_libraries_or_ansi
         "proxy_set_args": ["egress-a"],
         "metrics_targets": ["10.0.0.5:9301"],
         "metrics_file_sd": 1,
-        "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None}},
+        "metrics_pages": {"http://10.0.0.5:9301/metrics": {"answer": "no answer", "requests": None, "would_deny": None}},
         "ha_group_holders": "no answer",
         "ha_member_view": ["10.0.0.11/8"],
         "ha_groups": ["hv1", "hv2"],
