@@ -20,8 +20,8 @@ exporter's page at most PAGE_BYTES, within PAGE_SECONDS, else the page answers 5
 down. The counts start again at each reconfigure (a new daemon), which Prometheus' rate() and increase() take as a
 counter reset.
 
-Runs in the guest on its python3 (Debian's, standard library only); the role writes this file's text there
-(``program_text``), not the module itself.
+Runs in the guest on its python3 (Debian's, standard library only) as ``main(argv, exporter_port, port)``; the role
+writes this file's text there (guest_program.program_text), not the module itself.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -156,11 +156,3 @@ def main(argv, exporter_port, port):
     if argv[1] != COUNTED_LOG:
         os.execv(SQUID_LOG_DAEMON, [SQUID_LOG_DAEMON, argv[1]])
     serve(sys.stdin.buffer, port, "http://127.0.0.1:%d/metrics" % exporter_port)
-
-
-def program_text(exporter_port, port=DECISIONS_PORT):
-    """The program the guest runs: this module's text, run as a script with the exporter's port and its own."""
-    with open(os.path.abspath(__file__).replace(".pyc", ".py"), encoding="utf-8") as handle:
-        source = handle.read()
-    return "#!/usr/bin/python3\n%s\n\nif __name__ == \"__main__\":\n    main(sys.argv, %d, %d)\n" % (
-        source, exporter_port, port)

@@ -34,7 +34,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import decision_counter
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
@@ -449,7 +450,7 @@ def squid_policy(instance, squid_conf, variables):
                       "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in settings["users"])})
     if settings["decisions_counted"]:
         files.append({"path": settings["counter"]["program"], "mode": "0755",
-                      "content": program_text(settings["exporter_port"])})
+                      "content": program_text(decision_counter, settings["exporter_port"], decision_counter.DECISIONS_PORT)})
     policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
     if instance.get("ha"):
         return member_policy(instance, policy)

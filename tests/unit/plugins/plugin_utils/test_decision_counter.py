@@ -25,9 +25,9 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counte
     METRIC,
     SQUID_LOG_DAEMON,
     Counts,
-    program_text,
     read_log,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
 
 EXPORTER_PAGE = b"# HELP squid_up Is squid up\n# TYPE squid_up gauge\nsquid_up 1\n"
 
@@ -134,7 +134,7 @@ def start_counter(tmp_path):
     def start(exporter_port):
         script = tmp_path / "decision-counter"
         port = free_port()
-        script.write_text(program_text(exporter_port, port))
+        script.write_text(program_text(decision_counter, exporter_port, port))
         started.append(subprocess.Popen(["/usr/bin/python3", str(script), COUNTED_LOG], stdin=subprocess.PIPE))
         return started[-1], "http://127.0.0.1:%d/metrics" % port
 
@@ -189,7 +189,7 @@ def test_every_other_log_goes_to_squids_own_log_file_daemon(tmp_path):
     if not os.access(SQUID_LOG_DAEMON, os.X_OK):
         pytest.fail("%s is missing: scripts/bootstrap installs squid" % SQUID_LOG_DAEMON)
     script = tmp_path / "decision-counter"
-    script.write_text(program_text(19301))
+    script.write_text(program_text(decision_counter, 19301, decision_counter.DECISIONS_PORT))
     log = tmp_path / "access.log"
     subprocess.run(["/usr/bin/python3", str(script), str(log)], input=b"Lone request\nF\nLanother\n", timeout=30,
                    check=True)
@@ -197,7 +197,7 @@ def test_every_other_log_goes_to_squids_own_log_file_daemon(tmp_path):
 
 
 def test_the_guest_runs_the_modules_own_text_and_nothing_of_the_collection():
-    text = program_text(19301)
+    text = program_text(decision_counter, 19301, decision_counter.DECISIONS_PORT)
     assert text.startswith("#!/usr/bin/python3\n") and text.rstrip().endswith("main(sys.argv, 19301, %d)"
                                                                             % decision_counter.DECISIONS_PORT)
     assert not [line for line in text.splitlines() if line.startswith(("import", "from")) and "ansible" in line]
