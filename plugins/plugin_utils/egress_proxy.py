@@ -34,11 +34,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import decision_counter
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import basic_auth_either, decision_counter
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
+    PREVIOUS_USERS_FILE,
+    USERS_FILE,
     authorized_keys_problems,
     is_user_name,
     squid_settings,
@@ -196,23 +198,28 @@ def _placement_problems(kept, variables):
 
 
 def _password_problems(kept, variables):
-    """Each user's password is text squid can be sent and check: not empty, no control character, what
-    password_problem accepts (at most 511 bytes). Never quoted."""
+    """Each user's password, and previous password when it has one, is text squid can be sent and check: not empty, no
+    control character, what password_problem accepts (at most 511 bytes). Never quoted."""
     problems = []
     for instance in kept:
         for index, user in enumerate(instance["users"] or []):
-            password = user.get("password") if isinstance(user, dict) else None
-            if not isinstance(password, str) or not password:
-                problem = "the password is empty or not text"
-            elif control_character(password) is not None:
-                problem = "the password has a control character"
-            else:
-                problem = password_problem(password)
-            if problem is not None:
-                problems.append("users[%d] (%s) of %s on %s: %s." % (
-                    index, _json(user.get("name") if isinstance(user, dict) else None), instance["name"],
-                    variables["inventory_hostname"], problem))
+            entry = user if isinstance(user, dict) else {}
+            for key in ("password", "previous_password") if entry.get("previous_password") is not None else ("password",):
+                problem = _password_problem(entry.get(key))
+                if problem is not None:
+                    problems.append("users[%d] (%s) of %s on %s: %s." % (
+                        index, _json(entry.get("name")), instance["name"], variables["inventory_hostname"],
+                        problem.replace("the password", "the " + key.replace("_", " "), 1)))
     return problems
+
+
+def _password_problem(password):
+    """Why ``password`` cannot be a user's, as a phrase ("the password is ..."); None when it can."""
+    if not isinstance(password, str) or not password:
+        return "the password is empty or not text"
+    if control_character(password) is not None:
+        return "the password has a control character"
+    return password_problem(password)
 
 
 def _with_user_hashes(instance, owner):
@@ -220,10 +227,16 @@ def _with_user_hashes(instance, owner):
     (a fact the role shows at -v) carries no password. An instance being removed keeps no users. A name that is not
     a user's name (not text, a NUL, a line feed...) gets no hash; squid_settings refuses it, naming it."""
     users = [] if instance["state"] == STATE_ABSENT else instance["users"] or []
-    return dict(instance, users=[
-        {"name": user.get("name"),
-         "hash": squid_user_hash(owner, user["name"], user["password"]) if is_user_name(user.get("name")) else None}
-        for user in users])
+    return dict(instance, users=[_user_hashes(user, owner) for user in users])
+
+
+def _user_hashes(user, owner):
+    """``user``'s name and the hash of its password, and of its previous password while it has one."""
+    named = is_user_name(user.get("name"))
+    hashed = {"name": user.get("name"), "hash": squid_user_hash(owner, user["name"], user["password"]) if named else None}
+    if user.get("previous_password") is not None:
+        hashed["previous_hash"] = squid_user_hash(owner, user["name"], user["previous_password"]) if named else None
+    return hashed
 
 
 def _squid_problems(kept, variables):
@@ -422,7 +435,6 @@ def _proxy(instance, variables, texts):
 
 # Where the policy's files go in the guest, and the programs that check and load them (squid 4 and newer).
 SQUID_CONF_PATH = "/etc/squid/squid.conf"
-SQUID_USERS_PATH = "/etc/squid/egress-users"
 SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
 
 
@@ -446,8 +458,12 @@ def squid_policy(instance, squid_conf, variables):
     settings = squid_settings(instance, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
                               variables["egress_proxy_forwarded_for"])[0]
     if settings["users"]:
-        files.append({"path": SQUID_USERS_PATH, "group": "proxy", "mode": "0640",
+        files.append({"path": USERS_FILE, "group": "proxy", "mode": "0640",
                       "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in settings["users"])})
+    if settings["rotating_users"]:
+        files += [{"path": PREVIOUS_USERS_FILE, "group": "proxy", "mode": "0640", "secret_content": "".join(
+                      "%s:%s\n" % (user["name"], user["previous_hash"]) for user in settings["rotating_users"])},
+                  {"path": settings["auth_program"][0], "mode": "0755", "content": program_text(basic_auth_either)}]
     if settings["decisions_counted"]:
         files.append({"path": settings["counter"]["program"], "mode": "0755",
                       "content": program_text(decision_counter, settings["exporter_port"], decision_counter.DECISIONS_PORT)})

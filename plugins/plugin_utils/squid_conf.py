@@ -66,6 +66,12 @@ _USER_HASH = re.compile(r"\$6\$rounds=[0-9]{4,9}\$[./0-9A-Za-z]{1,16}\$[./0-9A-Z
 EXPORTER_PORT = 19301
 MANAGER_PORT = 13128
 LOOPBACK_PORTS = (EXPORTER_PORT, DECISIONS_PORT, MANAGER_PORT)
+# The users' hashes (name:hash a line), and while passwords are rotated the previous ones, which squid's Basic helper
+# reads; squid's own helper, and the role's that asks it on both files (basic_auth_either).
+USERS_FILE = "/etc/squid/egress-users"
+PREVIOUS_USERS_FILE = "/etc/squid/egress-users-previous"
+SQUID_NCSA_AUTH = "/usr/lib/squid/basic_ncsa_auth"
+EITHER_PROGRAM = "/usr/local/sbin/egress-proxy-basic-auth-either"
 SYSLOG_PROTOCOLS = ("udp", "tcp")
 # A policy's modes: enforce refuses what its rules deny; report forwards it, and its access line says would_deny.
 ENFORCE, REPORT = "enforce", "report"
@@ -417,7 +423,8 @@ def is_user_name(name):
 
 
 def _users(users, problems):
-    """The users squid authenticates, as ``[{"name", "hash"}]``; each entry carries its hash (never a password)."""
+    """The users squid authenticates, as ``[{"name", "hash"}]``, and with ``previous_hash`` too a user whose password
+    is being rotated; each entry carries hashes (never a password)."""
     names = [user.get("name") if isinstance(user, dict) else None for user in users or []]
     for index, (user, name) in enumerate(zip(users or [], names)):
         if not is_user_name(name):
@@ -425,10 +432,21 @@ def _users(users, problems):
                             % (index, quoted(name)))
         elif names.count(name) > 1 and names.index(name) == index:
             problems.append("users[%d].name %s appears more than once" % (index, quoted(name)))
-        elif not isinstance(user.get("hash"), str) or not _USER_HASH.fullmatch(user["hash"]):
+        elif any(key in user and (not isinstance(user[key], str) or not _USER_HASH.fullmatch(user[key]))
+                 for key in ("hash", "previous_hash")) or "hash" not in user:
             problems.append("users[%d] (%s) has no password hash of the role's (the role hashes each password)"
                             % (index, name))
-    return [{"name": user["name"], "hash": user["hash"]} for user in users or []]
+    return [{key: user[key] for key in ("name", "hash", "previous_hash") if key in user} for user in users or []]
+
+
+def _authentication(users):
+    """squid's Basic helper (``auth_program``, its argv) and the users whose previous password it accepts too
+    (``rotating_users``): basic_ncsa_auth on the users' file, or while a password is rotated the role's helper that asks
+    it on that file, then on the previous passwords' (basic_auth_either)."""
+    rotating = [user for user in users if "previous_hash" in user]
+    if not rotating:
+        return {"auth_program": [SQUID_NCSA_AUTH, USERS_FILE], "rotating_users": []}
+    return {"auth_program": [EITHER_PROGRAM, SQUID_NCSA_AUTH, USERS_FILE, PREVIOUS_USERS_FILE], "rotating_users": rotating}
 
 
 def _destination_policy(label, policy, nic_networks, problems):
@@ -469,10 +487,11 @@ def _mode(label, mode, problems):
 
 
 def _policy(proxy, nic_networks, client_networks, problems):
-    """Who the proxy asks for credentials (``users``), and where its clients may go: its default policy (the keys of
-    _destination_policy, ``acl_prefix`` "" and ``mode``) and its ``profiles`` (_profiles)."""
+    """Who the proxy asks for credentials (``users``) and how (_authentication), and where its clients may go: its
+    default policy (the keys of _destination_policy, ``acl_prefix`` "" and ``mode``) and its ``profiles`` (_profiles)."""
     users = _users(proxy.get("users"), problems)
     settings = _destination_policy("", proxy, nic_networks, problems)
+    settings.update(_authentication(users))
     settings.update(acl_prefix="", mode=_mode("", proxy.get("mode", ENFORCE), problems), users=users,
                     profiles=_profiles(proxy.get("profiles"), nic_networks, [user["name"] for user in users],
                                        client_networks, problems))

@@ -27,7 +27,16 @@ import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT
 from tests.integration.squid_netns import squid_namespace
-from tests.unit.role_templates import COUNTER_PROGRAM, SQUID_CONF, SQUID_USERS, decision_counts, policy_files, role_set_args
+from tests.unit.role_templates import (
+    COUNTER_PROGRAM,
+    EITHER_PROGRAM,
+    PREVIOUS_USERS,
+    SQUID_CONF,
+    SQUID_USERS,
+    decision_counts,
+    policy_files,
+    role_set_args,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +159,23 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
     # What the operator counts before enforcing the backup profile.
     would_deny = [line for line in lines if line["decision"] == "would_deny" and line["profile"] == "backup"]
     assert len(would_deny) == 2
+
+
+def test_a_user_whose_password_is_rotated_passes_with_either_until_the_previous_one_is_gone(policy_dir):
+    """Issue 43 item 4 through the real squid: the role's helper asks squid's basic_ncsa_auth on both files."""
+    rotated = dict(BASE, egress_proxy_profiles=[], egress_proxy_metrics=False, egress_proxy_users=[
+        {"name": "ci", "password": "ci-new", "previous_password": "ci-secret"}, {"name": "ops", "password": "ops-secret"}])
+    (proxy,) = role_set_args([dict(ENTRY)], **rotated)["proxies"]
+    files = policy_files(proxy)
+    conf = files[SQUID_CONF]["content"]
+    for path, mode in ((SQUID_USERS, 0o644), (PREVIOUS_USERS, 0o644), (EITHER_PROGRAM, 0o755)):
+        local = os.path.join(policy_dir, os.path.basename(path))
+        with open(local, "w") as handle:
+            handle.write(files[path].get("secret_content") or files[path]["content"])
+        os.chmod(local, mode)
+        conf = conf.replace(path, local)
+    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
+        answers = {credentials: namespace.ask("www.example", "get", credentials=credentials)["status"]
+                   for credentials in ("ci:ci-new", "ci:ci-secret", "ci:ci-other", "ops:ops-secret", "ops:ci-secret")}
+    assert answers == {"ci:ci-new": 200, "ci:ci-secret": 200, "ci:ci-other": 407, "ops:ops-secret": 200,
+                       "ops:ci-secret": 407}, answers

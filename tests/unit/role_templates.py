@@ -108,6 +108,10 @@ COUNTER_PROGRAM = "/usr/local/sbin/egress-proxy-decision-counter"
 DECISION_SAMPLE = re.compile(r'^egress_proxy_decisions_total\{decision="([^"]*)",profile="([^"]*)",rule="([^"]*)"\} (\d+)$',
                              re.M)
 SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
+# While users' passwords are rotated: their previous hashes, and squid's Basic helper that takes either.
+PREVIOUS_USERS = "/etc/squid/egress-users-previous"
+EITHER_PROGRAM = "/usr/local/sbin/egress-proxy-basic-auth-either"
+POLICY_PATHS = (SQUID_CONF, SQUID_USERS, PREVIOUS_USERS, EITHER_PROGRAM, COUNTER_PROGRAM)
 
 
 def reload_ports(reload):
@@ -162,15 +166,16 @@ def decision_counts(page):
 
 def policy_files(proxy):
     """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, the
-    users' file beside it when there are users, and the decisions' counter when squid.conf counts them, checked by
-    squid -k parse and loaded by a reload of squid that holds new connections to its ports."""
+    users' file beside it when there are users, the previous passwords' and the helper that takes either while they
+    are rotated, and the decisions' counter when squid.conf counts them, checked by squid -k parse and loaded by a
+    reload of squid that holds new connections to its ports."""
     policy = proxy["policy"]
     assert sorted(policy) == ["files", "reload", "validate"], policy
     assert policy["validate"] == SQUID_VALIDATE
     reload_ports(policy["reload"])
     paths = [entry["path"] for entry in policy["files"]]
-    counted = [COUNTER_PROGRAM] if "logfile_daemon %s\n" % COUNTER_PROGRAM in policy["files"][0]["content"] else []
-    assert paths in ([SQUID_CONF] + counted, [SQUID_CONF, SQUID_USERS] + counted), paths
+    # squid.conf, then each other file once, in the order the role writes them.
+    assert paths[:1] == [SQUID_CONF] and paths == [path for path in POLICY_PATHS if path in paths], paths
     return {entry["path"]: entry for entry in policy["files"]}
 
 

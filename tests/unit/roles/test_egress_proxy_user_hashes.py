@@ -25,6 +25,8 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import basic_auth_either
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import (
     CRYPT_ALPHABET,
     PASSWORD_MAX_BYTES,
@@ -32,16 +34,22 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash i
     sha512_crypt,
     squid_user_hash,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import SQUID_NCSA_AUTH
 from ansible_collections.egress_proxies.kvm.tests.unit.role_playbook import run_role_tasks
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
+    EITHER_PROGRAM,
+    PREVIOUS_USERS,
+    SQUID_CONF,
     SQUID_USERS,
     converge_options,
     policy_files,
     role_set_args,
+    squid_parsed,
 )
 
 OWNER = "egress-hashes"
 PASSWORD = "correct horse:battery staple"
+PREVIOUS = "the horse before"
 FLEET_PASSWORD = "fleet-entry-secret"
 ENTRY = {"name": "egress-1", "address": "198.51.100.5/24"}
 BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.100.0/24"], "egress_proxy_uid": OWNER,
@@ -58,12 +66,14 @@ def hash_parts(user, password):
 
 def test_no_hash_and_no_password_reach_the_roles_output_at_vvv(tmp_path):
     # Role-wide users, and a fleet entry with its own.
-    variables = dict(BASE, egress_proxy_users=[{"name": "alice", "password": PASSWORD}], egress_proxy_instances=[ENTRY],
+    variables = dict(BASE, egress_proxy_users=[{"name": "alice", "password": PASSWORD, "previous_password": PREVIOUS}],
+                     egress_proxy_instances=[ENTRY],
                      egress_proxy_fleet=[dict(ENTRY, name="egress-2", address="198.51.100.6/24", hypervisor="localhost",
                                               users=[{"name": "carol", "password": FLEET_PASSWORD}])])
     out = run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(PLAY_BASE, **variables), check=True, options=["-vvv"])
     assert "task path: " in out and "Keep the proxies for the converge" in out  # -vvv, the whole file ran
-    secrets = [PASSWORD, FLEET_PASSWORD] + hash_parts("alice", PASSWORD) + hash_parts("carol", FLEET_PASSWORD)
+    secrets = [PASSWORD, FLEET_PASSWORD, PREVIOUS] + hash_parts("alice", PASSWORD) + hash_parts("carol", FLEET_PASSWORD) \
+        + hash_parts("alice", PREVIOUS)
     found = [secret for secret in secrets if secret in out.replace("\\n", "\n")]
     assert found == [], "at -vvv the output holds %s" % found
 
@@ -83,6 +93,42 @@ def test_a_password_the_proxy_could_never_check_is_refused_naming_the_user_at_vv
     assert "Keep the proxies of this hypervisor" not in out
     found = [secret for secret in [password, password[:64], PASSWORD] + hash_parts("alice", PASSWORD) if secret in out]
     assert found == [], "the refusal at -vvv holds %s" % found
+
+
+@pytest.mark.parametrize("previous, problem", [
+    ("p" * (PASSWORD_MAX_BYTES + 1), "the previous password is %d bytes or more" % (PASSWORD_MAX_BYTES + 1)),
+    ("old\nalice:$6$x", "the previous password has a control character"),
+    ("", "the previous password is empty or not text"),
+], ids=["too long", "line feed", "empty"])
+def test_a_previous_password_the_proxy_could_never_check_is_refused_naming_it(tmp_path, previous, problem):
+    variables = dict(BASE, egress_proxy_instances=[ENTRY], egress_proxy_users=[
+        {"name": "alice", "password": PASSWORD, "previous_password": previous}])
+    with pytest.raises(AssertionError) as failed:
+        run_role_tasks(tmp_path, "egress_proxy", "arguments", dict(PLAY_BASE, **variables), check=True)
+    assert 'users[0] ("alice") of egress-1 on localhost: ' + problem in str(failed.value), str(failed.value)[-3000:]
+    assert "Keep the proxies of this hypervisor" not in str(failed.value)
+
+
+def test_while_a_password_is_rotated_squid_takes_either_and_then_the_new_one_alone(tmp_path):
+    """The previous passwords' hashes go to a file of their own beside the users' and squid's Basic helper becomes the
+    role's, which asks basic_ncsa_auth on both; once the previous password is gone, squid.conf is what it was."""
+    rotating = [{"name": "alice", "password": PASSWORD, "previous_password": PREVIOUS}, {"name": "bob", "password": "b"}]
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=rotating))["proxies"]
+    files = policy_files(proxy)
+    assert files[PREVIOUS_USERS]["secret_content"] == "alice:%s\n" % squid_user_hash(OWNER, "alice", PREVIOUS)
+    assert (files[PREVIOUS_USERS]["group"], files[PREVIOUS_USERS]["mode"]) == ("proxy", "0640")
+    assert files[SQUID_USERS]["secret_content"] == "alice:%s\nbob:%s\n" % (
+        squid_user_hash(OWNER, "alice", PASSWORD), squid_user_hash(OWNER, "bob", "b"))
+    assert files[EITHER_PROGRAM] == {"path": EITHER_PROGRAM, "mode": "0755", "content": program_text(basic_auth_either)}
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    assert [line for line in parsed if line.startswith("auth_param basic program")] == [
+        "auth_param basic program %s %s %s %s" % (EITHER_PROGRAM, SQUID_NCSA_AUTH, SQUID_USERS, PREVIOUS_USERS)]
+    (done,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=[
+        {"name": "alice", "password": PASSWORD}, {"name": "bob", "password": "b"}]))["proxies"]
+    after = policy_files(done)
+    assert sorted(after) == [SQUID_USERS, SQUID_CONF] and after[SQUID_USERS] == files[SQUID_USERS]
+    assert "auth_param basic program %s %s\n" % (SQUID_NCSA_AUTH, SQUID_USERS) in after[SQUID_CONF]["content"]
+    assert after[SQUID_CONF]["content"] != files[SQUID_CONF]["content"]
 
 
 def test_a_password_of_the_limit_is_kept(tmp_path):
