@@ -54,7 +54,9 @@ _value:
       under C(64:ff9b::/96), IPv6 networks without squid's IPv4-mapped range), C(internal_networks) (what
       C(deny_internal) refuses, the proxy's own NICs' networks included, less the allowed networks; empty without
       it), C(unlisted_networks) (every address outside the allowed networks; empty without them), C(mode),
-      C(acl_prefix) (empty, the default policy's acls keep their names) and C(users) (C(name) and C(hash) each).
+      C(acl_prefix) (empty, the default policy's acls keep their names), C(users) (C(name) and C(hash) each, and
+      C(previous_hash) while a password is rotated), C(rotating_users) (those with a C(previous_hash)) and
+      C(auth_program) (squid's Basic helper and its arguments, a list).
     - C(profiles), each with the default policy's destination keys, C(mode) and C(acl_prefix) (its acls' names start
       with it), and C(name), C(acl) (the note acl of its requests), C(users) and C(clients) (acl src values).
     - C(http_access), the rules in order (C(rule), what follows C(http_access), and C(comment), a line above it or

@@ -450,7 +450,8 @@ def squid_ports(settings):
 
 
 def squid_policy(instance, squid_conf, variables):
-    """kvm_proxy_set's policy of one proxy: its squid.conf, its users' file (name:hash, readable by squid's group), and
+    """kvm_proxy_set's policy of one proxy: its squid.conf, its users' file (name:hash, readable by squid's group),
+    while passwords are rotated the previous ones' file and the Basic helper that takes either (basic_auth_either), and
     with the decisions counted the counter squid runs as its log daemon (decision_counter).
     Its reload (squid_reload_argv: a reconfigure, new connections to every port squid listens on held meanwhile, not
     refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload."""
