@@ -230,8 +230,8 @@ def enforced(spec, proxies, origin, status, seconds=30):
 
 def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deployed):
     """Issue 27 on lab-hv1's two running proxies: a policy change applied in place by the guest agent (no
-    replacement, a download in flight finishes intact), squid.conf edited by hand found and restored, and a proxy
-    whose agent is stopped named (the roll replaces it)."""
+    replacement, a download in flight finishes intact), squid.conf edited by hand found and restored, issue 43's report
+    mode turned on and off again, and a proxy whose agent is stopped named (the roll replaces it)."""
     extra = {"egress_proxy_hosts": HV1}
     (recorded,) = deployed.results("Record the proxies of this hypervisor in egress_proxy_proxies", HV1)
     ips = {entry["name"]: entry["ip"] for entry in recorded["ansible_facts"]["egress_proxy_proxies"]}
@@ -269,40 +269,34 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     entries = checked.items(CONVERGE_TASK, HV1)
     assert entries[proxies[1]]["policy_drift"] == ["/etc/squid/squid.conf"] and entries[proxies[0]]["policy_drift"] == []
     assert checked.stats(HV1)["changed"] >= 1
-    restored = hv_fleet.playbook("deploy.yml", denied, extra)
+    # The run that restores it also turns report mode on (issue 43), in place on both: the denial is forwarded, said
+    # on the access line with its rule and counted on the metrics page.
+    reporting = inventory(egress_proxy_denied_destinations=[spec.lan_address], egress_proxy_mode="report")
+    restored = hv_fleet.playbook("deploy.yml", reporting, extra)
     assert restored.rc == 0, restored
-    assert restored.items(CONVERGE_TASK, HV1)[proxies[1]]["actions"] == ["apply policy"]
-    again = hv_fleet.playbook("deploy.yml", denied, extra, options=("--check",))
-    assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
-
-    # Issue 43's report mode, in place on the same VMs: the denial is forwarded, said on the access line with its rule
-    # and counted on the metrics page; enforce refuses again.
-    reported = hv_fleet.playbook("deploy.yml", inventory(egress_proxy_denied_destinations=[spec.lan_address],
-                                                         egress_proxy_mode="report"), extra, timeout=600)
-    assert reported.rc == 0, reported
-    entries = reported.items(CONVERGE_TASK, HV1)
+    entries = restored.items(CONVERGE_TASK, HV1)
     assert [(entries[p]["outcome"], entries[p]["actions"]) for p in proxies] == [("updated", ["apply policy"])] * 2
+    again = hv_fleet.playbook("deploy.yml", reporting, extra, options=("--check",))
+    assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
     assert enforced(spec, ips, origin, 200) == dict.fromkeys(proxies, 200)
     would_deny = ("would_deny", "default", "denied_destinations")
     assert decision_counts(metrics_page(spec, ips[proxies[0]])).get(would_deny, 0) >= 1
     logged = in_guest(spec, proxies[0], "/bin/grep", "-c", " decision=would_deny profile=default rule=denied_destinations",
                       "/var/log/squid/access.log")
     assert logged["exitcode"] == 0 and int(base64.b64decode(logged["out-data"])) >= 1, logged
-    enforcing = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
-    assert enforcing.rc == 0, enforcing
-    assert enforced(spec, ips, origin, 403) == dict.fromkeys(proxies, 403)
-    assert running_as(spec, proxies) == before
 
-    # roll-2's agent stopped: the policy change reaches roll-1, the run fails naming roll-2 (which keeps the
-    # policy it had). The roll below replaces it with on_unreachable_agent=replace.
+    # roll-2's agent stopped: the change back to enforce reaches roll-1, which refuses again on the same VM; the run
+    # fails naming roll-2, which keeps the policy it had (report: forwarded). The roll below replaces it with
+    # on_unreachable_agent=replace.
     in_guest(spec, proxies[1], "/bin/systemctl", "stop", "qemu-guest-agent")
-    silent = hv_fleet.playbook("deploy.yml", inventory(), extra, timeout=600)
+    silent = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
     assert silent.rc != 0, silent
     (converged,) = silent.results(CONVERGE_TASK, HV1)
     assert "proxy '%s'" % proxies[1] in converged["msg"] and "did not answer" in converged["msg"], converged["msg"]
     assert "on_unreachable_agent=replace" in converged["msg"], converged["msg"]
-    assert enforced(spec, {proxies[0]: ips[proxies[0]]}, origin, 200) == {proxies[0]: 200}
-    assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin)[0] == 403
+    assert enforced(spec, {proxies[0]: ips[proxies[0]]}, origin, 403) == {proxies[0]: 403}
+    assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin)[0] == 200
+    assert running_as(spec, proxies) == before
 
 
 @pytest.mark.boot
