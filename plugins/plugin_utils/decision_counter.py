@@ -114,6 +114,10 @@ def handler(counts, exporter_url):
         timeout = PAGE_SECONDS
 
         def do_GET(self):  # noqa: N802 - http.server's name
+            # The page alone: a peer's other paths (squid's cache digest, say) are none of the counter's.
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_error(404)
+                return
             page = exporter_page(exporter_url)
             if page is None:
                 self.send_error(502, "the exporter did not answer")
@@ -122,6 +126,7 @@ def handler(counts, exporter_url):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
 

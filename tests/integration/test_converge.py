@@ -206,10 +206,17 @@ def in_guest(spec, proxy, *argv):
     raise AssertionError("%s did not finish in %s" % (argv, proxy))
 
 
-def metrics_page(spec, ip):
-    """The proxy's metrics page, read from the hypervisor's LAN namespace (one of its metrics clients)."""
-    return subprocess.run(["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20",
-                           "http://%s:%d/metrics" % (ip, METRICS_PORT)], capture_output=True, text=True, check=True).stdout
+def metrics_page(spec, ip, seconds=30):
+    """The proxy's metrics page, read from the hypervisor's LAN namespace (one of its metrics clients), as Prometheus's
+    next scrapes would: squid probes the counter it starts at a reconfigure before the counter listens, and answers
+    the first read after it 502."""
+    deadline = time.monotonic() + seconds
+    while True:
+        read = subprocess.run(["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--fail", "--max-time", "20",
+                               "http://%s:%d/metrics" % (ip, METRICS_PORT)], capture_output=True, text=True, check=False)
+        if read.returncode == 0 or time.monotonic() > deadline:
+            return read.stdout
+        time.sleep(2)
 
 
 def running_as(spec, proxies):
