@@ -33,9 +33,8 @@ import re
 import socket
 import sys
 import threading
-from http.client import HTTPException
+from http.client import HTTPConnection, HTTPException
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from urllib.request import urlopen
 
 PROGRAM_PATH = "/usr/local/sbin/egress-proxy-decision-counter"
 # The log squid hands to the counter: a name no file is written to.
@@ -98,17 +97,22 @@ def read_log(stream, counts):
             counts.add(line[1:])
 
 
-def exporter_page(url):
-    """The exporter's page (bytes), or None when it does not answer within PAGE_SECONDS or is longer than PAGE_BYTES."""
+def exporter_page(port):
+    """The exporter's page (bytes) on the loopback at ``port``, or None when it does not answer 200 within PAGE_SECONDS
+    or is longer than PAGE_BYTES."""
+    connection = HTTPConnection("127.0.0.1", port, timeout=PAGE_SECONDS)
     try:
-        with urlopen(url, timeout=PAGE_SECONDS) as answer:  # noqa: S310 - the loopback URL of our own exporter
-            page = answer.read(PAGE_BYTES + 1)
-    except (OSError, ValueError, HTTPException):
+        connection.request("GET", "/metrics")
+        answer = connection.getresponse()
+        page = answer.read(PAGE_BYTES + 1)
+    except (OSError, HTTPException):
         return None
-    return page if len(page) <= PAGE_BYTES else None
+    finally:
+        connection.close()
+    return page if answer.status == 200 and len(page) <= PAGE_BYTES else None
 
 
-def handler(counts, exporter_url):
+def handler(counts, exporter_port):
     class Page(BaseHTTPRequestHandler):
         # One page at a time: a client that sends nothing holds the next one back this long at most.
         timeout = PAGE_SECONDS
@@ -118,7 +122,7 @@ def handler(counts, exporter_url):
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404)
                 return
-            page = exporter_page(exporter_url)
+            page = exporter_page(exporter_port)
             if page is None:
                 self.send_error(502, "the exporter did not answer")
                 return
@@ -143,10 +147,10 @@ class _Server(HTTPServer):
         HTTPServer.server_bind(self)
 
 
-def serve(stream, port, exporter_url):
+def serve(stream, port, exporter_port):
     """Count ``stream``'s log and serve the page on the loopback at ``port`` until squid closes the log."""
     counts = Counts()
-    server = _Server(("127.0.0.1", port), handler(counts, exporter_url))
+    server = _Server(("127.0.0.1", port), handler(counts, exporter_port))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         read_log(stream, counts)
@@ -160,4 +164,4 @@ def main(argv, exporter_port, port):
         sys.exit("usage: %s LOGFILE (squid's logfile_daemon)" % argv[0])
     if argv[1] != COUNTED_LOG:
         os.execv(SQUID_LOG_DAEMON, [SQUID_LOG_DAEMON, argv[1]])
-    serve(sys.stdin.buffer, port, "http://127.0.0.1:%d/metrics" % exporter_port)
+    serve(sys.stdin.buffer, port, exporter_port)

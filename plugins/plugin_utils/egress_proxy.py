@@ -462,8 +462,8 @@ def squid_policy(instance, squid_conf, variables):
         files.append({"path": USERS_FILE, "group": "proxy", "mode": "0640",
                       "secret_content": "".join("%s:%s\n" % (user["name"], user["hash"]) for user in settings["users"])})
     if settings["rotating_users"]:
-        files += [{"path": PREVIOUS_USERS_FILE, "group": "proxy", "mode": "0640", "secret_content": "".join(
-                      "%s:%s\n" % (user["name"], user["previous_hash"]) for user in settings["rotating_users"])},
+        previous = "".join("%s:%s\n" % (user["name"], user["previous_hash"]) for user in settings["rotating_users"])
+        files += [{"path": PREVIOUS_USERS_FILE, "group": "proxy", "mode": "0640", "secret_content": previous},
                   {"path": settings["auth_program"][0], "mode": "0755", "content": program_text(basic_auth_either)}]
     if settings["decisions_counted"]:
         files.append({"path": settings["counter"]["program"], "mode": "0755",

@@ -198,6 +198,6 @@ def test_every_other_log_goes_to_squids_own_log_file_daemon(tmp_path):
 
 def test_the_guest_runs_the_modules_own_text_and_nothing_of_the_collection():
     text = program_text(decision_counter, 19301, decision_counter.DECISIONS_PORT)
-    assert text.startswith("#!/usr/bin/python3\n") and text.rstrip().endswith("main(sys.argv, 19301, %d)"
-                                                                            % decision_counter.DECISIONS_PORT)
+    call = "main(sys.argv, 19301, %d)" % decision_counter.DECISIONS_PORT
+    assert text.startswith("#!/usr/bin/python3\n") and text.rstrip().endswith(call)
     assert not [line for line in text.splitlines() if line.startswith(("import", "from")) and "ansible" in line]
