@@ -65,7 +65,7 @@ PAGE_BYTES = 65536
 # squid's requests since it started, and whether the exporter reaches squid, as the exporter names them.
 REQUESTS_SERIES = "squid_client_http_requests_total"
 UP_SERIES = 'squid_up{host="127.0.0.1"}'
-# The decisions' counter (plugin_utils/decision_counter.py): its type line, which a page with the counter has whatever it
+# The decisions' counter (the role's files/squid_helpers.py): its type line, which a page with the counter has whatever it
 # counted, and its would-deny series as it writes them.
 DECISIONS_TYPE = "# TYPE egress_proxy_decisions_total counter"
 WOULD_DENY_SERIES = re.compile(r'egress_proxy_decisions_total\{decision="would_deny",profile="[a-z0-9_-]{1,64}",'

@@ -34,8 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import basic_auth_either, decision_counter
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import CHECK_EITHER_PASSWORD, COUNT_DECISIONS, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
@@ -451,8 +450,8 @@ def squid_ports(settings):
 
 def squid_policy(instance, squid_conf, variables):
     """kvm_proxy_set's policy of one proxy: its squid.conf, its users' file (name:hash, readable by squid's group),
-    while passwords are rotated the previous ones' file and the Basic helper that takes either (basic_auth_either), and
-    with the decisions counted the counter squid runs as its log daemon (decision_counter).
+    while passwords are rotated the previous ones' file and the Basic helper that takes either, and with
+    the decisions counted the counter squid runs as its log daemon (both of the role's files/squid_helpers.py).
     Its reload (squid_reload_argv: a reconfigure, new connections to every port squid listens on held meanwhile, not
     refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload."""
     files = [{"path": SQUID_CONF_PATH, "content": squid_conf if squid_conf.endswith("\n") else squid_conf + "\n"}]
@@ -464,10 +463,11 @@ def squid_policy(instance, squid_conf, variables):
     if settings["rotating_users"]:
         previous = "".join("%s:%s\n" % (user["name"], user["previous_hash"]) for user in settings["rotating_users"])
         files += [{"path": PREVIOUS_USERS_FILE, "group": "proxy", "mode": "0640", "secret_content": previous},
-                  {"path": settings["auth_program"][0], "mode": "0755", "content": program_text(basic_auth_either)}]
+                  {"path": settings["auth_program"][0], "mode": "0755", "content": program_text(CHECK_EITHER_PASSWORD)}]
     if settings["decisions_counted"]:
         files.append({"path": settings["counter"]["program"], "mode": "0755",
-                      "content": program_text(decision_counter, settings["exporter_port"], decision_counter.DECISIONS_PORT)})
+                      "content": program_text(COUNT_DECISIONS, settings["counter"]["log"], settings["exporter_port"],
+                                                             settings["page_port"])})
     policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
     if instance.get("ha"):
         return member_policy(instance, policy)

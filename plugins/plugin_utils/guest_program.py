@@ -2,10 +2,10 @@
 # Copyright: Contributors to the egress_proxies.kvm collection
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""A program of the guest written from a module of this collection: the module's own text, run as a script.
+"""The text of a program the role writes into a proxy's guest for squid to run: the egress_proxy role's
+files/squid_helpers.py (the guest's python3 runs it, standard library only), then the call of one of its entries.
 
-Such a module (decision_counter) imports the standard library alone, since the guest's python3 has no Ansible, and
-has a ``main(argv, ...)``; the unit tests import it as a module and run the text the guest gets.
+The programs live in the role, not in plugins/: they start squid's own programs, which nothing in plugins/ may do.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,11 +14,18 @@ __metaclass__ = type
 
 import os
 
+SQUID_HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "roles", "egress_proxy", "files", "squid_helpers.py")
+# The entries of squid_helpers.py: squid's Basic helper over two password files, and its log daemon that counts the
+# policy's decisions.
+CHECK_EITHER_PASSWORD = "check_either_password"
+COUNT_DECISIONS = "count_decisions"
 
-def program_text(module, *arguments):
-    """The text of ``module`` as a script of the guest's python3 that runs its ``main(sys.argv, *arguments)``
-    (``arguments`` numbers or text, written as Python literals)."""
-    with open(os.path.splitext(os.path.abspath(module.__file__))[0] + ".py", encoding="utf-8") as handle:
+
+def program_text(entry, *arguments):
+    """squid_helpers.py as a script of the guest's python3 that runs ``entry(sys.argv, *arguments)`` (``arguments``
+    numbers or text, written as Python literals)."""
+    with open(SQUID_HELPERS, encoding="utf-8") as handle:
         source = handle.read()
-    return "#!/usr/bin/python3\n%s\n\nif __name__ == \"__main__\":\n    main(sys.argv%s)\n" % (
-        source, "".join(", %r" % (argument,) for argument in arguments))
+    return "#!/usr/bin/python3\n%s\n\nif __name__ == \"__main__\":\n    %s(sys.argv%s)\n" % (
+        source, entry, "".join(", %r" % (argument,) for argument in arguments))

@@ -30,7 +30,6 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import COUNTED_LOG, DECISIONS_PORT, PROGRAM_PATH
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import HEALTH_PORT, SYSCTL_PATH, listens_nonlocal
 
 MAX_PORT = 65535
@@ -65,9 +64,15 @@ _USER_HASH = re.compile(r"\$6\$rounds=[0-9]{4,9}\$[./0-9A-Za-z]{1,16}\$[./0-9A-Z
 # the second, which squid opens for the exporter alone. Neither can be the proxy's port or its metrics port.
 EXPORTER_PORT = 19301
 MANAGER_PORT = 13128
+# With the decisions counted: the counter's page on the loopback (the exporter's, then the counts), which the metrics
+# port reaches instead; the counter, squid's log daemon (the role's files/squid_helpers.py), and the log squid hands it,
+# a name no file is written to.
+DECISIONS_PORT = 19302
+COUNTER_PROGRAM = "/usr/local/sbin/egress-proxy-decision-counter"
+COUNTED_LOG = "/run/egress-proxy-decisions"
 LOOPBACK_PORTS = (EXPORTER_PORT, DECISIONS_PORT, MANAGER_PORT)
 # The users' hashes (name:hash a line), and while passwords are rotated the previous ones, which squid's Basic helper
-# reads; squid's own helper, and the role's that asks it on both files (basic_auth_either).
+# reads; squid's own helper, and the role's that asks it on both files (files/squid_helpers.py).
 USERS_FILE = "/etc/squid/egress-users"
 PREVIOUS_USERS_FILE = "/etc/squid/egress-users-previous"
 SQUID_NCSA_AUTH = "/usr/lib/squid/basic_ncsa_auth"
@@ -220,10 +225,10 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
     settings.update(_access_rules(settings))
     # With the decisions on the metrics page, the metrics port reaches the counter, which serves the exporter's page and
-    # the counts (decision_counter); else the exporter's page as it is.
+    # the counts (files/squid_helpers.py); else the exporter's page as it is.
     settings["decisions_counted"] = bool(settings["decisions"] and settings["metrics_port"])
     settings["page_port"] = DECISIONS_PORT if settings["decisions_counted"] else EXPORTER_PORT
-    settings["counter"] = {"program": PROGRAM_PATH, "log": COUNTED_LOG}
+    settings["counter"] = {"program": COUNTER_PROGRAM, "log": COUNTED_LOG}
     return settings, problems
 
 
@@ -442,7 +447,7 @@ def _users(users, problems):
 def _authentication(users):
     """squid's Basic helper (``auth_program``, its argv) and the users whose previous password it accepts too
     (``rotating_users``): basic_ncsa_auth on the users' file, or while a password is rotated the role's helper that asks
-    it on that file, then on the previous passwords' (basic_auth_either)."""
+    it on that file, then on the previous passwords' (files/squid_helpers.py)."""
     rotating = [user for user in users if "previous_hash" in user]
     if not rotating:
         return {"auth_program": [SQUID_NCSA_AUTH, USERS_FILE], "rotating_users": []}

@@ -102,7 +102,7 @@ PROXY_TEMPLATES = (("user_data", "user-data.yml.j2"), ("squid_conf", "squid.conf
 # What kvm_proxy_set is told to check the policy's files with, and to load them with, on the proxy.
 SQUID_CONF = "/etc/squid/squid.conf"
 SQUID_USERS = "/etc/squid/egress-users"
-# The decisions' counter, squid's log daemon where squid.conf counts them (plugin_utils/decision_counter.py).
+# The decisions' counter, squid's log daemon where squid.conf counts them (the role's files/squid_helpers.py).
 COUNTER_PROGRAM = "/usr/local/sbin/egress-proxy-decision-counter"
 # A count of the counter's metric on a metrics page: its labels, and its value.
 DECISION_SAMPLE = re.compile(r'^egress_proxy_decisions_total\{decision="([^"]*)",profile="([^"]*)",rule="([^"]*)"\} (\d+)$',

@@ -27,7 +27,6 @@ import yaml
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_targets import metrics_targets
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._targets.file_sd import TargetsError, file_sd
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import METRIC, Counts
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_proxy import RoleInputError, role_instances
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     EXPORTER_PORT,
@@ -45,6 +44,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     squid_parsed,
     user_data_document,
 )
+from ansible_collections.egress_proxies.kvm.tests.unit.squid_helpers_program import squid_helpers
 
 ENTRY = {"name": "egress-1", "address": "198.51.100.5/24", "outside": {"bridge": "br1", "address": "203.0.113.5/24"}}
 BASE = {"egress_proxy_bridge": "br0", "egress_proxy_allowed_clients": ["198.51.100.0/24"],
@@ -272,7 +272,7 @@ def test_a_page_that_cannot_be_read_whole_says_so(line, answer):
 
 def counter_page(*lines):
     """The page of a proxy that counts its decisions: the exporter's, then what the counter writes for ``lines``."""
-    counts = Counts()
+    counts = squid_helpers.Counts()
     for line in lines:
         counts.add(line)
     return PAGE % ("17", 1) + counts.exposition()
@@ -285,12 +285,12 @@ def counter_page(*lines):
     (counter_page(b"would_deny backup not_allowed", b"would_deny backup not_allowed",
                   b"would_deny default denied_destinations", b"allow ci allowed_destinations"), 3),
     # The page's own word: a count that is no count, or one series given twice differently, is unknown.
-    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="x",rule="y"} NaN\n', None),
-    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="backup",'
+    (counter_page(b"would_deny backup not_allowed") + squid_helpers.METRIC + '{decision="would_deny",profile="x",rule="y"} NaN\n', None),
+    (counter_page(b"would_deny backup not_allowed") + squid_helpers.METRIC + '{decision="would_deny",profile="backup",'
      'rule="not_allowed"} 9\n', None),
     # A series the counter never writes is no decision of it.
-    (counter_page(b"would_deny backup not_allowed") + METRIC + '{decision="would_deny",profile="a b",rule="y"} 5\n'
-     + METRIC + '{profile="x",decision="would_deny",rule="y"} 5\n', 1),
+    (counter_page(b"would_deny backup not_allowed") + squid_helpers.METRIC + '{decision="would_deny",profile="a b",rule="y"} 5\n'
+     + squid_helpers.METRIC + '{profile="x",decision="would_deny",rule="y"} 5\n', 1),
 ], ids=["no counter", "nothing counted", "none would deny", "three", "not a count", "twice", "not the counter's"])
 def test_status_reads_the_would_deny_decisions_the_counter_counted(page, would_deny):
     pages = metrics_pages(fetched("http://198.51.100.5:9301/metrics", page))

@@ -21,11 +21,14 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import decision_counter
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import COUNTED_LOG, DECISIONS_PORT
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import COUNT_DECISIONS, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT, internal_networks
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
+    COUNTED_LOG,
+    DECISIONS_PORT,
+    EXPORTER_PORT,
+    internal_networks,
+)
 from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import FENCE, inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     COUNTER_PROGRAM,
@@ -258,7 +261,7 @@ def test_with_the_metrics_the_decisions_are_counted_on_the_metrics_page(tmp_path
         "logformat egress_decision %{decision}note %{profile}note %{rule}note",
         "access_log daemon:%s egress_decision !egress_metrics !manager" % COUNTED_LOG]
     assert files[COUNTER_PROGRAM]["mode"] == "0755"
-    assert files[COUNTER_PROGRAM]["content"] == program_text(decision_counter, EXPORTER_PORT, DECISIONS_PORT)
+    assert files[COUNTER_PROGRAM]["content"] == program_text(COUNT_DECISIONS, COUNTED_LOG, EXPORTER_PORT, DECISIONS_PORT)
     # Without the metrics there is no page to count on; without profiles or report mode, no decision to count.
     for overrides in ({"egress_proxy_metrics": False, "egress_proxy_mode": "report"}, {}):
         (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, **overrides))["proxies"]

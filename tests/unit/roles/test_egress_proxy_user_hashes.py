@@ -25,8 +25,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec import common_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import kvm_proxy_set_argument_spec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import basic_auth_either
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import CHECK_EITHER_PASSWORD, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import (
     CRYPT_ALPHABET,
     PASSWORD_MAX_BYTES,
@@ -119,7 +118,7 @@ def test_while_a_password_is_rotated_squid_takes_either_and_then_the_new_one_alo
     assert (files[PREVIOUS_USERS]["group"], files[PREVIOUS_USERS]["mode"]) == ("proxy", "0640")
     assert files[SQUID_USERS]["secret_content"] == "alice:%s\nbob:%s\n" % (
         squid_user_hash(OWNER, "alice", PASSWORD), squid_user_hash(OWNER, "bob", "b"))
-    assert files[EITHER_PROGRAM] == {"path": EITHER_PROGRAM, "mode": "0755", "content": program_text(basic_auth_either)}
+    assert files[EITHER_PROGRAM] == {"path": EITHER_PROGRAM, "mode": "0755", "content": program_text(CHECK_EITHER_PASSWORD)}
     parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
     assert [line for line in parsed if line.startswith("auth_param basic program")] == [
         "auth_param basic program %s %s %s %s" % (EITHER_PROGRAM, SQUID_NCSA_AUTH, SQUID_USERS, PREVIOUS_USERS)]

@@ -1,6 +1,6 @@
-"""A user's two passwords while one replaces the other (plugin_utils/basic_auth_either.py): the program as the guest runs
-it (a script on python3), asking squid's own basic_ncsa_auth on the users' file and on the previous passwords' file,
-spoken to as squid speaks to a Basic helper."""
+"""A user's two passwords while one replaces the other (check_either_password of the role's files/squid_helpers.py):
+the program as the guest runs it (a script on python3), asking squid's own basic_ncsa_auth on the users' file and on
+the previous passwords' file, spoken to as squid speaks to a Basic helper."""
 
 import os
 import subprocess
@@ -8,11 +8,10 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import basic_auth_either
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.basic_auth_either import LINE_BYTES
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import CHECK_EITHER_PASSWORD, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import SQUID_NCSA_AUTH
+from ansible_collections.egress_proxies.kvm.tests.unit.squid_helpers_program import squid_helpers
 
 OWNER = "lab"
 # alice is rotated from "old secret" to "new secret"; bob has one password.
@@ -36,7 +35,7 @@ def helper(tmp_path):
                                 for user, password in passwords.items()))
         files.append(str(path))
     script = tmp_path / "egress-proxy-basic-auth-either"
-    script.write_text(program_text(basic_auth_either))
+    script.write_text(program_text(CHECK_EITHER_PASSWORD))
 
     def ask(*lines):
         completed = subprocess.run(["/usr/bin/python3", str(script), SQUID_NCSA_AUTH] + files, input=b"".join(lines),
@@ -56,7 +55,7 @@ def test_both_passwords_of_a_rotated_user_pass_and_nothing_else_does(helper):
 
 def test_a_line_longer_than_squid_writes_is_refused_whole(helper):
     """Its tail is no request of its own: a valid request hidden at the end of a long line does not pass."""
-    status, answers = helper(b"x" * LINE_BYTES + b" " + request("alice", "new secret"), request("alice", "new secret"))
+    status, answers = helper(b"x" * squid_helpers.HELPER_LINE_BYTES + b" " + request("alice", "new secret"), request("alice", "new secret"))
     assert status == 0 and [answer.split()[0] for answer in answers] == [b"ERR", b"OK"], answers
 
 

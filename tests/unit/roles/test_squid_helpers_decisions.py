@@ -1,10 +1,11 @@
-"""The decisions' counter (plugin_utils/decision_counter.py): squid's log daemon protocol counted, hostile lines left
+"""The decisions' counter (count_decisions of the role's files/squid_helpers.py): squid's log daemon protocol counted, hostile lines left
 out, the page served with the exporter's, and every other log handed to squid's own log_file_daemon.
 
 The program runs as the guest runs it (program_text, a script of its own on python3); the page is read by promtool,
 Prometheus' own check of a metrics page.
 """
 
+import http.client
 import http.server
 import io
 import os
@@ -13,28 +14,21 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils import decision_counter
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.decision_counter import (
-    COUNTED_LOG,
-    MAX_SERIES,
-    METRIC,
-    SQUID_LOG_DAEMON,
-    Counts,
-    read_log,
-)
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import COUNT_DECISIONS, program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import COUNTED_LOG, DECISIONS_PORT
+from ansible_collections.egress_proxies.kvm.tests.unit.squid_helpers_program import squid_helpers
+
+Counts, METRIC, MAX_SERIES = squid_helpers.Counts, squid_helpers.METRIC, squid_helpers.MAX_SERIES
 
 EXPORTER_PAGE = b"# HELP squid_up Is squid up\n# TYPE squid_up gauge\nsquid_up 1\n"
 
 
 def counted(*lines):
     counts = Counts()
-    read_log(io.BytesIO(b"".join(lines)), counts)
+    squid_helpers.read_log(io.BytesIO(b"".join(lines)), counts)
     return counts.exposition()
 
 
@@ -66,7 +60,7 @@ def test_a_line_that_is_not_three_plain_labels_is_not_counted(line):
 
 def test_a_line_longer_than_squid_writes_is_left_out_whole():
     """Its tail is no line of its own: a decision hidden at the end of a long line is not counted."""
-    page = counted(b"L" + b"x" * decision_counter.LINE_BYTES + b" would_deny backup not_allowed\n",
+    page = counted(b"L" + b"x" * squid_helpers.LOG_LINE_BYTES + b" would_deny backup not_allowed\n",
                    b"Lallow ci allowed_destinations\n")
     assert page.count(METRIC + "{") == 1 and 'decision="allow"' in page
 
@@ -111,32 +105,35 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def fetch(url):
+def fetch(port):
+    """The counter's page on the loopback at ``port``: (its status, its body), asked again while nothing listens."""
     deadline = time.monotonic() + 10
     while True:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            return error.code, b""
+            connection.request("GET", "/metrics")
+            answer = connection.getresponse()
+            return answer.status, answer.read()
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+        finally:
+            connection.close()
 
 
 @pytest.fixture
 def start_counter(tmp_path):
     """Starts the program as the guest runs it, as squid starts it for the counted log, on a free port of the loopback,
-    reading the exporter's page on ``exporter_port``: (the process, its page's URL)."""
+    reading the exporter's page on ``exporter_port``: (the process, its page's port)."""
     started = []
 
     def start(exporter_port):
         script = tmp_path / "decision-counter"
         port = free_port()
-        script.write_text(program_text(decision_counter, exporter_port, port))
+        script.write_text(program_text(COUNT_DECISIONS, COUNTED_LOG, exporter_port, port))
         started.append(subprocess.Popen(["/usr/bin/python3", str(script), COUNTED_LOG], stdin=subprocess.PIPE))
-        return started[-1], "http://127.0.0.1:%d/metrics" % port
+        return started[-1], port
 
     yield start
     for process in started:
@@ -150,13 +147,13 @@ def counter(exporter, start_counter):
 
 
 def test_the_page_is_the_exporters_then_the_counts_and_promtool_reads_it(counter):
-    process, url = counter
+    process, port = counter
     process.stdin.write(b"Lwould_deny backup not_allowed\nLallow ci allowed_destinations\n")
     process.stdin.flush()
     deadline = time.monotonic() + 10
-    while b"would_deny" not in fetch(url)[1] and time.monotonic() < deadline:
+    while b"would_deny" not in fetch(port)[1] and time.monotonic() < deadline:
         time.sleep(0.05)
-    status, page = fetch(url)
+    status, page = fetch(port)
     assert status == 200 and page.startswith(EXPORTER_PAGE)
     assert b'%s{decision="would_deny",profile="backup",rule="not_allowed"} 1\n' % METRIC.encode() in page
     checked = subprocess.run([shutil.which("promtool") or "promtool", "check", "metrics"], input=page,
@@ -168,36 +165,36 @@ def test_the_page_is_the_exporters_then_the_counts_and_promtool_reads_it(counter
 
 
 def test_a_page_longer_than_page_bytes_answers_502_as_squid_does_for_a_down_exporter(counter, monkeypatch):
-    monkeypatch.setattr(ExporterStandIn, "page", b"x" * (decision_counter.PAGE_BYTES + 1))
+    monkeypatch.setattr(ExporterStandIn, "page", b"x" * (squid_helpers.PAGE_BYTES + 1))
     assert fetch(counter[1])[0] == 502
 
 
 def test_an_exporter_that_does_not_answer_makes_the_page_answer_502(start_counter):
-    _process, url = start_counter(free_port())
-    assert fetch(url)[0] == 502
+    _process, port = start_counter(free_port())
+    assert fetch(port)[0] == 502
 
 
 def test_a_client_that_sends_nothing_holds_the_page_back_for_page_seconds_at_most(counter):
-    _process, url = counter
-    assert fetch(url)[0] == 200
+    _process, port = counter
+    assert fetch(port)[0] == 200
     # fetch gives up after 10 s: without the bound the silent client holds the page for good.
-    with socket.create_connection(("127.0.0.1", int(url.split(":")[2].split("/")[0]))):
-        assert fetch(url)[0] == 200
+    with socket.create_connection(("127.0.0.1", port)):
+        assert fetch(port)[0] == 200
 
 
 def test_every_other_log_goes_to_squids_own_log_file_daemon(tmp_path):
-    if not os.access(SQUID_LOG_DAEMON, os.X_OK):
-        pytest.fail("%s is missing: scripts/bootstrap installs squid" % SQUID_LOG_DAEMON)
+    if not os.access(squid_helpers.SQUID_LOG_DAEMON, os.X_OK):
+        pytest.fail("%s is missing: scripts/bootstrap installs squid" % squid_helpers.SQUID_LOG_DAEMON)
     script = tmp_path / "decision-counter"
-    script.write_text(program_text(decision_counter, 19301, decision_counter.DECISIONS_PORT))
+    script.write_text(program_text(COUNT_DECISIONS, COUNTED_LOG, 19301, DECISIONS_PORT))
     log = tmp_path / "access.log"
     subprocess.run(["/usr/bin/python3", str(script), str(log)], input=b"Lone request\nF\nLanother\n", timeout=30,
                    check=True)
     assert log.read_text() == "one request\nanother\n"
 
 
-def test_the_guest_runs_the_modules_own_text_and_nothing_of_the_collection():
-    text = program_text(decision_counter, 19301, decision_counter.DECISIONS_PORT)
-    call = "main(sys.argv, 19301, %d)" % decision_counter.DECISIONS_PORT
+def test_the_guest_runs_the_roles_own_text_and_nothing_of_the_collection():
+    text = program_text(COUNT_DECISIONS, COUNTED_LOG, 19301, DECISIONS_PORT)
+    call = "count_decisions(sys.argv, %r, 19301, %d)" % (COUNTED_LOG, DECISIONS_PORT)
     assert text.startswith("#!/usr/bin/python3\n") and text.rstrip().endswith(call)
     assert not [line for line in text.splitlines() if line.startswith(("import", "from")) and "ansible" in line]
