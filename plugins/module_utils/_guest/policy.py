@@ -268,6 +268,16 @@ def await_first_boot(agent, deadline):
                          "applied; run the task again once it has" % (agent.name, deadline.seconds))
 
 
+def await_booted(agent, deadline, started):
+    """Wait until the guest of ``agent`` answers and its first boot is over, until ``deadline`` passes: a guest the run
+    ``started`` may take that long for its agent to come up; another one's agent that is not there fails at once."""
+    if started:
+        agent.await_answer(deadline)
+    else:
+        agent.ping()
+    await_first_boot(agent, deadline)
+
+
 def read_policy(agent, policy):
     """The GuestPolicy of ``policy``'s files in the guest of ``agent`` (a _guest.agent.GuestAgent); reads only."""
     try:

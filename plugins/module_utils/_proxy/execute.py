@@ -34,7 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import UNUSABLE_AGENT, GuestAgent
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import (
     apply_policy,
-    await_first_boot,
+    await_booted,
     read_policy,
     release_service,
 )
@@ -63,6 +63,8 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.seed impo
 # came last, in 1.2.9) with one of _UNSUPPORTED_FLAG_CODES.
 UNDEFINE_FLAG_FALLBACKS = (UNDEFINE_ALL, UNDEFINE_MANAGED_SAVE | UNDEFINE_SNAPSHOTS_METADATA, UNDEFINE_MANAGED_SAVE, 0)
 _UNSUPPORTED_FLAG_CODES = (VIR_ERR_NO_SUPPORT, VIR_ERR_ARGUMENT_UNSUPPORTED, VIR_ERR_INVALID_ARG)
+_AGENT_ADVICE = ("Start or repair its agent, or set on_unreachable_agent=replace to replace a proxy whose agent does not "
+                 "answer or breaks the protocol")
 
 
 def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget, wait):
@@ -83,6 +85,11 @@ def carry_out(hypervisor, request, plan, images, timing, pool, guest_budget, wai
         return error.after(left_as_it_was(message, request.name, None if touched else plan.result.replacing), done)
 
     return execute(plan, operations.by_name(), failed)
+
+
+def agent_failure(error, consequence=""):
+    """``error`` (one of UNUSABLE_AGENT) with what it left the proxy in (``consequence``) and what the user can do."""
+    return error.after("%s%s. %s" % (error.message, consequence, _AGENT_ADVICE), [])
 
 
 def _acting_on(target, outcome):
@@ -169,21 +176,15 @@ class _Operations:
         """
         request = self.request
         agent = GuestAgent(self.hv, domain.handle, request.name, self.timing, self.guest_budget)
-        advice = ("Start or repair its agent, or set on_unreachable_agent=replace to replace a proxy whose agent does "
-                  "not answer or breaks the protocol")
         try:
-            if steps.START_DOMAIN in outcome.actions:
-                agent.await_answer(self.wait)
-            else:
-                agent.ping()  # an agent that is not there fails at once, not after wait_timeout
-            await_first_boot(agent, self.wait)
+            await_booted(agent, self.wait, steps.START_DOMAIN in outcome.actions)
         except UNUSABLE_AGENT as error:
-            raise error.after("%s; it still enforces the policy it had. %s" % (error.message, advice), []) from error
+            raise agent_failure(error, "; it still enforces the policy it had") from error
         try:
             apply_policy(agent, request.policy, outcome.policy_paths)
         except UNUSABLE_AGENT as error:
             # apply_policy's message says where the files are left.
-            raise error.after("%s. %s" % (error.message, advice), []) from error
+            raise agent_failure(error) from error
         unchanged = read_policy(agent, request.policy).drifted(request.policy)
         if unchanged:
             raise TransientError("the policy files %s of domain '%s' read back different from what was written "

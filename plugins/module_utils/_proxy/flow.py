@@ -53,13 +53,13 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT, STATE_PRESENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import quoted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Timing
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestAgent, GuestBudget
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import await_first_boot
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import UNUSABLE_AGENT, GuestAgent, GuestBudget
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import await_booted
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._image.removal import prune_images
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import Awaited, await_ipv4
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.state import is_active
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import carry_out
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.execute import agent_failure, carry_out
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.inventory import resolve_host
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.observe import ImageSource, Listing, SharedImages, observe_proxy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.plan import plan
@@ -302,8 +302,10 @@ class ProxyFlow:
             if member.request.policy is not None and member.request.policy.release:
                 agent = GuestAgent(self.hv, member.settle(self.hv)[0], member.request.name, self.timing,
                                    member.guest_budget)
-                agent.await_answer(member.wait)
-                await_first_boot(agent, member.wait)
+                try:
+                    await_booted(agent, member.wait, started=True)
+                except UNUSABLE_AGENT as error:
+                    raise agent_failure(error) from error
 
     def _result(self, member):
         # A proxy the run did not touch is described as observed: its state and autostart are not asked again.

@@ -467,3 +467,25 @@ def test_a_replaced_member_of_a_group_counts_as_up_once_its_first_boot_is_over(c
         assert released_at["proxy-b"] >= booting_since["proxy-a"] + 40
     else:
         assert "proxy-b" not in released_at and fake_time.now - booting_since["proxy-a"] < 40
+
+
+def test_a_replaced_member_whose_agent_breaks_the_protocol_stops_the_roll_naming_it_and_the_way_out(converge, fake_time):
+    """The next member's hand-over would find nobody to take the address: the roll stops at the first."""
+    hv = running_set(converge)
+    for name in NAMES:
+        hv.domains[name].guest.programs[HAND_OVER] = hand_over()
+    old = dict(hv.domains)
+    define = hv.define_domain
+
+    def define_garbled(xml):
+        dom = define(xml)
+        if dom is not old.get(dom.name):
+            dom.guest.hostile["guest-ping"] = lambda _arguments, _reply: "garbage"
+        return dom
+    hv.define_domain = define_garbled
+    fake_time.on_sleep = lambda _slept: lease_all(hv)
+    with pytest.raises(errors.KvmError) as raised:
+        converge(hv, set_request(NAMES, policy=releasing(), memory_mib=4096, wait_for_ip=True, wait_timeout=120))
+    message = raised.value.message
+    assert "proxy-a" in message and "on_unreachable_agent=replace" in message, message
+    assert hv.domains["proxy-b"] is old["proxy-b"] and old["proxy-b"].state == RUNNING
