@@ -21,6 +21,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
+from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import DECISIONS_TYPE  # noqa: E402
 from tests.integration.fleet_fixtures import fetch  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
@@ -208,13 +209,13 @@ def in_guest(spec, proxy, *argv):
 
 def metrics_page(spec, ip, seconds=30):
     """The proxy's metrics page, read from the hypervisor's LAN namespace (one of its metrics clients), as Prometheus's
-    next scrapes would: squid probes the counter it starts at a reconfigure before the counter listens, and answers
-    the first read after it 502."""
+    next scrapes would: squid probes the counter it starts at a reconfigure before the counter listens, so the first
+    read after it gets the exporter's page alone, without the counter's."""
     deadline = time.monotonic() + seconds
     while True:
         read = subprocess.run(["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--fail", "--max-time", "20",
                                "http://%s:%d/metrics" % (ip, METRICS_PORT)], capture_output=True, text=True, check=False)
-        if read.returncode == 0 or time.monotonic() > deadline:
+        if DECISIONS_TYPE in read.stdout or time.monotonic() > deadline:
             return read.stdout
         time.sleep(2)
 

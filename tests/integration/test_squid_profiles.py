@@ -101,6 +101,22 @@ def metrics_page(namespace, requests):
         time.sleep(0.2)
 
 
+def reconfigured_page(namespace):
+    """The metrics port's first answer after squid reconfigured, as a policy change in place does: (status, page).
+
+    squid starts a new counter then, and probes it before it listens."""
+    namespace.run(["squid", "-k", "reconfigure", "-f", os.path.join(namespace.workdir, "squid.conf")])
+    deadline = time.monotonic() + 20
+    while True:
+        read = namespace.run(["curl", "-sS", "--max-time", "5", "-w", "\n%{http_code}",
+                              "http://127.0.0.1:%d/metrics" % METRICS_PORT])
+        page, _, status = read.stdout.rpartition("\n")
+        # 000: squid does not listen while it reconfigures (a policy change holds new connections meanwhile).
+        if status != "000" or time.monotonic() > deadline:
+            return status, page
+        time.sleep(0.1)
+
+
 def fields(line):
     """The key=value fields of an access line in the role's format (squid's own fields, then decision= profile= rule=)."""
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
@@ -144,6 +160,7 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
                 # A 407 says how to authenticate, as curl, Java and .NET clients expect before they send credentials.
                 assert (answer["challenge"] == CHALLENGE) == (answer["status"] == 407), answer
         page = metrics_page(namespace, len(asked))
+        first_after_reconfigure = reconfigured_page(namespace)
     # squid writes its stdio log out when it stops.
     with open(log) as handle:
         logged = [fields(line) for line in handle.read().splitlines()]
@@ -156,6 +173,8 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
     for line, (request, expected, answered) in zip(lines, asked):
         assert answered == expected[:2], (request, answered)
         assert (line["decision"], line["profile"], line["rule"]) == expected[2:], (request, line)
+    # The first scrape after a reconfigure gets the exporter's page, without counts (they start again anyway), not 502.
+    assert first_after_reconfigure[0] == "200" and first_after_reconfigure[1].startswith(EXPORTER_PAGE), first_after_reconfigure
     # What the operator counts before enforcing the backup profile.
     would_deny = [line for line in lines if line["decision"] == "would_deny" and line["profile"] == "backup"]
     assert len(would_deny) == 2

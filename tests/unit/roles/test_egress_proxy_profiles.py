@@ -257,9 +257,13 @@ def test_with_the_metrics_the_decisions_are_counted_on_the_metrics_page(tmp_path
     parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
     assert lines(parsed, "cache_peer ", "logfile_daemon", "logformat egress_decision", "access_log daemon:/run") == [
         "cache_peer 127.0.0.1 parent %d 0 no-query originserver name=egress_exporter" % DECISIONS_PORT,
+        # Where the counter does not answer (squid started it and has not probed it since): the exporter's page.
+        "cache_peer 127.0.0.1 parent %d 0 no-query originserver name=egress_exporter_itself" % EXPORTER_PORT,
         "logfile_daemon " + COUNTER_PROGRAM,
         "logformat egress_decision %{decision}note %{profile}note %{rule}note",
         "access_log daemon:%s egress_decision !egress_metrics !manager" % COUNTED_LOG]
+    assert lines(parsed, "cache_peer_access egress_exporter_itself") == [
+        "cache_peer_access egress_exporter_itself allow egress_metrics", "cache_peer_access egress_exporter_itself deny all"]
     assert files[COUNTER_PROGRAM]["mode"] == "0755"
     assert files[COUNTER_PROGRAM]["content"] == program_text(COUNT_DECISIONS, COUNTED_LOG, EXPORTER_PORT, DECISIONS_PORT)
     # Without the metrics there is no page to count on; without profiles or report mode, no decision to count.
@@ -267,7 +271,7 @@ def test_with_the_metrics_the_decisions_are_counted_on_the_metrics_page(tmp_path
         (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, **overrides))["proxies"]
         squid = policy_files(proxy)[SQUID_CONF]["content"]
         assert COUNTER_PROGRAM not in policy_files(proxy) and "logfile_daemon" not in squid
-        assert "parent %d " % DECISIONS_PORT not in squid
+        assert "parent %d " % DECISIONS_PORT not in squid and "egress_exporter_itself" not in squid
 
 
 def test_the_rendered_configuration_is_byte_stable_across_runs():
