@@ -465,9 +465,9 @@ def squid_policy(instance, squid_conf, variables):
         files += [{"path": PREVIOUS_USERS_FILE, "group": "proxy", "mode": "0640", "secret_content": previous},
                   {"path": settings["auth_program"][0], "mode": "0755", "content": program_text(CHECK_EITHER_PASSWORD)}]
     if settings["decisions_counted"]:
-        files.append({"path": settings["counter"]["program"], "mode": "0755",
-                      "content": program_text(COUNT_DECISIONS, settings["counter"]["log"], settings["exporter_port"],
-                                                             settings["page_port"])})
+        counter = program_text(COUNT_DECISIONS, settings["counter"]["log"], settings["exporter_port"],
+                               settings["page_port"])
+        files.append({"path": settings["counter"]["program"], "mode": "0755", "content": counter})
     policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
     if instance.get("ha"):
         return member_policy(instance, policy)

@@ -110,7 +110,7 @@ def reconfigured_page(namespace):
     while True:
         read = namespace.run(["curl", "-sS", "--max-time", "5", "-w", "\n%{http_code}",
                               "http://127.0.0.1:%d/metrics" % METRICS_PORT])
-        page, _, status = read.stdout.rpartition("\n")
+        page, _newline, status = read.stdout.rpartition("\n")
         # 000: squid does not listen while it reconfigures (a policy change holds new connections meanwhile).
         if status != "000" or time.monotonic() > deadline:
             return status, page
