@@ -11,14 +11,14 @@ bench/b2_converge.py's (bench/results/converge.json, which bench/run has it rewr
 import json
 import os
 
-from bench.report_sections import b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b14, first_address
+from bench.report_sections import b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b14, b15, first_address
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO_ROOT, "docs", "performance.md")
 IMAGES = os.path.join(REPO_ROOT, "docs", "images")
 CONVERGE_JSON = os.path.join(REPO_ROOT, "bench", "results", "converge.json")
 # The page's sections in order: the time to first address, B4's and B7's paths side by side, follows B7.
-SECTIONS = (b1, b2, b3, b4, b5, b6, b7, first_address, b8, b9, b10, b14)
+SECTIONS = (b1, b2, b3, b4, b5, b6, b7, first_address, b8, b9, b10, b14, b15)
 
 
 def merged(paths):

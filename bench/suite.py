@@ -1,4 +1,4 @@
-"""bench/run: every benchmark of issue 19 (and issue 42's B14) on the lab, one JSON file of results,
+"""bench/run: every benchmark of issue 19 (and issue 42's B14, issue 43's B15) on the lab, one JSON file of results,
 docs/performance.md and plots.
 
 Usage (as root, lab up, under the integration lock):
@@ -31,6 +31,7 @@ from bench import (
     b9_exporter,
     b10_module_start,
     b14_ha_group,
+    b15_profiles,
     report,
 )
 from bench._common import (
@@ -48,7 +49,7 @@ from bench._common import (
 
 RESULTS = os.path.join(REPO_ROOT, "bench", "results")
 CONVERGE_JSON = os.path.join(RESULTS, "converge.json")
-ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B14")
+ALL = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B14", "B15")
 
 
 def converge(runs):
@@ -109,6 +110,7 @@ def main():
             "B9": b9_exporter.run,
             "B10": lambda: b10_module_start.run(labels, args.runs, args.baseline),
             "B14": b14_ha_group.run,
+            "B15": b15_profiles.run,
         }
         for bench in ALL:
             if bench in only:
