@@ -22,25 +22,22 @@ import statistics
 import subprocess
 import tempfile
 
-from bench._common import BUILD_COLLECTIONS, PREFIX, REPO_ROOT, VENV, Virsh, ansible_env, lan_inventory, rounded, timed
+from bench._common import PREFIX, REPO_ROOT, VENV, Virsh, rounded, timed
 from bench.b7_egress import HOST, SQUID_PORT, spec
 from bench.b8_policy import (
-    ANSWER_TIMEOUT,
     ENFORCE_GRACE,
     MEMORY_MIB,
     POLL_INTERVAL,
-    WAIT_TIMEOUT,
     Deploy,
-    addresses_of,
     answered,
+    deployed,
     domain_ids,
-    first_boots_done,
+    inventory,
     last,
     outcomes,
     set_host_vars,
-    within,
+    timeline_env,
 )
-from tests.lab.fleet_runs import CALLBACKS
 
 UID = PREFIX + "b15"
 PROXIES = 4
@@ -126,22 +123,10 @@ def run():
     results = {"host": HOST, "proxies": PROXIES, "profiles": PROFILES, "entries": ENTRIES, "requests": REQUESTS,
                "memory_mib": MEMORY_MIB, "poll_interval": POLL_INTERVAL}
     with tempfile.TemporaryDirectory(prefix="bench-b15-") as work:
-        inventory_path = lan_inventory(os.path.join(work, "inventory"), HOST,
-                                       egress_proxy_instances=[{"name": name} for name in proxies],
-                                       egress_proxy_uid=UID, egress_proxy_memory_mib=MEMORY_MIB,
-                                       egress_proxy_wait_for_ip=True, egress_proxy_wait_timeout=WAIT_TIMEOUT)
-        env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"),
-                          ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_STDOUT_CALLBACK="json_results",
-                          ANSIBLE_CALLBACKS_ENABLED="fleet_timeline", ANSIBLE_VERBOSE_TO_STDERR="true")
+        inventory_path = inventory(work, proxies, UID)
+        env = timeline_env(work)
         try:
-            deploy = Deploy("deploy.yml", inventory_path, env, work).start()
-            deploy.result()
-            addresses = addresses_of(on, proxies, hypervisor.lan_prefix + ".")
-            served = answered(addresses, "200", deploy.started, within(ANSWER_TIMEOUT))
-            if last(served) is None:
-                raise RuntimeError("proxies never answered 200 after the deploy: %s" % served)
-            results["deploy"] = {"playbook": rounded(deploy.outcome[0]), "all_served": last(served),
-                                 "first_boots_done": first_boots_done(on, proxies, deploy.started, WAIT_TIMEOUT)}
+            addresses, results["deploy"] = deployed(inventory_path, env, work, on, proxies)
             ids = domain_ids(on, proxies)
             measured = addresses[proxies[0]]
             results["latency"] = {}

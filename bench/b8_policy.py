@@ -68,12 +68,19 @@ def set_host_vars(inventory_path, **variables):
     update_yaml(os.path.join(inventory_path, "host_vars", HOST + ".yml"), **variables)
 
 
-def inventory(work, proxies):
-    """inventories/lab in its LAN layout, with ``proxies`` (names) of this benchmark's owner on lab-hv1."""
+def inventory(work, proxies, uid=UID):
+    """inventories/lab in its LAN layout, with ``proxies`` (names) of the owner ``uid`` on lab-hv1."""
     return lan_inventory(os.path.join(work, "inventory"), HOST,
-                         egress_proxy_instances=[{"name": name} for name in proxies], egress_proxy_uid=UID,
+                         egress_proxy_instances=[{"name": name} for name in proxies], egress_proxy_uid=uid,
                          egress_proxy_memory_mib=MEMORY_MIB, egress_proxy_wait_for_ip=True,
                          egress_proxy_wait_timeout=WAIT_TIMEOUT)
+
+
+def timeline_env(work):
+    """The environment of a Deploy: this checkout's collection, the json_results and fleet_timeline callbacks."""
+    return ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"),
+                       ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_STDOUT_CALLBACK="json_results",
+                       ANSIBLE_CALLBACKS_ENABLED="fleet_timeline", ANSIBLE_VERBOSE_TO_STDERR="true")
 
 
 class Deploy(threading.Thread):
@@ -209,6 +216,20 @@ def outcomes(run, proxies):
     return {name: items.get(name, {}).get("outcome") for name in proxies}
 
 
+def deployed(inventory_path, env, work, on, proxies):
+    """The deploy of ``proxies``, booting at once, until each answers 200 through squid and its first boot is over (a
+    policy change while a first boot is still in the role's runcmd would race its restart of the agent): ({name: its
+    address}, {"playbook", "all_served", "first_boots_done"})."""
+    deploy = Deploy("deploy.yml", inventory_path, env, work).start()
+    deploy.result()
+    addresses = addresses_of(on, proxies, spec().lan_prefix + ".")
+    served = answered(addresses, "200", deploy.started, within(ANSWER_TIMEOUT))
+    if last(served) is None:
+        raise RuntimeError("proxies never answered 200 after the deploy: %s" % served)
+    return addresses, {"playbook": rounded(deploy.outcome[0]), "all_served": last(served),
+                       "first_boots_done": first_boots_done(on, proxies, deploy.started, WAIT_TIMEOUT)}
+
+
 def run(count=10):
     hypervisor = spec()
     on = Virsh(hypervisor)
@@ -218,20 +239,10 @@ def run(count=10):
                "rolled_memory_mib": ROLLED_MEMORY_MIB}
     with tempfile.TemporaryDirectory(prefix="bench-b8-") as work:
         inventory_path = inventory(work, proxies)
-        env = ansible_env(BUILD_COLLECTIONS, ANSIBLE_SSH_CONTROL_PATH_DIR=os.path.join(work, "cp"),
-                          ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_STDOUT_CALLBACK="json_results",
-                          ANSIBLE_CALLBACKS_ENABLED="fleet_timeline", ANSIBLE_VERBOSE_TO_STDERR="true")
+        env = timeline_env(work)
         try:
-            # 1. The N proxies, booting at once; each must answer 200 through squid.
-            deploy = Deploy("deploy.yml", inventory_path, env, work).start()
-            deploy.result()
-            addresses = addresses_of(on, proxies, prefix)
-            served = answered(addresses, "200", deploy.started, within(ANSWER_TIMEOUT))
-            results["deploy"] = {"playbook": rounded(deploy.outcome[0]), "all_served": last(served)}
-            if last(served) is None:
-                raise RuntimeError("proxies never answered 200 after the deploy: %s" % served)
-            # A policy change while a first boot is still in the role's runcmd would race its restart of the agent.
-            results["deploy"]["first_boots_done"] = first_boots_done(on, proxies, deploy.started, WAIT_TIMEOUT)
+            # 1. The N proxies, booting at once.
+            addresses, results["deploy"] = deployed(inventory_path, env, work, on, proxies)
             ids = domain_ids(on, proxies)
 
             # 2. The policy change, in place: every proxy polled from the playbook's start.
