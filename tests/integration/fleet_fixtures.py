@@ -17,11 +17,13 @@ from tests.lab.fleet_runs import Fleet
 ORIGIN_PORT = 18090
 
 
-def fetch(spec, proxy, url):
-    """(HTTP status, X-Egress-Proxy) of a request from the hypervisor's LAN namespace through proxy."""
+def fetch(spec, proxy, url, credentials=None):
+    """(HTTP status, X-Egress-Proxy) of a request from the hypervisor's LAN namespace through proxy, as the proxy user
+    ``credentials`` (user:password) when given."""
     completed = subprocess.run(
         ["ip", "netns", "exec", spec.lan_netns, "curl", "-sS", "--max-time", "20", "-o", "/dev/null",
-         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url], capture_output=True, text=True, check=False)
+         "-w", "%{http_code} %header{x-egress-proxy}", "-x", proxy, url]
+        + (["--proxy-user", credentials] if credentials else []), capture_output=True, text=True, check=False)
     status, header = (completed.stdout.split(" ", 1) + [""])[:2]
     return int(status or 0), header
 

@@ -10,6 +10,7 @@ image that cannot boot stops the roll with the other proxy still serving.
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import DECISIONS_TYPE  # noqa: E402
-from tests.integration.fleet_fixtures import fetch  # noqa: E402
+from tests.integration.fleet_fixtures import ORIGIN_PORT, fetch  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
 from tests.unit.role_templates import decision_counts  # noqa: E402
@@ -38,6 +39,10 @@ UNMANAGED = PREFIX + "gc-unmanaged"
 UNBOOTABLE_WAIT = 10
 # The metrics port of the role's default (egress_proxy_metrics_port).
 METRICS_PORT = 9301
+# The proxy users policy_in_place gives lab-hv1's proxies: two with a profile of their own, one without.
+USERS = {"ci": "ci's secret", "ops": "ops's secret", "web": "web's secret"}
+# The host part of a second origin's address on the LAN, outside its DHCP range (tests/lab/config.py).
+SECOND_ORIGIN_HOST = 250
 
 
 def name(suffix):
@@ -226,6 +231,37 @@ def running_as(spec, proxies):
                     hypervisors.virsh(spec, "domid", proxy).stdout.strip()) for proxy in proxies}
 
 
+@contextlib.contextmanager
+def second_lan_origin(spec, tmp_path):
+    """An origin server on a second address of the hypervisor's LAN namespace, for as long as the block runs: the
+    address."""
+    address = "%s.%d" % (spec.lan_prefix, SECOND_ORIGIN_HOST)
+    device = ["ip", "-n", spec.lan_netns, "addr"]
+    subprocess.run(device + ["add", address + "/32", "dev", config.LAN_IFACE], check=True)
+    server = subprocess.Popen(["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind",
+                               address, "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        subprocess.run(device + ["del", address + "/32", "dev", config.LAN_IFACE], check=False)
+
+
+def answered_as(spec, proxies, expected, seconds=30):
+    """{proxy: {(user, url): status}} of each request of ``expected`` ({(user or None, url): status}) through every
+    proxy, asked again until every proxy answers each as expected or ``seconds`` pass (squid reconfigures after the
+    reload)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answers = {proxy: {(user, url): fetch(spec, "http://%s:3128" % ip, url, user and "%s:%s" % (user, USERS[user]))[0]
+                           for user, url in expected} for proxy, ip in proxies.items()}
+        if all(answer == expected for answer in answers.values()) or time.monotonic() > deadline:
+            return answers
+        time.sleep(1)
+
+
 def enforced(spec, proxies, origin, status, seconds=30):
     """Whether every proxy answers ``status`` for the origin within ``seconds`` (squid reconfigures after the reload)."""
     deadline = time.monotonic() + seconds
@@ -238,8 +274,9 @@ def enforced(spec, proxies, origin, status, seconds=30):
 
 def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deployed):
     """Issue 27 on lab-hv1's two running proxies: a policy change applied in place by the guest agent (no
-    replacement, a download in flight finishes intact), squid.conf edited by hand found and restored, issue 43's report
-    mode turned on and off again, and a proxy whose agent is stopped named (the roll replaces it)."""
+    replacement, a download in flight finishes intact), squid.conf edited by hand found and restored, issue 43's users
+    with profiles of their own and report mode turned on and off again, and a proxy whose agent is stopped named (the
+    roll replaces it)."""
     extra = {"egress_proxy_hosts": HV1}
     (recorded,) = deployed.results("Record the proxies of this hypervisor in egress_proxy_proxies", HV1)
     ips = {entry["name"]: entry["ip"] for entry in recorded["ansible_facts"]["egress_proxy_proxies"]}
@@ -277,18 +314,33 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     entries = checked.items(CONVERGE_TASK, HV1)
     assert entries[proxies[1]]["policy_drift"] == ["/etc/squid/squid.conf"] and entries[proxies[0]]["policy_drift"] == []
     assert checked.stats(HV1)["changed"] >= 1
-    # The run that restores it also turns report mode on (issue 43), in place on both: the denial is forwarded, said
-    # on the access line with its rule and counted on the metrics page.
-    reporting = inventory(egress_proxy_denied_destinations=[spec.lan_address], egress_proxy_mode="report")
-    restored = hv_fleet.playbook("deploy.yml", reporting, extra)
-    assert restored.rc == 0, restored
-    entries = restored.items(CONVERGE_TASK, HV1)
-    assert [(entries[p]["outcome"], entries[p]["actions"]) for p in proxies] == [("updated", ["apply policy"])] * 2
-    again = hv_fleet.playbook("deploy.yml", reporting, extra, options=("--check",))
-    assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
-    assert enforced(spec, ips, origin, 200) == dict.fromkeys(proxies, 200)
-    would_deny = ("would_deny", "default", "denied_destinations")
-    assert decision_counts(metrics_page(spec, ips[proxies[0]])).get(would_deny, 0) >= 1
+    # The run that restores it also gives both proxies users (issue 43), in place: ci and ops each with a profile of its
+    # own, whose allowlists are disjoint (the LAN's origin, and a second origin on the LAN), and web with none, whose
+    # requests take the default policy, now in report mode. Exactly ci's and ops's own origins pass (the other's is
+    # internal, and not in its allowlist); web's denied destination is forwarded all the same, said would_deny on the
+    # access line and counted on the metrics page.
+    with second_lan_origin(spec, tmp_path) as other_address:
+        other_origin = "http://%s:%d/" % (other_address, ORIGIN_PORT)
+        reporting = inventory(
+            egress_proxy_denied_destinations=[spec.lan_address], egress_proxy_mode="report",
+            egress_proxy_users=[{"name": user, "password": password} for user, password in USERS.items()],
+            egress_proxy_profiles=[
+                {"name": "ci", "users": ["ci"], "allowed_destinations": [spec.lan_address]},
+                {"name": "ops", "users": ["ops"], "allowed_destinations": [other_address]}])
+        restored = hv_fleet.playbook("deploy.yml", reporting, extra)
+        assert restored.rc == 0, restored
+        entries = restored.items(CONVERGE_TASK, HV1)
+        assert [(entries[p]["outcome"], entries[p]["actions"]) for p in proxies] == [("updated", ["apply policy"])] * 2
+        again = hv_fleet.playbook("deploy.yml", reporting, extra, options=("--check",))
+        assert again.rc == 0 and again.stats(HV1)["changed"] == 0, again
+        expected = {("ci", origin): 200, ("ci", other_origin): 403, ("ops", other_origin): 200, ("ops", origin): 403,
+                    ("web", origin): 200, (None, origin): 407}
+        assert answered_as(spec, ips, expected) == dict.fromkeys(proxies, expected)
+    decided = {("allow", "ci", "allowed_destinations"), ("deny", "ci", "deny_internal"),
+               ("allow", "ops", "allowed_destinations"), ("deny", "ops", "deny_internal"),
+               ("would_deny", "default", "denied_destinations"), ("deny", "-", "users")}
+    counted = decision_counts(metrics_page(spec, ips[proxies[0]]))
+    assert decided <= set(counted), counted
     logged = in_guest(spec, proxies[0], "/bin/grep", "-c", " decision=would_deny profile=default rule=denied_destinations",
                       "/var/log/squid/access.log")
     assert logged["exitcode"] == 0 and int(base64.b64decode(logged["out-data"])) >= 1, logged
@@ -303,7 +355,7 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     assert "proxy '%s'" % proxies[1] in converged["msg"] and "did not answer" in converged["msg"], converged["msg"]
     assert "on_unreachable_agent=replace" in converged["msg"], converged["msg"]
     assert enforced(spec, {proxies[0]: ips[proxies[0]]}, origin, 403) == {proxies[0]: 403}
-    assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin)[0] == 200
+    assert fetch(spec, "http://%s:3128" % ips[proxies[1]], origin, "web:" + USERS["web"])[0] == 200
     assert running_as(spec, proxies) == before
 
 
