@@ -133,10 +133,16 @@ def test_the_module_killed_after_the_overlay_and_before_define_leaves_what_the_n
     deadline = time.monotonic() + 120
     # promptly() ends first: libvirtd is thawed (and asked whether it answers) at normal priority.
     with contextlib.ExitStack() as frozen, promptly():
+        running = []
         while not os.path.exists(trigger):
             assert runner.is_alive(), "the run ended before the %s appeared" % volume
             assert time.monotonic() < deadline, "the %s did not appear within 120 s of the run" % volume
+            # The module's pids known before the window opens: on the machine's other CPU it goes on while this
+            # thread looks for them, and from the seed volume to the define takes it a few milliseconds.
+            running = running or module_pids(spec)
             time.sleep(0.002)
+        for pid in running:
+            os.kill(pid, signal.SIGSTOP)
         frozen.enter_context(frozen_libvirtd(spec))
         killed = module_pids(spec)
         for pid in killed:
