@@ -46,9 +46,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing 
 # Seconds libvirt waits for one agent reply. A guest under TCG answers a file command in milliseconds and starts a
 # program in well under a second; one that does not reply in this long is not serving its agent.
 COMMAND_TIMEOUT = 10
-# Bytes per guest-file-read and guest-file-write: one reply of 256 KiB is 342 KiB of base64 JSON, far below
-# libvirt's message limit, and a policy file of a few KiB takes one.
-CHUNK = 256 * 1024
+# Bytes per guest-file-read: one reply of 256 KiB is 342 KiB of base64 JSON, far below libvirt's message limit, and a
+# policy file of a few KiB takes one. Bytes per guest-file-write: the lab's qemu-ga 7.2 answers a write of 160 KiB
+# (219 KiB of JSON) and stops answering one of 192 KiB, as if it had never come (libvirt's "not available for now",
+# then a garbled reply to the next command); 64 KiB is a third of that.
+READ_CHUNK = 256 * 1024
+WRITE_CHUNK = 64 * 1024
 # How long a program run in the guest may take, and how often its status is asked.
 EXEC_TIMEOUT = 60
 EXEC_POLL_FIRST = 0.02
@@ -258,11 +261,11 @@ class GuestAgent:
         command = "guest-file-read"
         data = b""
         # A regular file comes in full pieces until its last: more replies than that is a guest stalling.
-        for _reply in range(limit // CHUNK + 2):
-            reply = self._reply(command, self._query(command, {"handle": handle, "count": CHUNK}),
+        for _reply in range(limit // READ_CHUNK + 2):
+            reply = self._reply(command, self._query(command, {"handle": handle, "count": READ_CHUNK}),
                                 {"count": (int, True), "buf-b64": (str, True), "eof": (bool, True)})
-            if len(reply["buf-b64"]) > 4 * -(-CHUNK // 3):
-                raise self._broke(command, "of %s answered more than the %d bytes asked" % (path, CHUNK))
+            if len(reply["buf-b64"]) > 4 * -(-READ_CHUNK // 3):
+                raise self._broke(command, "of %s answered more than the %d bytes asked" % (path, READ_CHUNK))
             chunk = self._decoded(command, reply["buf-b64"], "buf-b64")
             if reply["count"] != len(chunk):
                 raise self._broke(command, "of %s answered count %d with %d bytes" % (path, reply["count"], len(chunk)))
@@ -278,8 +281,8 @@ class GuestAgent:
         handle = self._open(path, "w", change=True)
         command = "guest-file-write"
         try:
-            for start in range(0, len(data), CHUNK):
-                piece = data[start:start + CHUNK]
+            for start in range(0, len(data), WRITE_CHUNK):
+                piece = data[start:start + WRITE_CHUNK]
                 reply = self._reply(command, self._change(command, {
                     "handle": handle, "buf-b64": base64.b64encode(piece).decode("ascii")}), {"count": (int, True)})
                 if reply["count"] != len(piece):

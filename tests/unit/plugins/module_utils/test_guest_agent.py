@@ -14,12 +14,14 @@ import base64
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import Deadline
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
-    CHUNK,
     COMMAND_TIMEOUT,
     EXEC_TIMEOUT,
     OUTPUT_LIMIT,
+    READ_CHUNK,
+    WRITE_CHUNK,
     AgentUnavailableError,
     Completed,
     GuestAgent,
@@ -40,20 +42,25 @@ def guest(state=RUNNING, seconds=600):
 
 
 def test_a_file_larger_than_one_piece_is_written_and_read_in_pieces():
+    """The largest policy file (1 MiB) in writes the guest's agent answers (the fake's, as qemu-ga 7.2's, stops
+    answering a larger write)."""
     hv, dom, agent = guest()
-    data = bytes(range(256)) * (CHUNK // 128 + 3)
+    data = bytes(range(256)) * (MAX_FILE_BYTES // 256)
+    before = hv.calls.count("guest_change")
     agent.write_file("/etc/big", data)
     assert dom.guest.files["/etc/big"].content == data
+    # open, one write a piece, close
+    assert hv.calls.count("guest_change") - before == 2 + -(-len(data) // WRITE_CHUNK)
     before = hv.calls.count("guest_query")
     assert agent.read_file("/etc/big", len(data)) == data
     # open, one read a piece, close
-    assert hv.calls.count("guest_query") - before == 2 + -(-len(data) // CHUNK)
+    assert hv.calls.count("guest_query") - before == 2 + -(-len(data) // READ_CHUNK)
 
 
 def test_a_read_stops_past_its_limit():
     _hv, dom, agent = guest()
-    dom.guest.files["/etc/squid/squid.conf"] = FakeFile(b"x" * (3 * CHUNK))
-    assert len(agent.read_file("/etc/squid/squid.conf", CHUNK)) == CHUNK + 1
+    dom.guest.files["/etc/squid/squid.conf"] = FakeFile(b"x" * (3 * READ_CHUNK))
+    assert len(agent.read_file("/etc/squid/squid.conf", READ_CHUNK)) == READ_CHUNK + 1
 
 
 def test_a_missing_file_is_a_guest_file_error_naming_domain_and_path():
@@ -119,18 +126,18 @@ def test_a_read_that_never_ends_is_a_protocol_error_within_a_few_replies(reply, 
         agent.read_file(path, 4096)
     assert raised.value.message.startswith("the guest agent of domain 'proxy-a' broke the protocol: guest-file-read "
                                            "of %s " % path) and said in raised.value.message
-    # open, at most limit // CHUNK + 2 reads, close
+    # open, at most limit // READ_CHUNK + 2 reads, close
     assert dom.guest.answered <= 4
 
 
 def test_a_giant_reply_is_refused_before_it_is_decoded():
     _hv, dom, agent = guest()
     path = with_file(dom)
-    giant = base64.b64encode(b"x" * (4 * CHUNK)).decode()
-    hostile(dom, "guest-file-read", {"count": 4 * CHUNK, "buf-b64": giant, "eof": True})
+    giant = base64.b64encode(b"x" * (4 * READ_CHUNK)).decode()
+    hostile(dom, "guest-file-read", {"count": 4 * READ_CHUNK, "buf-b64": giant, "eof": True})
     with pytest.raises(GuestProtocolError) as raised:
-        agent.read_file(path, 16 * CHUNK)
-    assert "answered more than the %d bytes asked" % CHUNK in raised.value.message
+        agent.read_file(path, 16 * READ_CHUNK)
+    assert "answered more than the %d bytes asked" % READ_CHUNK in raised.value.message
 
 
 @pytest.mark.parametrize("command, reply, said", [
