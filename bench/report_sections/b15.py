@@ -40,6 +40,11 @@ def render(results, b15, plots):
             names[label], measured["median"], measured["p99"], added(latency, label, "median"),
             added(latency, label, "p99"), ", ".join("%s: %d" % item for item in sorted(measured["statuses"].items())),
             change_text(measured["change"])))
+    lines += ["", "Against no destination policy, one list of %d entries changes the median by %s ms (squid finds a "
+              "destination in a tree of its names, not along the list), and %d profiles of %d by %s ms: each request "
+              "is matched against the identities of the profiles before its own, one rule each." % (
+                  profiles * entries, added(latency, "default", "median"), profiles, entries,
+                  added(latency, "profiles", "median"))]
     enforce, report = b15["enforce"], b15["report"]
     lines += ["", "The mode change: the client's profile refuses the origin (enforced), then the same profile in "
               "`report` mode, timed from ansible-playbook's start until every one of the %d proxies answers (each "

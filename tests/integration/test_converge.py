@@ -41,6 +41,9 @@ UNBOOTABLE_WAIT = 10
 METRICS_PORT = 9301
 # The proxy users policy_in_place gives lab-hv1's proxies: two with a profile of their own, one without.
 USERS = {"ci": "ci's secret", "ops": "ops's secret", "web": "web's secret"}
+# Denied destinations that make squid.conf larger than one write qemu-ga answers (about 300 KB against 192 KiB): the
+# policy goes into the guest in pieces (_guest.agent.WRITE_CHUNK).
+LONG_LIST = ["host-%d.denied.example" % number for number in range(6000)]
 # The host part of a second origin's address on the LAN, outside its DHCP range (tests/lab/config.py).
 SECOND_ORIGIN_HOST = 250
 
@@ -314,15 +317,15 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
     entries = checked.items(CONVERGE_TASK, HV1)
     assert entries[proxies[1]]["policy_drift"] == ["/etc/squid/squid.conf"] and entries[proxies[0]]["policy_drift"] == []
     assert checked.stats(HV1)["changed"] >= 1
-    # The run that restores it also gives both proxies users (issue 43), in place: ci and ops each with a profile of its
-    # own, whose allowlists are disjoint (the LAN's origin, and a second origin on the LAN), and web with none, whose
-    # requests take the default policy, now in report mode. Exactly ci's and ops's own origins pass (the other's is
-    # internal, and not in its allowlist); web's denied destination is forwarded all the same, said would_deny on the
-    # access line and counted on the metrics page.
+    # The run that restores it (a squid.conf of some 300 KB, written in pieces) also gives both proxies users (issue 43),
+    # in place: ci and ops each with a profile of its own, whose allowlists are disjoint (the LAN's origin, and a second
+    # origin on the LAN), and web with none, whose requests take the default policy, now in report mode. Exactly ci's
+    # and ops's own origins pass (the other's is internal, and not in its allowlist); web's denied destination is
+    # forwarded all the same, said would_deny on the access line and counted on the metrics page.
     with second_lan_origin(spec, tmp_path) as other_address:
         other_origin = "http://%s:%d/" % (other_address, ORIGIN_PORT)
         reporting = inventory(
-            egress_proxy_denied_destinations=[spec.lan_address], egress_proxy_mode="report",
+            egress_proxy_denied_destinations=[spec.lan_address] + LONG_LIST, egress_proxy_mode="report",
             egress_proxy_users=[{"name": user, "password": password} for user, password in USERS.items()],
             egress_proxy_profiles=[
                 {"name": "ci", "users": ["ci"], "allowed_destinations": [spec.lan_address]},
