@@ -14,8 +14,8 @@ def added(latency, label, key):
 
 
 def change_text(change):
-    return "%s s, %s, ids kept %d" % (seconds_text(change["playbook"]), outcome_text(change["outcomes"]),
-                                       change["ids_kept"])
+    return "%s s, %s, ids kept %d" % (
+        seconds_text(change["playbook"]), outcome_text(change["outcomes"]), change["ids_kept"])
 
 
 @section("B15", "## B15: 50 profiles beside one policy of the same size, and a mode change in place")
