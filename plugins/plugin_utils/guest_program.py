@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import os
 
 SQUID_HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -22,10 +23,16 @@ CHECK_EITHER_PASSWORD = "check_either_password"
 COUNT_DECISIONS = "count_decisions"
 
 
+@functools.lru_cache(maxsize=1)
+def _helpers_source():
+    # Read once per process: the role renders every proxy's policy in one, and most proxies carry a program.
+    with open(SQUID_HELPERS, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def program_text(entry, *arguments):
     """squid_helpers.py as a script of the guest's python3 that runs ``entry(sys.argv, *arguments)`` (``arguments``
     numbers or text, written as Python literals)."""
-    with open(SQUID_HELPERS, encoding="utf-8") as handle:
-        source = handle.read()
+    source = _helpers_source()
     return "#!/usr/bin/python3\n%s\n\nif __name__ == \"__main__\":\n    %s(sys.argv%s)\n" % (
         source, entry, "".join(", %r" % (argument,) for argument in arguments))
