@@ -274,7 +274,10 @@ interfaces:
       type: str
       sample: inside
     ipv4:
-      description: The NIC's first routable IPv4; V(null) when none is known.
+      description:
+        - The NIC's static IPv4 (O(interfaces[].address)) where the guest has it, else its first routable IPv4;
+          V(null) when none is known. A NIC may carry more addresses (a profile's egress addresses of the egress_proxy
+          role), which are not reported.
       type: str
       sample: 198.18.11.70
     ipv6:

@@ -315,7 +315,10 @@ proxies:
           type: str
           sample: inside
         ipv4:
-          description: The NIC's first routable IPv4; V(null) when none is known.
+          description:
+            - The NIC's static IPv4 (O(egress_proxies.kvm.kvm_proxy#module:interfaces[].address)) where the guest has it,
+              else its first routable IPv4; V(null) when none is known. A NIC may carry more addresses (a profile's
+              egress addresses of the egress_proxy role), which are not reported.
           type: str
           sample: 198.18.11.70
         ipv6:

@@ -96,19 +96,25 @@ def _entry(label, text):
             raise PoolError("%s: %s is not a prefix%s" % (
                 label, quoted(text), " (host bits set: did you mean %s?)" % host_bits if host_bits else
                 ": write an IPv4 or IPv6 network such as 203.0.113.0/26 (no blanks, no %scope)"))
-        first, last = network.network_address, network.broadcast_address
-        if network.version == 4 and network.prefixlen < 31:
-            # An IPv4 host cannot use its network's network and broadcast addresses (RFC 3021 takes /31 whole).
-            first, last = first + 1, last - 1
-        elif network.version == 6 and network.prefixlen < 127:
-            # The subnet-router anycast address (RFC 4291 2.6.1) belongs to the routers; /127 is taken whole (RFC 6164).
-            first = first + 1
+        first, last = host_addresses(network)
         return PoolEntry(label, text, first, last, network.prefixlen)
     address = ip_address(text)
     if address is None:
         raise PoolError("%s: %s is not an IPv4 or IPv6 address, a range first-last or a prefix (no blanks, no "
                         "%%scope)" % (label, quoted(text)))
     return PoolEntry(label, text, address, address, None)
+
+
+def host_addresses(network):
+    """The first and the last address of ``network`` (an ip network) a host may have."""
+    first, last = network.network_address, network.broadcast_address
+    if network.version == 4 and network.prefixlen < 31:
+        # An IPv4 host cannot use its network's network and broadcast addresses (RFC 3021 takes /31 whole).
+        return first + 1, last - 1
+    if network.version == 6 and network.prefixlen < 127:
+        # The subnet-router anycast address (RFC 4291 2.6.1) belongs to the routers; /127 is taken whole (RFC 6164).
+        return first + 1, last
+    return first, last
 
 
 def _network_with_host_bits(text):

@@ -25,7 +25,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.argspec
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import KvmError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import validate_vm_name
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character, ipv4_interface, ipv6_interface
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
+    control_character,
+    ip_address,
+    ipv4_interface,
+    ipv6_interface,
+)
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import validate_uid
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec import (
     KVM_PROXY_SET_MUTUALLY_EXCLUSIVE,
@@ -37,6 +42,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud i
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import CHECK_EITHER_PASSWORD, COUNT_DECISIONS, program_text
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import with_profile_addresses
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     PREVIOUS_USERS_FILE,
     USERS_FILE,
@@ -281,7 +287,7 @@ def _two_nic_problems(kept, variables):
 
 
 def _shared_address_problems(kept, variables):
-    statics = []  # (address without its prefix, "<proxy> <field>") of every static NIC
+    used = []  # (address without its prefix, proxy, "<proxy> <field>", a NIC's?) of every static NIC and profile address
     for instance in kept:
         outside = instance["outside"]
         for field, address in (("address", instance["address"]), ("outside.address", outside.get("address")),
@@ -289,13 +295,23 @@ def _shared_address_problems(kept, variables):
             # What is not an address is compared as given: the module's checks (_checked) refuse it, naming it.
             if isinstance(address, str) and address:
                 parsed = ipv4_interface(address) or ipv6_interface(address)
-                statics.append((str(parsed.ip) if parsed else address.split("/")[0],
-                                "%s %s" % (instance["name"], field)))
-    addresses = [address for address, _nic in statics]
-    shared = ["%s %s" % (nic, address) for address, nic in statics if addresses.count(address) > 1]
+                used.append((str(parsed.ip) if parsed else address.split("/")[0], instance["name"],
+                             "%s %s" % (instance["name"], field), True))
+        profiles = instance.get("profiles")
+        for index, profile in enumerate(profiles if isinstance(profiles, list) else []):
+            for field in ("egress_address", "egress_address6"):
+                address = profile.get(field) if isinstance(profile, dict) else None
+                if isinstance(address, str) and address:
+                    parsed = ip_address(address)
+                    used.append((str(parsed) if parsed else address, instance["name"],
+                                 "%s profiles[%d].%s" % (instance["name"], index, field), False))
+    # A profile's address that is its own proxy's too is refused with the profile's checks (squid_conf), naming it.
+    shared = ["%s %s" % (label, address) for position, (address, proxy, label, nic) in enumerate(used)
+              if any(other_position != position and other[0] == address and (nic and other[3] or other[1] != proxy)
+                     for other_position, other in enumerate(used))]
     if not shared:
         return []
-    return ["Two proxies on %s have one static address: %s. Give each NIC its own address."
+    return ["Two proxies on %s have one static address: %s. Give each NIC and each profile its own address."
             % (variables["inventory_hostname"], ", ".join(shared))]
 
 
@@ -468,7 +484,8 @@ def squid_policy(instance, squid_conf, variables):
         counter = program_text(COUNT_DECISIONS, settings["counter"]["log"], settings["exporter_port"],
                                settings["page_port"])
         files.append({"path": settings["counter"]["program"], "mode": "0755", "content": counter})
-    policy = {"files": files, "validate": SQUID_VALIDATE, "reload": squid_reload_argv(squid_ports(settings))}
+    policy = with_profile_addresses({"files": files, "validate": SQUID_VALIDATE,
+                                     "reload": squid_reload_argv(squid_ports(settings))}, settings["egress_addresses"])
     if instance.get("ha"):
         return member_policy(instance, policy)
     return policy

@@ -41,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import (
     RELOADING_FILE,
     RELOADING_SECONDS,
+    composed_argv,
     held_argv,
 )
 
@@ -691,12 +692,6 @@ def listens_nonlocal(instance):
     return bool(instance.get("outside"))
 
 
-def _composed(script, argv):
-    """``argv`` run by /bin/sh after ``script``'s commands, each failure stopping it: one argument list for
-    kvm_proxy_set's validate or reload. ``script`` is fixed text; every value is an argument."""
-    return ["/bin/sh", "-c", "set -e; %s" % script, "sh"] + list(argv)
-
-
 # policy.release: the hand-over of each group's address (the arguments after the script: per group, the address and
 # its peers' addresses joined by commas), when the guest has the script; a guest that is not a member yet has none,
 # holds no group's address, and releases nothing.
@@ -756,7 +751,7 @@ def member_policy(instance, policy):
         files.append({"path": SYSCTL_PATH, "content": SYSCTL_CONF})
         reload_script = "%s; %s" % (" ".join(SYSCTL_LOAD), reload_script)
     return {"files": files,
-            "validate": _composed('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
-            "reload": _composed(reload_script, _hand_over_arguments(groups) + ["--"] + list(policy["reload"])),
+            "validate": composed_argv('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
+            "reload": composed_argv(reload_script, _hand_over_arguments(groups) + ["--"] + list(policy["reload"])),
             "release": release_argv(groups),
             "group": policy_group(groups)}

@@ -18,6 +18,7 @@ __metaclass__ = type
 
 import ipaddress
 import re
+from dataclasses import dataclass
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import is_dns_name, validate_vm_name
@@ -26,11 +27,21 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     control_character,
     ip_address,
     ip_network,
+    ipv4_address,
     ipv4_interface,
+    ipv6_address,
     ipv6_interface,
     quoted,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import HEALTH_PORT, SYSCTL_PATH, listens_nonlocal
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, host_addresses, parse_pool
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
+    HEALTH_PORT,
+    INSIDE_NIC,
+    OUTSIDE_NIC,
+    SYSCTL_PATH,
+    listens_nonlocal,
+)
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import PROGRAM_ARGV
 
 MAX_PORT = 65535
 # squid's forwarded_for values.
@@ -86,7 +97,11 @@ ALLOW, DENY, WOULD_DENY = "allow", "deny", "would_deny"
 DEFAULT_POLICY = "default"
 # A profile's keys, and its name: a word of squid.conf, part of its acls' names (profile_<name>_...: no underscore,
 # so two profiles' acls never share a name) and of every access line it decides.
-PROFILE_KEYS = ("name", "users", "clients", "allowed_destinations", "denied_destinations", "deny_internal", "mode")
+PROFILE_KEYS = ("name", "users", "clients", "allowed_destinations", "denied_destinations", "deny_internal", "mode",
+                "egress_address", "egress_address6")
+# A profile's own egress addresses: the key, the address family, how the text is parsed, and the egress NIC's option of
+# that family (whose segment the address joins).
+_EGRESS_FIELDS = (("egress_address", 4, ipv4_address, "address"), ("egress_address6", 6, ipv6_address, "address6"))
 _PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 # host:port of the syslog server: an IPv4 address, or an IPv6 one in brackets.
 _SYSLOG_SERVER = re.compile(r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<ipv4>[^:\[\]]*)):(?P<port>[^:]*)")
@@ -217,9 +232,13 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "forwarded_for": forwarded_for,
     }
     settings["dns_nameservers"] = _nameservers(proxy, problems)
+    egress_nic = _EgressNic(OUTSIDE_NIC, "outside.", outside, inside + outside, _pool(proxy)) if proxy.get("outside") \
+        else _EgressNic(INSIDE_NIC, "", inside, inside, _pool(proxy))
     settings.update(_policy(proxy, [interface.network for interface in inside + outside],
                             [matched for network in networks if network is not None for matched in _squid_matched(network)],
-                            problems))
+                            egress_nic, problems))
+    settings["egress_addresses"] = [address for profile in settings["profiles"] for address in profile["egress_addresses"]]
+    settings["egress_addresses_program"] = list(PROGRAM_ARGV)
     settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
     settings.update(_ha(proxy, port, settings["metrics_port"], problems))
     settings["syslog"] = _syslog(proxy.get("syslog"), proxy.get("syslog_protocol") or "udp", problems)
@@ -491,7 +510,7 @@ def _mode(label, mode, problems):
     return ENFORCE
 
 
-def _policy(proxy, nic_networks, client_networks, problems):
+def _policy(proxy, nic_networks, client_networks, egress_nic, problems):
     """Who the proxy asks for credentials (``users``) and how (_authentication), and where its clients may go: its
     default policy (the keys of _destination_policy, ``acl_prefix`` "" and ``mode``) and its ``profiles`` (_profiles)."""
     users = _users(proxy.get("users"), problems)
@@ -499,7 +518,7 @@ def _policy(proxy, nic_networks, client_networks, problems):
     settings.update(_authentication(users))
     settings.update(acl_prefix="", mode=_mode("", proxy.get("mode", ENFORCE), problems), users=users,
                     profiles=_profiles(proxy.get("profiles"), nic_networks, [user["name"] for user in users],
-                                       client_networks, problems))
+                                       client_networks, egress_nic, problems))
     return settings
 
 
@@ -539,11 +558,13 @@ def _within(network, networks):
     return any(network.version == other.version and network.subnet_of(other) for other in networks)
 
 
-def _profiles(profiles, nic_networks, user_names, client_networks, problems):
+def _profiles(profiles, nic_networks, user_names, client_networks, egress_nic, problems):
     """The proxy's profiles as squid.conf writes them, in their order (a request takes the first whose identity it
     matches): per profile its ``name``, ``acl``, ``acl_prefix`` and ``mode``, the ``users`` and ``clients`` (acl src values)
-    it applies to, and its destination acls (_destination_policy, the default policy's own rules)."""
+    it applies to, its destination acls (_destination_policy, the default policy's own rules) and its
+    ``egress_addresses`` (_egress_addresses)."""
     written = []
+    egress_taken = {}
     for where, profile in _profile_entries(profiles, problems):
         label = where + "."
         users = profile.get("users") or []
@@ -579,9 +600,77 @@ def _profiles(profiles, nic_networks, user_names, client_networks, problems):
         policy.update(name=profile["name"], acl="profile_%s" % profile["name"], acl_prefix="profile_%s_" % profile["name"],
                       mode=_mode(label, profile.get("mode", ENFORCE), problems),
                       users=[user for position, user in enumerate(users) if users.index(user) == position],
-                      clients=_clients(networks))
+                      clients=_clients(networks),
+                      egress_addresses=_egress_addresses(label, profile, egress_nic, egress_taken, problems))
         written.append(policy)
     return written
+
+
+@dataclass(frozen=True)
+class _EgressNic:
+    """The NIC a proxy's requests leave from, as a profile's egress addresses need it: its name in the guest, how
+    messages name its options ("outside." or ""), its static addresses (ip_interface objects), every static address of
+    the proxy, and the pool its outside addresses come from (PoolEntry tuple, () without one)."""
+
+    device: str
+    options: str
+    interfaces: list
+    own: list
+    pool: tuple
+
+
+def _pool(proxy):
+    """The outside NIC's pool (egress_pool.parse_pool's entries), () without one or when the pool's own check refuses
+    it (naming it)."""
+    entries = (proxy.get("outside") or {}).get("pool")
+    if not entries:
+        return ()
+    try:
+        return parse_pool(entries, proxy.get("name"))
+    except PoolError:
+        return ()
+
+
+def _egress_addresses(label, profile, egress_nic, taken, problems):
+    """A profile's own egress addresses (egress_address, egress_address6): each {"address", "interface" (with the egress
+    NIC's prefix length), "device"}, IPv4 first. Each is a host address of the egress NIC's segment of its family, not
+    an address of the proxy's NICs, of the outside pool (another proxy may get it) or of another profile (``taken``:
+    {address: profile label}, filled in)."""
+    found = []
+    for field, version, parse, option in _EGRESS_FIELDS:
+        text = profile.get(field)
+        if text is None or text == "":
+            continue
+        address = parse(text)
+        if address is None:
+            problems.append("%s%s %s is not an IPv%d address (without a prefix length: it takes the egress NIC's)"
+                            % (label, field, quoted(text), version))
+            continue
+        nic = next((interface for interface in egress_nic.interfaces if interface.version == version), None)
+        if nic is None:
+            problems.append("%s%s %s: the egress NIC has no static IPv%d address (%s%s, or one from "
+                            "egress_proxy_outside.pool), whose segment the address joins"
+                            % (label, field, address, version, egress_nic.options, option))
+            continue
+        network = nic.network
+        first, last = host_addresses(network)
+        if not first <= address <= last:
+            problems.append("%s%s %s is not a host address of %s, the segment of %s%s"
+                            % (label, field, address, network, egress_nic.options, option))
+        elif any(address == interface.ip for interface in egress_nic.own):
+            problems.append("%s%s %s is an address of the proxy's own NICs; give the profile one of its own"
+                            % (label, field, address))
+        elif any(entry.version == version and entry.first <= address <= entry.last for entry in egress_nic.pool):
+            problems.append("%s%s %s is in egress_proxy_outside.pool, which gives its addresses to proxies; take it out "
+                            "of the pool or give the profile another" % (label, field, address))
+        elif str(address) in taken:
+            problems.append("%s%s %s is the egress address of %s too; give each profile its own"
+                            % (label, field, address, taken[str(address)]))
+        else:
+            taken[str(address)] = label.rstrip(".")
+            found.append({"address": str(address), "interface": "%s/%d" % (address, network.prefixlen),
+                          "device": egress_nic.device})
+    return found
 
 
 def _access_rules(settings):

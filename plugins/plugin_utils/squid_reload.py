@@ -268,3 +268,9 @@ class _Program:
         """The offset of a jump at ``index`` to ``label`` (0 for None): forward, from the next instruction. A
         conditional jump's is one byte; MAX_PORTS keeps the program within it."""
         return self._labels[label] - index - 1 if label is not None else 0
+
+
+def composed_argv(script, argv):
+    """``argv`` run by /bin/sh after ``script``'s commands, each failure stopping it: one argument list for
+    kvm_proxy_set's validate or reload. ``script`` is fixed text; every value is an argument."""
+    return ["/bin/sh", "-c", "set -e; %s" % script, "sh"] + list(argv)

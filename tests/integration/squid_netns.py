@@ -4,7 +4,8 @@ squid's dns_nameservers takes an address only (port 53), and an origin has to si
 (10.0.0.5, 93.184.216.99, 64:ff9b::a00:5...): in a network namespace of its own (``ip netns add``), the test gives its
 loopback every such address and runs, there, a DNS server on 127.0.0.1:53 answering the test's names with the
 addresses in the order given, origins on ports 80 and 443 of every address that answer with the address they were
-reached on, squid with the role's squid.conf, and a client. Nothing leaves the namespace.
+reached on and the one they were reached from, squid with the role's squid.conf, and a client. Nothing leaves the
+namespace.
 
 Run as a program (inside the namespace) it is the DNS server and the origins (``squid_netns.py RECORDS_JSON``), or
 a client of squid that writes the request line itself (``squid_netns.py ask HOST PATH get|tunnel SOURCE [USER:PASSWORD]``,
@@ -73,10 +74,12 @@ def _serve_dns(records):
 
 
 class _Origin(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with the address it was reached on, and logs the path."""
+    """Answers every GET with the address it was reached on and the address it was reached from (squid's outgoing
+    address), and logs the path."""
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        body = json.dumps({"reached": self.connection.getsockname()[0], "path": self.path}).encode()
+        body = json.dumps({"reached": self.connection.getsockname()[0], "from": self.client_address[0],
+                           "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -71,6 +71,10 @@ LAB_DOMAIN = ".lab"
 # Its one user; a password of this run's own, searched for where it must not be.
 USER = "eptest-client"
 PASSWORD = "eptest-pw:%s#Zq" % secrets.token_hex(8)
+# Issue 43: two users, each with a profile of its own, whose allowlists are disjoint (the outside origin; the denied
+# address's origin) and whose requests leave from egress addresses of their own on the outside segment.
+PROFILE_USERS = {"eptest-ci": "ci-pw-%s" % secrets.token_hex(4), "eptest-ops": "ops-pw-%s" % secrets.token_hex(4)}
+PROFILE_EGRESS_HOSTS = {"eptest-ci": 80, "eptest-ops": 81}
 CHECK_DENIED_TASK = "Check that each proxy refused egress_proxy_verify_denied_url"
 CHECK_USERS_TASK = "Check that each proxy with users asked for credentials"
 SQUID_REFUSED = "ERR_ACCESS_DENIED 0"
@@ -186,17 +190,31 @@ def two_nic_vars(net_fleet, inside, outside, denied, file_sd, dual_stack=False):
         egress_proxy_verify_netns=spec.lan_netns, egress_proxy_verify_url=spec.origin_url(spec.outside_address),
         egress_proxy_verify_origin=True, egress_proxy_verify_denied_url=spec.origin_url(denied),
         egress_proxy_allowed_destinations=[LAB_DOMAIN, spec.outside_cidr], egress_proxy_denied_destinations=[denied],
-        egress_proxy_users=[{"name": USER, "password": PASSWORD}],
+        egress_proxy_users=[{"name": USER, "password": PASSWORD}] + [
+            {"name": name, "password": password} for name, password in PROFILE_USERS.items()],
         egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
         egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
-                                 "outside": {"address": outside}}])
+                                 "outside": {"address": outside}, "profiles": [
+                                     {"name": "ci", "users": ["eptest-ci"], "allowed_destinations": [spec.outside_address],
+                                      "egress_address": profile_egress(spec, "eptest-ci")},
+                                     {"name": "ops", "users": ["eptest-ops"], "allowed_destinations": [denied],
+                                      "egress_address": profile_egress(spec, "eptest-ops")}]}])
     if dual_stack:
         (instance,) = variables["egress_proxy_instances"]
         instance.update(address6=ipv6_host(LAN6[0], PROXY_HOST), outside={
             "address": outside, "address6": ipv6_host(OUTSIDE6[0], PROXY_HOST), "gateway6": OUTSIDE6[1]})
+        instance["profiles"][0].update(egress_address6=host(profile_egress(spec, "eptest-ci", 6)),
+                                       allowed_destinations=[spec.outside_address, OUTSIDE6[1]])
         variables["egress_proxy_allowed_clients"] = variables["egress_proxy_allowed_clients"] + [LAN6[1] + "/128"]
         variables["egress_proxy_allowed_destinations"] = variables["egress_proxy_allowed_destinations"] + [OUTSIDE6[0]]
     return variables
+
+
+def profile_egress(spec, user, version=4):
+    """The egress address of ``user``'s profile on lab-hv1's outside segment (IPv6: with its prefix length)."""
+    if version == 6:
+        return ipv6_host(OUTSIDE6[0], PROFILE_EGRESS_HOSTS[user])
+    return "%s.%d" % (spec.outside_prefix, PROFILE_EGRESS_HOSTS[user])
 
 
 def deploy(net_fleet, inventory, options=()):
@@ -467,6 +485,19 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(outside6), answer
     answer = through_proxy(spec.lan_netns, squid6, origin)
     assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(outside), answer
+    # Issue 43: exactly the two allowed pairs of the profiles' users pass, each seen at the origin from its own egress
+    # address (the guest put it on the outside NIC at its first boot), over IPv6 too.
+    denied_url = spec.origin_url(denied)
+    pairs = {(user, url): through_proxy(spec.lan_netns, squid, url, credentials=(user, PROFILE_USERS[user]))
+             for user in PROFILE_USERS for url in (origin, denied_url)}
+    assert {pair: answer.status for pair, answer in pairs.items()} == {
+        ("eptest-ci", origin): 200, ("eptest-ci", denied_url): 403,
+        ("eptest-ops", origin): 403, ("eptest-ops", denied_url): 200}, pairs
+    assert pairs[("eptest-ci", origin)].seen["peer"] == profile_egress(spec, "eptest-ci"), pairs
+    assert pairs[("eptest-ops", denied_url)].seen["peer"] == profile_egress(spec, "eptest-ops"), pairs
+    answer = through_proxy(spec.lan_netns, squid6, "http://[%s]:%d/" % (OUTSIDE6[1], config.ORIGIN_PORT),
+                           credentials=("eptest-ci", PROFILE_USERS["eptest-ci"]))
+    assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(profile_egress(spec, "eptest-ci", 6)), answer
     # A request arriving on the outside NIC finds no listener.
     answer = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
     assert answer.code == CURL_CONNECT_FAILED, "squid answered on the outside address %s: %s" % (host(outside), answer)
@@ -529,8 +560,9 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     lines = polled("the access lines of %s" % unlisted, lambda: access_lines(lan_monitoring, "dest=%s:80 " % unlisted),
                    lambda found: found, timeout=30)
     assert lines == ["<134>1 %s %s squid - access - client=%s user=%s method=GET dest=%s:80 status=403 bytes=%s "
-                     "result=TCP_DENIED" % (lines[0].split()[1], PROXY, spec.lan_address, USER, unlisted,
-                                            lines[0].split("bytes=")[1].split()[0])], lines
+                     "result=TCP_DENIED decision=deny profile=default rule=not_allowed" % (
+                         lines[0].split()[1], PROXY, spec.lan_address, USER, unlisted,
+                         lines[0].split("bytes=")[1].split()[0])], lines
     forwarded_line = "client=%s user=%s method=GET dest=%s:%d status=200 " % (
         spec.lan_address, USER, config.ORIGIN_NAME, config.ORIGIN_PORT)
     assert len(access_lines(lan_monitoring, forwarded_line)) >= 5, lan_monitoring.syslog_log.read_text()[-3000:]

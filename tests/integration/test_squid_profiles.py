@@ -12,6 +12,9 @@ asked with GET and with CONNECT, and read back from the access lines squid wrote
   same (deny_internal holds in either mode).
 - What the proxy checks before any profile (credentials) is decided with profile=-, in either mode, and its 407 carries
   the Proxy-Authenticate challenge clients wait for.
+- A profile with an egress address of its own is seen at the origin from it: the role's program puts the addresses on
+  the NIC (the namespace's loopback standing in for the guest's), takes off those no longer listed, and names one it
+  could not put on.
 """
 
 import contextlib
@@ -29,6 +32,8 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf impo
 from tests.integration.squid_netns import squid_namespace
 from tests.unit.role_templates import (
     COUNTER_PROGRAM,
+    EGRESS_ADDRESSES,
+    EGRESS_ADDRESSES_PROGRAM,
     EITHER_PROGRAM,
     PREVIOUS_USERS,
     SQUID_CONF,
@@ -198,3 +203,64 @@ def test_a_user_whose_password_is_rotated_passes_with_either_until_the_previous_
                    for credentials in ("ci:ci-new", "ci:ci-secret", "ci:ci-other", "ops:ops-secret", "ops:ci-secret")}
     assert answers == {"ci:ci-new": 200, "ci:ci-secret": 200, "ci:ci-other": 407, "ops:ops-secret": 200,
                        "ops:ci-secret": 407}, answers
+
+
+# Two profiles with egress addresses of their own in the proxy's segment (ENTRY's 198.51.100.5/24): ci's users (from
+# anywhere) and the backup hosts' other users; everyone else leaves from the address the kernel picks.
+EGRESS = {"ci": "198.51.100.11", "backup": "198.51.100.12"}
+EGRESS_BASE = dict(BASE, egress_proxy_metrics=False, egress_proxy_allowed_destinations=[], egress_proxy_profiles=[
+    {"name": "ci", "users": ["ci"], "egress_address": EGRESS["ci"]},
+    {"name": "backup", "clients": [BACKUP_HOST], "egress_address": EGRESS["backup"]}])
+
+
+def loopback_addresses(namespace):
+    return set(namespace.run(["ip", "-o", "-4", "address", "show", "dev", "lo"]).stdout.split())
+
+
+def test_each_profile_is_seen_at_the_origin_from_its_own_egress_address(policy_dir):
+    (proxy,) = role_set_args([dict(ENTRY)], **EGRESS_BASE)["proxies"]
+    files = policy_files(proxy)
+    users = os.path.join(policy_dir, "egress-users")
+    with open(users, "w") as handle:
+        handle.write(files[SQUID_USERS]["secret_content"])
+    os.chmod(users, 0o644)
+    program = os.path.join(policy_dir, "egress-addresses")
+    with open(program, "w") as handle:
+        handle.write(files[EGRESS_ADDRESSES_PROGRAM]["content"])
+    os.chmod(program, 0o755)
+    # The list the role wrote for the guest's only NIC (nic0), for the namespace's loopback.
+    listed = files[EGRESS_ADDRESSES]["content"]
+    assert listed == "198.51.100.11/24 nic0\n198.51.100.12/24 nic0\n"
+    wanted, applied = os.path.join(policy_dir, "wanted"), os.path.join(policy_dir, "run", "applied")
+
+    def put_on(content):
+        with open(wanted, "w") as handle:
+            handle.write(content.replace(" nic0", " lo"))
+        return namespace.run([program, wanted, applied])
+
+    conf = files[SQUID_CONF]["content"].replace(SQUID_USERS, users)
+    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
+        first = put_on(listed)
+        assert first.returncode == 0, first.stderr
+        seen = {}
+        for source, user, host in ((ELSEWHERE, "ci", "mirror.example"), (BACKUP_HOST, "ops", "bucket.example"),
+                                   (ELSEWHERE, "ops", "www.example")):
+            for tunnel in (False, True):
+                status, body = namespace.get(host, "egress", tunnel=tunnel, source=source,
+                                             credentials="%s:%s" % (user, PASSWORDS[user]))
+                assert status == 200, (source, user, host, tunnel, status)
+                seen[(user, source, tunnel)] = body["from"].replace("::ffff:", "")
+        # The backup profile's address taken out of the list: the next run takes it off the NIC, and keeps ci's.
+        second = put_on(listed.splitlines(keepends=True)[0])
+        after_removal = loopback_addresses(namespace)
+        # An address that cannot be put on (no such NIC) fails the program naming it; the others still go on.
+        third = put_on(listed + "198.51.100.13/24 nosuchnic\n")
+        after_failure = loopback_addresses(namespace)
+    for tunnel in (False, True):
+        assert seen[("ci", ELSEWHERE, tunnel)] == EGRESS["ci"], seen
+        assert seen[("ops", BACKUP_HOST, tunnel)] == EGRESS["backup"], seen
+        assert seen[("ops", ELSEWHERE, tunnel)] not in EGRESS.values(), seen
+    assert second.returncode == 0, second.stderr
+    assert "198.51.100.11/24" in after_removal and "198.51.100.12/24" not in after_removal, after_removal
+    assert third.returncode == 1 and "egress address 198.51.100.13/24 could not be put on nosuchnic" in third.stderr, third
+    assert {"198.51.100.11/24", "198.51.100.12/24"} <= after_failure, after_failure

@@ -111,7 +111,12 @@ SQUID_VALIDATE = ["/usr/sbin/squid", "-k", "parse"]
 # While users' passwords are rotated: their previous hashes, and squid's Basic helper that takes either.
 PREVIOUS_USERS = "/etc/squid/egress-users-previous"
 EITHER_PROGRAM = "/usr/local/sbin/egress-proxy-basic-auth-either"
-POLICY_PATHS = (SQUID_CONF, SQUID_USERS, PREVIOUS_USERS, EITHER_PROGRAM, COUNTER_PROGRAM)
+# With profiles' own egress addresses: their list, the program that puts them on the NIC, and squid's drop-in that runs it.
+EGRESS_ADDRESSES = "/etc/egress-proxy/egress-addresses"
+EGRESS_ADDRESSES_PROGRAM = "/usr/local/sbin/egress-proxy-egress-addresses"
+SQUID_DROP_IN = "/etc/systemd/system/squid.service.d/egress-addresses.conf"
+POLICY_PATHS = (SQUID_CONF, SQUID_USERS, PREVIOUS_USERS, EITHER_PROGRAM, COUNTER_PROGRAM, EGRESS_ADDRESSES,
+                EGRESS_ADDRESSES_PROGRAM, SQUID_DROP_IN)
 
 
 def reload_ports(reload):
@@ -167,13 +172,22 @@ def decision_counts(page):
 def policy_files(proxy):
     """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, the
     users' file beside it when there are users, the previous passwords' and the helper that takes either while they
-    are rotated, and the decisions' counter when squid.conf counts them, checked by squid -k parse and loaded by a
-    reload of squid that holds new connections to its ports."""
+    are rotated, the decisions' counter when squid.conf counts them, and the profiles' egress addresses with their
+    program and squid's drop-in; checked by squid -k parse and loaded by a reload of squid that holds new connections
+    to its ports (after the egress addresses went on)."""
+    from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import with_profile_addresses
+
     policy = proxy["policy"]
     assert sorted(policy) == ["files", "reload", "validate"], policy
     assert policy["validate"] == SQUID_VALIDATE
-    reload_ports(policy["reload"])
     paths = [entry["path"] for entry in policy["files"]]
+    squid_reload = policy["reload"]
+    if EGRESS_ADDRESSES in paths:
+        # The addresses go on first (/bin/sh -c SCRIPT sh, then squid's reload).
+        squid_reload = policy["reload"][4:]
+        egress = [{"interface": "192.0.2.1/24", "device": "nic0"}]
+        assert with_profile_addresses({"files": [], "reload": squid_reload}, egress)["reload"] == policy["reload"]
+    reload_ports(squid_reload)
     # squid.conf, then each other file once, in the order the role writes them.
     assert paths[:1] == [SQUID_CONF] and paths == [path for path in POLICY_PATHS if path in paths], paths
     return {entry["path"]: entry for entry in policy["files"]}

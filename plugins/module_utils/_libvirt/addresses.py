@@ -24,7 +24,7 @@ __metaclass__ = type
 
 import socket
 from collections import OrderedDict, namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import (
@@ -78,6 +78,10 @@ class Wanted:
 
     ipv4: bool = True
     ipv6: bool = False
+    # The NIC's static addresses (normalised, without prefix length), which a lookup takes over other addresses of the
+    # NIC; None for a NIC configured by DHCP or a domain without a recorded spec.
+    static4: Optional[str] = None
+    static6: Optional[str] = None
 
     @property
     def ipv6_only(self):
@@ -191,9 +195,11 @@ def nic_addresses(hypervisor, dom, macs, wanted=None, answered=None):
             interfaces, why = _ask(hypervisor, dom, source, no_address_codes)
         for mac, families in pending.items():
             lookup = lookups[mac]
+            want = wanted.get(mac, IPV4)
             found = {} if why is not None else {
-                family: first(interfaces, hwaddr=mac)
-                for family, first in (("IPv4", first_routable_ipv4), ("IPv6", first_routable_ipv6)) if family in families}
+                family: first(interfaces, hwaddr=mac, preferred=static)
+                for family, first, static in (("IPv4", first_routable_ipv4, want.static4),
+                                              ("IPv6", first_routable_ipv6, want.static6)) if family in families}
             said = why or ", ".join(address for address in found.values() if address) or (
                 NO_ROUTABLE_ADDRESS_YET % " or ".join(families) if interfaces else NO_ADDRESS_YET)
             lookup.sources[name] = said
@@ -264,7 +270,7 @@ def await_ipv4(hypervisor, awaited, timing, port=None):
                 continue
             # nostate: libvirt could not tell; neither source answers for it, the next poll decides.
             # Only the address awaited is asked for: a dual-stack NIC's IPv4 from ARP ends its wait without the agent.
-            primary = Wanted(ipv4=not one.wanted.ipv6_only, ipv6=one.wanted.ipv6_only)
+            primary = replace(one.wanted, ipv4=not one.wanted.ipv6_only, ipv6=one.wanted.ipv6_only)
             lookup = (nic_addresses(hypervisor, one.dom, (one.mac,), {one.mac: primary})[one.mac] if is_active(state)
                       else previous)
             address = primary.address(lookup) if lookup is not None else None

@@ -82,7 +82,7 @@ def _routable(text, version):
                 or (version == 6 and address.is_multicast))
 
 
-def first_routable_ipv4(interfaces, hwaddr=None):
+def first_routable_ipv4(interfaces, hwaddr=None, preferred=None):
     """The first routable IPv4 in the result of virDomain.interfaceAddresses(), or None.
 
     ``interfaces`` maps interface name to ``{'hwaddr': ..., 'addrs': [{'type',
@@ -90,18 +90,21 @@ def first_routable_ipv4(interfaces, hwaddr=None):
     guest's or the ARP table's), skipping ``lo``; loopback, link-local and
     unspecified addresses are skipped because the guest agent reports those
     too. With ``hwaddr`` only the interface with that MAC counts, so a
-    container bridge inside the guest cannot win.
+    container bridge inside the guest cannot win. ``preferred`` (the NIC's
+    static address, normalised text) wins where the NIC has it: a NIC may carry
+    more addresses (a profile's egress addresses), which the guest may list first.
     """
-    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV4, 4)
+    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV4, 4, preferred)
 
 
-def first_routable_ipv6(interfaces, hwaddr=None):
+def first_routable_ipv6(interfaces, hwaddr=None, preferred=None):
     """first_routable_ipv4 for IPv6: the first global or unique local IPv6 (never the link-local one every NIC has)."""
-    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV6, 6)
+    return _first_routable(interfaces, hwaddr, VIR_IP_ADDR_TYPE_IPV6, 6, preferred)
 
 
-def _first_routable(interfaces, hwaddr, address_type, version):
+def _first_routable(interfaces, hwaddr, address_type, version, preferred):
     wanted = hwaddr.lower() if hwaddr else None
+    first = None
     for ifname, interface in (interfaces or {}).items():
         if ifname == "lo" or not interface:
             continue
@@ -110,5 +113,8 @@ def _first_routable(interfaces, hwaddr, address_type, version):
         for address in interface.get("addrs") or ():
             if address.get("type") == address_type and _routable(address.get("addr"), version):
                 # Normalised: the agent reports what the guest wrote, which a result compares with the spec's.
-                return str(ipaddress.ip_address(address["addr"]))
-    return None
+                found = str(ipaddress.ip_address(address["addr"]))
+                if found == preferred:
+                    return found
+                first = first or found
+    return first

@@ -303,7 +303,9 @@ def recorded_roles(spec, count):
 
 
 def _wanted(address, address6):
-    return Wanted(ipv4=bool(address) or not address6, ipv6=bool(address6))
+    static4, static6 = ipv4_interface(address), ipv6_interface(address6)
+    return Wanted(ipv4=bool(address) or not address6, ipv6=bool(address6),
+                  static4=str(static4.ip) if static4 else None, static6=str(static6.ip) if static6 else None)
 
 
 def recorded_wanted(spec, count):

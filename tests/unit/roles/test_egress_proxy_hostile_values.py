@@ -96,6 +96,10 @@ SQUID_VALUES = [
         dict(PROFILE, denied_destinations=[".example.com", "10.0.0.0/8" + text])]}}),
     ("profiles[0] (ci).deny_internal", lambda text: {"instance": {"profiles": [dict(PROFILE, deny_internal="true" + text)]}}),
     ("profiles[0] (ci).mode", lambda text: {"instance": {"profiles": [dict(PROFILE, mode="report" + text)]}}),
+    ("profiles[0] (ci).egress_address", lambda text: {"instance": {"address": "198.18.0.5/24", "profiles": [
+        dict(PROFILE, egress_address="198.18.0.9" + text + INJECTED)]}}),
+    ("profiles[0] (ci).egress_address6", lambda text: {"instance": {"address6": "2001:db8:10::5/64", "profiles": [
+        dict(PROFILE, egress_address6="2001:db8:10::9%" + text)]}}),
 ]
 # A profile of the proxy below (its clients are 10.0.0.0/8), and a user of it.
 PROFILE = {"name": "ci", "clients": ["10.1.0.0/16"]}

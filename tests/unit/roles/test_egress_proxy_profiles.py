@@ -32,12 +32,16 @@ from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf impo
 from ansible_collections.egress_proxies.kvm.tests.integration.role_examples import FENCE, inventory_files
 from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     COUNTER_PROGRAM,
+    EGRESS_ADDRESSES,
+    EGRESS_ADDRESSES_PROGRAM,
     REPO_ROOT,
     SQUID_CONF,
+    SQUID_DROP_IN,
     policy_files,
     role_set_args,
     role_variables,
     squid_parsed,
+    user_data_document,
 )
 from ansible_collections.egress_proxies.kvm.tests.unit.roles.test_egress_proxy_policy import acl_networks
 
@@ -359,3 +363,101 @@ def test_the_docs_example_renders_the_rules_the_docs_show(tmp_path):
     shown = [fence["body"] for fence in FENCE.finditer(section) if fence["body"].startswith("http_access")]
     assert len(shown) == 1
     assert rules[rules.index("http_access deny decision_deny_users !egress_users"):] == shown[0].splitlines()
+
+
+# Profiles with egress addresses of their own (item 1): ci leaves from .11 (IPv4) and ::11 (IPv6), backup from .12; lab
+# has none and leaves from the outside NIC's addresses, as the default policy does.
+DUAL_STACK = dict(ENTRY, outside=dict(ENTRY["outside"], address6="2001:db8:20::5/64"))
+EGRESS_PROFILES = [dict(CI, egress_address="203.0.113.11", egress_address6="2001:db8:20::11"),
+                   dict(BACKUP, egress_address="203.0.113.12"), LAB]
+
+
+def test_profiles_leave_from_their_own_egress_addresses_before_the_outside_ones_and_squid_accepts_it(tmp_path):
+    (proxy,) = role_set_args([dict(DUAL_STACK)], **dict(BASE, egress_proxy_users=USERS,
+                                                         egress_proxy_profiles=EGRESS_PROFILES))["proxies"]
+    files = policy_files(proxy)
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    # squid takes the first line whose acls match (and whose family is the destination's): each profile's, then the
+    # outside NIC's for everyone else; after the acls they name.
+    assert lines(parsed, "tcp_outgoing_address") == [
+        "tcp_outgoing_address 203.0.113.11 profile_ci", "tcp_outgoing_address 2001:db8:20::11 profile_ci",
+        "tcp_outgoing_address 203.0.113.12 profile_backup",
+        "tcp_outgoing_address 203.0.113.5", "tcp_outgoing_address 2001:db8:20::5"]
+    assert parsed.index("acl profile_backup note profile backup") < parsed.index(
+        "tcp_outgoing_address 203.0.113.11 profile_ci")
+    # The guest puts them on the outside NIC (nic1) with its prefix lengths, at every start of squid and before each
+    # reload; the first boot's user-data runs the program once.
+    assert files[EGRESS_ADDRESSES]["content"] == \
+        "203.0.113.11/24 nic1\n2001:db8:20::11/64 nic1\n203.0.113.12/24 nic1\n"
+    assert files[EGRESS_ADDRESSES_PROGRAM]["mode"] == "0755"
+    assert "ExecStartPre=-%s %s /run/egress-proxy/egress-addresses" % (EGRESS_ADDRESSES_PROGRAM, EGRESS_ADDRESSES) in \
+        files[SQUID_DROP_IN]["content"]
+    runcmd = user_data_document(proxy["user_data"])["runcmd"]
+    program = [EGRESS_ADDRESSES_PROGRAM, EGRESS_ADDRESSES, "/run/egress-proxy/egress-addresses"]
+    assert runcmd.index(["systemctl", "daemon-reload"]) < runcmd.index(program) < runcmd.index(
+        ["systemctl", "reload-or-restart", "squid"])
+
+
+def test_a_one_nic_proxys_profile_leaves_from_an_address_of_its_only_nic(tmp_path):
+    (proxy,) = role_set_args([{"name": "egress-1", "address": "198.51.100.5/24"}], **dict(
+        BASE, egress_proxy_outside={}, egress_proxy_profiles=[dict(BACKUP, egress_address="198.51.100.12")]))["proxies"]
+    files = policy_files(proxy)
+    assert lines(squid_parsed(files[SQUID_CONF]["content"], tmp_path), "tcp_outgoing_address") == [
+        "tcp_outgoing_address 198.51.100.12 profile_backup"]
+    assert files[EGRESS_ADDRESSES]["content"] == "198.51.100.12/24 nic0\n"
+
+
+def test_profiles_without_egress_addresses_write_neither_the_addresses_nor_their_program():
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=USERS, egress_proxy_profiles=[CI, LAB]))[
+        "proxies"]
+    files = policy_files(proxy)
+    assert not {EGRESS_ADDRESSES, EGRESS_ADDRESSES_PROGRAM, SQUID_DROP_IN} & set(files)
+    assert "egress-addresses" not in proxy["user_data"]
+    assert "tcp_outgoing_address 203.0.113.5\n" in files[SQUID_CONF]["content"]
+
+
+@pytest.mark.parametrize("profile, words", [
+    (dict(CI, egress_address="203.0.113.11/24"), "profiles[0] (ci).egress_address '203.0.113.11/24' is not an IPv4 "
+                                                 "address (without a prefix length"),
+    (dict(CI, egress_address="2001:db8:20::11"), "profiles[0] (ci).egress_address '2001:db8:20::11' is not an IPv4"),
+    (dict(CI, egress_address6="2001:db8:20::11"), "profiles[0] (ci).egress_address6 2001:db8:20::11: the egress NIC has "
+                                                  "no static IPv6 address (outside.address6"),
+    (dict(CI, egress_address="198.51.100.11"), "profiles[0] (ci).egress_address 198.51.100.11 is not a host address of "
+                                               "203.0.113.0/24, the segment of outside.address"),
+    (dict(CI, egress_address="203.0.113.255"), "203.0.113.255 is not a host address of 203.0.113.0/24"),
+    (dict(CI, egress_address="203.0.113.0"), "203.0.113.0 is not a host address of 203.0.113.0/24"),
+    (dict(CI, egress_address="203.0.113.5"), "profiles[0] (ci).egress_address 203.0.113.5 is an address of the proxy's "
+                                             "own NICs"),
+], ids=lambda value: None if isinstance(value, dict) else value[:40])
+def test_a_profiles_egress_address_outside_the_egress_segment_or_taken_is_refused_naming_it(profile, words):
+    message = refusal(egress_proxy_profiles=[profile])
+    assert words in message, message
+
+
+def test_two_profiles_with_one_egress_address_are_refused():
+    message = refusal(egress_proxy_profiles=[dict(CI, egress_address="203.0.113.11"),
+                                             dict(BACKUP, egress_address="203.0.113.11")])
+    assert "profiles[1] (backup).egress_address 203.0.113.11 is the egress address of profiles[0] (ci) too" in message
+
+
+def test_a_profiles_egress_address_from_the_outside_pool_is_refused():
+    message = refusal(egress_proxy_outside={"gateway": "203.0.113.1", "prefix": "203.0.113.0/24",
+                                            "pool": ["203.0.113.100-203.0.113.120"]},
+                      egress_proxy_profiles=[dict(CI, egress_address="203.0.113.110")])
+    assert "profiles[0] (ci).egress_address 203.0.113.110 is in egress_proxy_outside.pool" in message, message
+
+
+@pytest.mark.parametrize("second_profile, words", [
+    (dict(CI, egress_address="203.0.113.11"), "egress-1 profiles[0].egress_address 203.0.113.11, egress-2 "
+                                              "profiles[0].egress_address 203.0.113.11"),
+    (dict(CI, egress_address="203.0.113.5"), "egress-1 outside.address 203.0.113.5, egress-2 profiles[0].egress_address "
+                                             "203.0.113.5"),
+], ids=["two-proxies-profiles", "a-profile-and-another-proxys-nic"])
+def test_an_egress_address_of_two_proxies_is_refused_naming_both(second_profile, words):
+    variables = role_variables(**dict(BASE, egress_proxy_users=USERS))
+    first = dict(ENTRY, profiles=[dict(CI, egress_address="203.0.113.11")])
+    second = dict(ENTRY, name="egress-2", address="198.51.100.6/24", outside={"bridge": "br1", "address": "203.0.113.6/24"},
+                  profiles=[second_profile])
+    with pytest.raises(AnsibleFilterError) as refused:
+        proxy_instances([first, second], variables)
+    assert "Two proxies on hv1 have one static address: " in str(refused.value) and words in str(refused.value), refused.value

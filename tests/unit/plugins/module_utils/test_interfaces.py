@@ -440,6 +440,21 @@ def test_a_dual_stack_nics_ipv4_from_arp_ends_the_wait_and_its_ipv6_comes_from_t
     assert (lookups[INSIDE_MAC].ip, lookups[INSIDE_MAC].ipv6) == ("198.18.11.5", None)
 
 
+def test_a_nic_with_more_addresses_than_its_static_ones_is_reported_by_its_static_ones():
+    """A profile's egress addresses sit on the egress NIC beside its own, and the guest may list them first."""
+    hv = ready_host()
+    hv.add_domain("guest", state=RUNNING)
+    dom = hv.domains["guest"]
+    report_addresses(dom, ADDRESS_SOURCE_ARP, (OUTSIDE_MAC, "198.19.0.11"), (OUTSIDE_MAC, "198.19.0.5"))
+    report_addresses(dom, ADDRESS_SOURCE_AGENT,
+                     (OUTSIDE_MAC, "198.19.0.11", "2001:db8:21::11", "198.19.0.5", "2001:db8:21::5"))
+    lookups = nic_addresses(hv, dom, [OUTSIDE_MAC], {OUTSIDE_MAC: Interface(**DUAL_STACK_EGRESS).wanted})
+    assert (lookups[OUTSIDE_MAC].ip, lookups[OUTSIDE_MAC].ipv6) == ("198.19.0.5", "2001:db8:21::5")
+    # A NIC configured by DHCP has no static address: its first routable one, as before.
+    dhcp = nic_addresses(hv, dom, [OUTSIDE_MAC], {OUTSIDE_MAC: Interface(bridge="br1", mac=OUTSIDE_MAC).wanted})
+    assert dhcp[OUTSIDE_MAC].ip == "198.19.0.11"
+
+
 def _timing(on_sleep):
     time = FakeTime()
     time.on_sleep = on_sleep
