@@ -136,17 +136,20 @@ def policy_dir():
     shutil.rmtree(path)
 
 
+def copied(policy_dir, policy_file, mode=0o644):
+    """The path in ``policy_dir`` of a copy of one file of the policy (policy_files'), which squid's user reads."""
+    path = os.path.join(policy_dir, os.path.basename(policy_file["path"]))
+    with open(path, "w") as handle:
+        handle.write(policy_file.get("secret_content") or policy_file["content"])
+    os.chmod(path, mode)
+    return path
+
+
 def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it_would_deny(policy_dir):
     (proxy,) = role_set_args([dict(ENTRY)], **BASE)["proxies"]
     files = policy_files(proxy)
-    users = os.path.join(policy_dir, "egress-users")
-    with open(users, "w") as handle:
-        handle.write(files[SQUID_USERS]["secret_content"])
-    os.chmod(users, 0o644)
-    counter = os.path.join(policy_dir, "decision-counter")
-    with open(counter, "w") as handle:
-        handle.write(files[COUNTER_PROGRAM]["content"])
-    os.chmod(counter, 0o755)
+    users = copied(policy_dir, files[SQUID_USERS])
+    counter = copied(policy_dir, files[COUNTER_PROGRAM], 0o755)
     exporter = os.path.join(policy_dir, "exporter")
     os.mkdir(exporter)
     with open(os.path.join(exporter, "metrics"), "w") as handle:
@@ -193,11 +196,7 @@ def test_a_user_whose_password_is_rotated_passes_with_either_until_the_previous_
     files = policy_files(proxy)
     conf = files[SQUID_CONF]["content"]
     for path, mode in ((SQUID_USERS, 0o644), (PREVIOUS_USERS, 0o644), (EITHER_PROGRAM, 0o755)):
-        local = os.path.join(policy_dir, os.path.basename(path))
-        with open(local, "w") as handle:
-            handle.write(files[path].get("secret_content") or files[path]["content"])
-        os.chmod(local, mode)
-        conf = conf.replace(path, local)
+        conf = conf.replace(path, copied(policy_dir, files[path], mode))
     with squid_namespace(conf, RECORDS, ADDRESSES) as namespace:
         answers = {credentials: namespace.ask("www.example", "get", credentials=credentials)["status"]
                    for credentials in ("ci:ci-new", "ci:ci-secret", "ci:ci-other", "ops:ops-secret", "ops:ci-secret")}
@@ -220,14 +219,8 @@ def loopback_addresses(namespace):
 def test_each_profile_is_seen_at_the_origin_from_its_own_egress_address(policy_dir):
     (proxy,) = role_set_args([dict(ENTRY)], **EGRESS_BASE)["proxies"]
     files = policy_files(proxy)
-    users = os.path.join(policy_dir, "egress-users")
-    with open(users, "w") as handle:
-        handle.write(files[SQUID_USERS]["secret_content"])
-    os.chmod(users, 0o644)
-    program = os.path.join(policy_dir, "egress-addresses")
-    with open(program, "w") as handle:
-        handle.write(files[EGRESS_ADDRESSES_PROGRAM]["content"])
-    os.chmod(program, 0o755)
+    users = copied(policy_dir, files[SQUID_USERS])
+    program = copied(policy_dir, files[EGRESS_ADDRESSES_PROGRAM], 0o755)
     # The list the role wrote for the guest's only NIC (nic0), for the namespace's loopback.
     listed = files[EGRESS_ADDRESSES]["content"]
     assert listed == "198.51.100.11/24 nic0\n198.51.100.12/24 nic0\n"

@@ -373,8 +373,8 @@ EGRESS_PROFILES = [dict(CI, egress_address="203.0.113.11", egress_address6="2001
 
 
 def test_profiles_leave_from_their_own_egress_addresses_before_the_outside_ones_and_squid_accepts_it(tmp_path):
-    (proxy,) = role_set_args([dict(DUAL_STACK)], **dict(BASE, egress_proxy_users=USERS,
-                                                         egress_proxy_profiles=EGRESS_PROFILES))["proxies"]
+    overrides = dict(BASE, egress_proxy_users=USERS, egress_proxy_profiles=EGRESS_PROFILES)
+    (proxy,) = role_set_args([dict(DUAL_STACK)], **overrides)["proxies"]
     files = policy_files(proxy)
     parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
     # squid takes the first line whose acls match (and whose family is the destination's): each profile's, then the
@@ -399,8 +399,9 @@ def test_profiles_leave_from_their_own_egress_addresses_before_the_outside_ones_
 
 
 def test_a_one_nic_proxys_profile_leaves_from_an_address_of_its_only_nic(tmp_path):
-    (proxy,) = role_set_args([{"name": "egress-1", "address": "198.51.100.5/24"}], **dict(
-        BASE, egress_proxy_outside={}, egress_proxy_profiles=[dict(BACKUP, egress_address="198.51.100.12")]))["proxies"]
+    overrides = {**BASE, "egress_proxy_outside": {},
+                 "egress_proxy_profiles": [dict(BACKUP, egress_address="198.51.100.12")]}
+    (proxy,) = role_set_args([{"name": "egress-1", "address": "198.51.100.5/24"}], **overrides)["proxies"]
     files = policy_files(proxy)
     assert lines(squid_parsed(files[SQUID_CONF]["content"], tmp_path), "tcp_outgoing_address") == [
         "tcp_outgoing_address 198.51.100.12 profile_backup"]
