@@ -34,6 +34,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names i
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
     ascii_decimal,
+    ip_address,
     ipv4_interface,
     ipv6_interface,
     quoted,
@@ -271,14 +272,28 @@ def member_view(entries, groups, settings, hypervisor):
         for field, address in pooled.get(entry["name"], {}).items():
             if not outside.get(field):
                 outside[field] = address
+        profiles = entry["profiles"] if "profiles" in entry else settings.get("egress_proxy_profiles")
         view.append(dict(filled, name=entry["name"], hypervisor=hypervisor, outside_address=outside.get("address") or "",
-                         outside_address6=outside.get("address6") or "", metrics_port=metrics_port))
+                         outside_address6=outside.get("address6") or "", metrics_port=metrics_port,
+                         profile_addresses=_profile_addresses(profiles)))
     return view
+
+
+def _profile_addresses(profiles):
+    """The egress addresses of a member's profiles (egress_address, egress_address6), normalised; the role's check of
+    the profiles (squid_conf) refuses any other value, naming it."""
+    found = []
+    for profile in profiles if isinstance(profiles, list) else []:
+        for field in ("egress_address", "egress_address6"):
+            address = ip_address(profile.get(field)) if isinstance(profile, dict) else None
+            if address is not None:
+                found.append(str(address))
+    return found
 
 
 # A hypervisor's role-wide settings a member falls back to (member_view's ``settings``), as hostvars show them.
 HOST_SETTINGS = ("egress_proxy_state", "egress_proxy_address", "egress_proxy_address6", "egress_proxy_port",
-                 "egress_proxy_outside", "egress_proxy_metrics", "egress_proxy_metrics_port")
+                 "egress_proxy_outside", "egress_proxy_metrics", "egress_proxy_metrics_port", "egress_proxy_profiles")
 
 
 def fleet_listings(groups, hostvars, play_hosts, inventory_hosts, fleet):
@@ -324,13 +339,16 @@ def resolve_groups(groups, members, uid):
     egress_address(6) with the outside one, members [{name, hypervisor, address, address6, outside, priority}]).
     Raises HaGroupError naming each entry; nothing is touched before."""
     parsed = parse_groups(groups)
-    # Every static address of every member, which no group's address may be.
+    # Every static address of every member, and every egress address of its profiles, which no group's address may be:
+    # {address: what it is}.
     taken = {}
     for listed in members.values():
         for view in listed:
             for field in ("address", "address6", "outside_address", "outside_address6"):
                 if isinstance(view.get(field), str) and view[field]:
-                    taken.setdefault(view[field].split("/")[0], view["name"])
+                    taken.setdefault(view[field].split("/")[0], "a static address of the proxy %s" % view["name"])
+            for address in view.get("profile_addresses") or []:
+                taken.setdefault(address, "the egress address of a profile of the proxy %s" % view["name"])
     problems, resolved = [], []
     for group in parsed:
         found = []
@@ -430,7 +448,7 @@ def _in_segment(label, field, address, network, taken, where, problems):
     if address not in network or address in (network.network_address, network.broadcast_address):
         problems.append("%s.%s %s is not a host address of %s %s" % (label, field, address, where, network))
     elif str(address) in taken:
-        problems.append("%s.%s %s is a static address of the proxy %s; give the group an address of its own" % (
+        problems.append("%s.%s %s is %s; give the group an address of its own" % (
             label, field, address, taken[str(address)]))
 
 

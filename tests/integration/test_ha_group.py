@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.lab import client_load, config, hypervisors
-from tests.lab.fleet_runs import PREFIX, REPO_ROOT, VENV_BIN
+from tests.lab.fleet_runs import PREFIX, REPO_ROOT, VENV_BIN, overlap
 
 pytestmark = [pytest.mark.integration, pytest.mark.hypervisors]
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -137,7 +137,11 @@ def spec_of(fleet, member):
 def test_a_pair_behind_one_address_loses_no_request_to_a_policy_change_or_a_rolling_replacement_and_fails_over(hv_fleet, tmp_path):
     fleet = hv_fleet
     variables = pair_vars(fleet)
-    deploy(fleet, variables)
+    first = deploy(fleet, variables)
+    # No member existed: the two hypervisors booted theirs side by side.
+    spans = first.spans(CONVERGE_TASK)
+    assert overlap(spans[fleet.specs[0].name], spans[fleet.specs[1].name]) > 10, spans
+    print("the pair's first deploy: converge spans %s" % spans)
     await_members()
     load = Load(tmp_path)
     try:
@@ -147,6 +151,10 @@ def test_a_pair_behind_one_address_loses_no_request_to_a_policy_change_or_a_roll
         # A policy change, in place on both members (one hypervisor after the other): no request refused.
         changed = pair_vars(fleet, egress_proxy_allowed_destinations=[config.SEGMENT_ADDRESS + "/32", "192.0.2.0/24"])
         run, policy = load.during(lambda: deploy(fleet, changed))
+        # With members running, one hypervisor after the other (the callback's records of one's end and the next's
+        # start may cross by milliseconds).
+        spans = run.spans(CONVERGE_TASK)
+        assert overlap(spans[fleet.specs[0].name], spans[fleet.specs[1].name]) < 1, spans
         for member in MEMBERS:
             assert run.items(CONVERGE_TASK, spec_of(fleet, member).name)[member]["actions"] == ["apply policy"]
         assert policy["failed"] == [], policy

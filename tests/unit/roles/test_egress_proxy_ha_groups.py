@@ -400,15 +400,31 @@ def test_the_hand_over_refuses_arguments_that_are_not_addresses(tmp_path, segmen
 
 
 # The role's tasks: two hypervisors, the members found through hostvars, the password nowhere in the output.
-def run_arguments(tmp_path, limit=None):
+def converge_throttle():
+    """The expression of the converge task's throttle (tasks/main.yml), without its braces."""
+    with open(os.path.join(ROLE, "tasks", "main.yml")) as handle:
+        (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
+    (converge,) = [task for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
+    text = converge["throttle"].strip()
+    assert text.startswith("{{") and text.endswith("}}"), text
+    return text[2:-2]
+
+
+def run_arguments(tmp_path, limit=None, members_here=None, groups=(GROUP,)):
+    """The role's arguments.yml on hv1 (A and LONE) and hv2 (B) in check mode, then a task showing what it found, with
+    the converge's throttle as tasks/main.yml computes it from each hypervisor's egress_proxy__ha_member_here
+    (``members_here`` {host: bool}, as tasks/main.yml's listing keeps it)."""
     inventory = {"all": {"hosts": {
         "hv1": {"egress_proxy_instances": [A, LONE]},
         "hv2": {"egress_proxy_instances": [B]},
     }, "vars": dict(BASE, ansible_connection="local", ansible_python_interpreter=sys.executable,
-                    egress_proxy_ha_groups=[GROUP])}}
+                    egress_proxy_ha_groups=list(groups))}}
+    for host, here in (members_here or {}).items():
+        inventory["all"]["hosts"][host]["egress_proxy__ha_member_here"] = here
     (tmp_path / "inventory.yml").write_text(json.dumps(inventory))
-    shown = ("{{ {'ha': egress_proxy__ha, 'throttle': (1 if egress_proxy__ha.spans_hypervisors else 0), 'files': "
-             "egress_proxy__proxies | map(attribute='policy.files') | map('map', attribute='path') | list} | to_json }}")
+    shown = ("{{ {'ha': egress_proxy__ha, 'throttle': (%s) | int, 'files': "
+             "egress_proxy__proxies | map(attribute='policy.files') | map('map', attribute='path') | list} | to_json }}"
+             % converge_throttle())
     show = {"name": "Show the groups", "ansible.builtin.debug": {"msg": shown}}
     play = {"hosts": "all", "gather_facts": False, "vars": {"egress_proxy__set_options": converge_options()}, "tasks": [
         {"ansible.builtin.include_role": {"name": "egress_proxies.kvm.egress_proxy", "tasks_from": "arguments",
@@ -432,18 +448,23 @@ def shown(out, host):
 
 @pytest.mark.parametrize("limit", [None, "hv1"])
 def test_the_role_finds_the_members_across_hypervisors(tmp_path, limit):
-    out = run_arguments(tmp_path, limit)
+    out = run_arguments(tmp_path, limit, members_here={"hv1": False, "hv2": True})
     seen = shown(out, "hv1")
     (group,) = seen["ha"]["groups"]
     assert [(member["name"], member["hypervisor"]) for member in group["members"]] == [("egress-a", "hv1"), ("egress-b", "hv2")]
-    assert seen["throttle"] == 1
+    # A member runs on hv2: one hypervisor at a time (with --limit hv1 too, where hv1's own listing decides).
+    assert seen["throttle"] == (1 if limit is None else 0)
     assert seen["files"] == [[SQUID_CONF, KEEPALIVED_CONF_PATH, HEALTH_SCRIPT_PATH, HAND_OVER_PATH],
                              [SQUID_CONF]]
 
 
-def test_the_converge_is_throttled_by_the_groups_spanning_hypervisors():
-    with open(os.path.join(ROLE, "tasks", "main.yml")) as handle:
-        (block,) = [task for task in yaml.safe_load(handle) if "block" in task]
-    (converge,) = [task for task in block["block"] if "egress_proxies.kvm.kvm_proxy_set" in task]
-    assert converge["throttle"] == "{{ 1 if egress_proxy__ha.spans_hypervisors else 0 }}"
+@pytest.mark.parametrize("members_here, groups, throttle", [
+    ({"hv1": False, "hv2": False}, [GROUP], 0),  # the group's first deploy: its members boot side by side
+    ({"hv1": True, "hv2": False}, [GROUP], 1),
+    ({"hv1": True, "hv2": True}, [GROUP], 1),
+    ({}, [], 0),  # no group spans the hypervisors: the listing is skipped
+], ids=["first-deploy", "one-member-runs", "both-run", "no-group"])
+def test_the_converge_runs_one_hypervisor_at_a_time_once_a_spanning_groups_member_exists(
+        tmp_path, members_here, groups, throttle):
+    assert shown(run_arguments(tmp_path, members_here=members_here, groups=groups), "hv1")["throttle"] == throttle
     assert found([GROUP], [A], [B])["spans_hypervisors"] and not found([GROUP], [A, B])["spans_hypervisors"]

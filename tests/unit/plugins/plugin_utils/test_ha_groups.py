@@ -353,6 +353,20 @@ def test_egress_follows_needs_an_outside_address_on_every_member_in_the_outside_
         [dict(group, egress_address="198.18.41.12")])
 
 
+def test_a_group_address_that_is_a_members_profile_egress_address_is_refused():
+    """A profile's egress address goes on its proxy's NIC: keepalived giving it to the group's holder too would put one
+    address on two NICs."""
+    group = dict(OFFICE, egress_follows=True, egress_address="198.18.41.30")
+    profiles = [{"name": "ci", "clients": ["198.18.40.0/24"], "egress_address": "198.18.41.30"}]
+    assert ("egress_proxy_ha_groups[0].egress_address 198.18.41.30 is the egress address of a profile of the proxy "
+            "egress-b; give the group an address of its own") in refused([group], ("hv1", [A]),
+                                                                           ("hv2", [dict(B, profiles=profiles)]))
+    # The role-wide profiles, where the member has none of its own.
+    views = [member_view([A], [group], SETTINGS, "hv1"),
+             member_view([B], [group], dict(SETTINGS, egress_proxy_profiles=profiles), "hv2")]
+    assert views[1][0]["profile_addresses"] == ["198.18.41.30"]
+
+
 def test_an_outside_address_from_a_pool_counts():
     group = dict(OFFICE, egress_follows=True, egress_address="198.18.41.10")
     pooled = dict(SETTINGS, egress_proxy_outside={"bridge": "br1", "pool": ["198.18.41.100-198.18.41.120"]},
