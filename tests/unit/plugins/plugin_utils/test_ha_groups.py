@@ -358,9 +358,9 @@ def test_a_group_address_that_is_a_members_profile_egress_address_is_refused():
     address on two NICs."""
     group = dict(OFFICE, egress_follows=True, egress_address="198.18.41.30")
     profiles = [{"name": "ci", "clients": ["198.18.40.0/24"], "egress_address": "198.18.41.30"}]
+    message = refused([group], ("hv1", [A]), ("hv2", [dict(B, profiles=profiles)]))
     assert ("egress_proxy_ha_groups[0].egress_address 198.18.41.30 is the egress address of a profile of the proxy "
-            "egress-b; give the group an address of its own") in refused([group], ("hv1", [A]),
-                                                                           ("hv2", [dict(B, profiles=profiles)]))
+            "egress-b; give the group an address of its own") in message, message
     # The role-wide profiles, where the member has none of its own.
     views = [member_view([A], [group], SETTINGS, "hv1"),
              member_view([B], [group], dict(SETTINGS, egress_proxy_profiles=profiles), "hv2")]
