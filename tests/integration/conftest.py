@@ -48,9 +48,9 @@ HYPERVISOR_PYTHON = "/usr/bin/python3"
 # whole. A test that uses fleet_fixtures' lab is in the hypervisors lane without being marked; tryfirst, so
 # the mark is there when `-m` selects.
 #
-# scripts/test starts the hypervisors lane first, beside its checks and unit tests, and the machine's lane after
-# them. The lanes share the boot lock (one_boot_at_a_time), so each runs in file order but for its boot tests: the
-# machine's lane boots first and the hypervisors lane last. The machine's boots then run while the hypervisors
+# scripts/test starts both lanes as soon as the lab is up, beside its checks and unit tests. The lanes share the boot
+# lock (one_boot_at_a_time), so each runs in file order but for its boot tests: the machine's lane boots first and
+# the hypervisors lane last. The machine's boots then run while the hypervisors
 # lane runs its tests that boot nothing (longer), instead of either lane waiting on the lock mid-run; and the
 # hypervisors lane's boots, the longer part, end with the machine's lane done and both CPUs theirs.
 def _lane_order(item):
