@@ -66,6 +66,10 @@ _value:
     - C(decisions_counted), whether squid hands the decisions to the counter for the metrics page (with decisions and
       the metrics on), C(page_port), the loopback port the metrics port reaches (the counter's, else the exporter's),
       and C(counter) (C(program), the counter's path in the guest, and C(log), the log squid hands it).
+    - C(tls_sni_check) of the default policy and of each profile, whether it checks its CONNECTs' TLS server names;
+      C(tls_sni_checked), whether any does; C(ssl_bump), the rules in order (what follows C(ssl_bump)), empty without
+      the check; C(squid_package), the package the user-data installs (C(squid-openssl) with the check, else C(squid));
+      C(sni_program), the path of the external acl that tells whether a ClientHello named a server.
   type: dict
 """
 

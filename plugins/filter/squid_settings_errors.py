@@ -25,7 +25,8 @@ description:
     a name of letters, digits and C(. _ @ + -) given once, with the hash the role wrote; C(mode) C(enforce) or
     C(report); each of C(profiles) a mapping of its known keys, named once (1-32 lowercase letters, digits and
     hyphens, not C(default)), applying to users of the proxy or clients within C(allowed_clients), its destinations,
-    C(deny_internal) and C(mode) checked as the default policy's.
+    C(deny_internal) and C(mode) checked as the default policy's; C(tls_sni_check), the proxy's and each profile's, a
+    boolean, and not on for a policy whose allowlist has addresses but no names.
   - Each of O(ssh_authorized_keys) must be one line. cloud-init writes a key as a line of C(authorized_keys), where a
     line feed (or a carriage return, NUL, U+2028 or another control character) inside it would write a line, another
     key or one with options such as C(command=), of its own.

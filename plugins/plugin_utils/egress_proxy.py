@@ -39,7 +39,12 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import CHECK_EITHER_PASSWORD, COUNT_DECISIONS, program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import (
+    ANSWER_SNI_GIVEN,
+    CHECK_EITHER_PASSWORD,
+    COUNT_DECISIONS,
+    program_text,
+)
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import instance_groups, member_policy
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.password_hash import password_problem, squid_user_hash
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import with_profile_addresses
@@ -72,8 +77,11 @@ INSTANCE_DEFAULTS = (
     ("deny_internal", "egress_proxy_deny_internal"),
     ("users", "egress_proxy_users"),
     ("mode", "egress_proxy_mode"),
+    ("tls_sni_check", "egress_proxy_tls_sni_check"),
     ("profiles", "egress_proxy_profiles"),
 )
+# The flags of a policy, the instance's (its default policy) and each profile's, which the inventory may give as text.
+PROFILE_FLAGS = ("deny_internal", "tls_sni_check")
 # The role-wide settings squid.conf writes the same for every proxy of the hypervisor: its metrics and its access
 # log's remote copy. They are not instance keys: each instance gets the role's.
 ROLE_WIDE_SQUID = (
@@ -145,11 +153,12 @@ def fill_in(entry, variables):
     instance.update((key, variables[variable]) for key, variable in ROLE_WIDE_SQUID)
     instance["metrics"] = _bool_or_given(instance["metrics"])
     instance["autostart"] = _bool_or_given(instance["autostart"])
-    instance["deny_internal"] = _bool_or_given(instance["deny_internal"])
+    for flag in PROFILE_FLAGS:
+        instance[flag] = _bool_or_given(instance[flag])
     if isinstance(instance["profiles"], list):
-        instance["profiles"] = [dict(profile, deny_internal=_bool_or_given(profile["deny_internal"]))
-                                if isinstance(profile, dict) and "deny_internal" in profile else profile
-                                for profile in instance["profiles"]]
+        instance["profiles"] = [
+            dict(profile, **{flag: _bool_or_given(profile[flag]) for flag in PROFILE_FLAGS if flag in profile})
+            if isinstance(profile, dict) else profile for profile in instance["profiles"]]
     instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
     # The addresses from the pool are the instance's outside.address and address6, checked from here on as ones given
     # by hand.
@@ -484,6 +493,8 @@ def squid_policy(instance, squid_conf, variables):
         counter = program_text(COUNT_DECISIONS, settings["counter"]["log"], settings["exporter_port"],
                                settings["page_port"])
         files.append({"path": settings["counter"]["program"], "mode": "0755", "content": counter})
+    if settings["tls_sni_checked"]:
+        files.append({"path": settings["sni_program"], "mode": "0755", "content": program_text(ANSWER_SNI_GIVEN)})
     policy = with_profile_addresses({"files": files, "validate": SQUID_VALIDATE,
                                      "reload": squid_reload_argv(squid_ports(settings))}, settings["egress_addresses"])
     if instance.get("ha"):

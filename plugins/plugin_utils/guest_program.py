@@ -17,10 +17,11 @@ import os
 
 SQUID_HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                              "roles", "egress_proxy", "files", "squid_helpers.py")
-# The entries of squid_helpers.py: squid's Basic helper over two password files, and its log daemon that counts the
-# policy's decisions.
+# The entries of squid_helpers.py: squid's Basic helper over two password files, its log daemon that counts the
+# policy's decisions, and the external acl of the TLS name check.
 CHECK_EITHER_PASSWORD = "check_either_password"
 COUNT_DECISIONS = "count_decisions"
+ANSWER_SNI_GIVEN = "answer_sni_given"
 
 
 @functools.lru_cache(maxsize=1)

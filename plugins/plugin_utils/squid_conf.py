@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -89,6 +90,12 @@ PREVIOUS_USERS_FILE = "/etc/squid/egress-users-previous"
 SQUID_NCSA_AUTH = "/usr/lib/squid/basic_ncsa_auth"
 EITHER_PROGRAM = "/usr/local/sbin/egress-proxy-basic-auth-either"
 SYSLOG_PROTOCOLS = ("udp", "tcp")
+# The TLS name check (tls_sni_check): squid built with OpenSSL (its Debian package) peeks at each CONNECT's ClientHello
+# and splices the connection (nothing decrypted, no certificate on the proxy) when the request's policy allows its SNI
+# by name, else closes it. squid's ssl::server_name takes the CONNECT's host where a ClientHello names no server, so an
+# external acl, the role's program (files/squid_helpers.py), tells whether it named one.
+SQUID_PACKAGE, TLS_SQUID_PACKAGE = "squid", "squid-openssl"
+SNI_PROGRAM = "/usr/local/sbin/egress-proxy-sni-given"
 # A policy's modes: enforce refuses what its rules deny; report forwards it, and its access line says would_deny.
 ENFORCE, REPORT = "enforce", "report"
 MODES = (ENFORCE, REPORT)
@@ -98,7 +105,7 @@ DEFAULT_POLICY = "default"
 # A profile's keys, and its name: a word of squid.conf, part of its acls' names (profile_<name>_...: no underscore,
 # so two profiles' acls never share a name) and of every access line it decides.
 PROFILE_KEYS = ("name", "users", "clients", "allowed_destinations", "denied_destinations", "deny_internal", "mode",
-                "egress_address", "egress_address6")
+                "tls_sni_check", "egress_address", "egress_address6")
 # A profile's own egress addresses: the key, the address family, how the text is parsed, and the egress NIC's option of
 # that family (whose segment the address joins).
 _EGRESS_FIELDS = (("egress_address", 4, ipv4_address, "address"), ("egress_address6", 6, ipv6_address, "address6"))
@@ -238,6 +245,9 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
                             [matched for network in networks if network is not None for matched in _squid_matched(network)],
                             egress_nic, problems))
     settings["egress_addresses"] = [address for profile in settings["profiles"] for address in profile["egress_addresses"]]
+    settings["tls_sni_checked"] = any(policy["tls_sni_check"] for policy in [settings] + settings["profiles"])
+    settings["squid_package"] = TLS_SQUID_PACKAGE if settings["tls_sni_checked"] else SQUID_PACKAGE
+    settings["sni_program"] = SNI_PROGRAM
     settings["egress_addresses_program"] = list(PROGRAM_ARGV)
     settings.update(_metrics(proxy, port, settings["allowed_clients"], problems))
     settings.update(_ha(proxy, port, settings["metrics_port"], problems))
@@ -517,9 +527,24 @@ def _policy(proxy, nic_networks, client_networks, egress_nic, problems):
     settings = _destination_policy("", proxy, nic_networks, problems)
     settings.update(_authentication(users))
     settings.update(acl_prefix="", mode=_mode("", proxy.get("mode", ENFORCE), problems), users=users,
-                    profiles=_profiles(proxy.get("profiles"), nic_networks, [user["name"] for user in users],
-                                       client_networks, egress_nic, problems))
+                    tls_sni_check=_tls_sni_check("", proxy.get("tls_sni_check", False), settings, problems))
+    settings["profiles"] = _profiles(proxy.get("profiles"), nic_networks, [user["name"] for user in users],
+                                     client_networks, egress_nic, settings["tls_sni_check"], problems)
     return settings
+
+
+def _tls_sni_check(label, check, policy, problems):
+    """Whether a policy checks its CONNECTs' TLS names (False after saying why when it cannot): the SNI must be allowed
+    by name, so a policy that allows destinations by address alone could let no TLS connection through."""
+    if not isinstance(check, bool):
+        problems.append("%stls_sni_check %s is not a boolean" % (label, quoted(check)))
+        return False
+    if check and policy["allowed_networks"] and not policy["allowed_domains"]:
+        problems.append("%stls_sni_check: %sallowed_destinations allows addresses only, and the check lets a TLS "
+                        "connection through only for a server name (SNI) the policy allows by name; add the names, or "
+                        "set tls_sni_check false %s" % (label, label, "for this profile" if label else "for the proxy"))
+        return False
+    return check
 
 
 def _profile_entries(profiles, problems):
@@ -558,11 +583,11 @@ def _within(network, networks):
     return any(network.version == other.version and network.subnet_of(other) for other in networks)
 
 
-def _profiles(profiles, nic_networks, user_names, client_networks, egress_nic, problems):
+def _profiles(profiles, nic_networks, user_names, client_networks, egress_nic, tls_sni_check, problems):
     """The proxy's profiles as squid.conf writes them, in their order (a request takes the first whose identity it
-    matches): per profile its ``name``, ``acl``, ``acl_prefix`` and ``mode``, the ``users`` and ``clients`` (acl src values)
-    it applies to, its destination acls (_destination_policy, the default policy's own rules) and its
-    ``egress_addresses`` (_egress_addresses)."""
+    matches): per profile its ``name``, ``acl``, ``acl_prefix``, ``mode`` and ``tls_sni_check`` (the proxy's
+    ``tls_sni_check`` unless given), the ``users`` and ``clients`` (acl src values) it applies to, its destination acls
+    (_destination_policy, the default policy's own rules) and its ``egress_addresses`` (_egress_addresses)."""
     written = []
     egress_taken = {}
     for where, profile in _profile_entries(profiles, problems):
@@ -602,6 +627,7 @@ def _profiles(profiles, nic_networks, user_names, client_networks, egress_nic, p
                       users=[user for position, user in enumerate(users) if users.index(user) == position],
                       clients=_clients(networks),
                       egress_addresses=_egress_addresses(label, profile, egress_nic, egress_taken, problems))
+        policy["tls_sni_check"] = _tls_sni_check(label, profile.get("tls_sni_check", tls_sni_check), policy, problems)
         written.append(policy)
     return written
 
@@ -684,7 +710,7 @@ def _access_rules(settings):
     profile's rules are the default policy's (_destination_rules), behind the profile's note; the default policy's
     come last, for every request no profile took.
     """
-    decisions = bool(settings["profiles"]) or settings["mode"] != ENFORCE
+    decisions = bool(settings["profiles"]) or settings["mode"] != ENFORCE or settings["tls_sni_checked"]
     marks = {}
 
     def mark(decision, rule):
@@ -700,6 +726,15 @@ def _access_rules(settings):
     def add(action, acls, comment=None):
         rules.append({"comment": comment, "rule": " ".join([action] + acls)})
 
+    def refuse(acls, comment=None):
+        """A deny of the clients' port. With the TLS name check, squid 5.7 asserts (and restarts) when http_access
+        refuses a CONNECT on a port that peeks without a certificate (it would bump the connection to serve the error
+        inside TLS): such a CONNECT is let through, annotated deny, and ssl_bump closes it before anything else."""
+        if settings["tls_sni_checked"]:
+            add(ALLOW, (["CONNECT"] if acls[0] != "CONNECT" else []) + acls, comment)
+            comment = None
+        add(DENY, acls, comment)
+
     if settings["ha_health_port"]:
         add(DENY, ["egress_health"])
     if settings["metrics_port"]:
@@ -708,9 +743,9 @@ def _access_rules(settings):
         add(ALLOW, ["egress_manager", "manager", "localhost"] + mark(ALLOW, "manager"))
         add(DENY, ["egress_manager"] + mark(DENY, "manager"))
     add(DENY, ["manager"] + mark(DENY, "manager"), "squid's cache manager (its counters and settings) answers no client.")
-    add(DENY, ["!safe_ports"] + mark(DENY, "safe_ports"))
-    add(DENY, ["CONNECT", "!connect_ports"] + mark(DENY, "connect_ports"))
-    add(DENY, ["!egress_clients"] + mark(DENY, "allowed_clients"))
+    refuse(["!safe_ports"] + mark(DENY, "safe_ports"))
+    refuse(["CONNECT", "!connect_ports"] + mark(DENY, "connect_ports"))
+    refuse(["!egress_clients"] + mark(DENY, "allowed_clients"))
     if settings["users"]:
         # The annotation comes first: squid asks for credentials only when the deny's last acl is the proxy_auth one.
         add(DENY, mark(DENY, "users") + ["!egress_users"], "A deny ending in proxy_auth answers 407, asking for credentials.")
@@ -725,12 +760,47 @@ def _access_rules(settings):
                     add(DENY, ["!profile_chosen", profile["acl_prefix"] + identity, select["acl"], "!all"], comment)
                     comment = None
         add(DENY, ["!profile_chosen", selects[-1]["acl"], "!all"], comment)
-    for profile in settings["profiles"]:
-        for action, acls, comment in _destination_rules(profile, profile["acl"], mark):
-            add(action, acls, comment)
-    for action, acls, comment in _destination_rules(settings, None, mark):
-        add(action, acls, comment)
-    return {"decisions": decisions, "http_access": rules, "profile_selects": selects, "decision_marks": list(marks.values())}
+    for policy, gate in [(profile, profile["acl"]) for profile in settings["profiles"]] + [(settings, None)]:
+        for action, acls, comment in _destination_rules(policy, gate, mark):
+            (refuse if action == DENY else functools.partial(add, action))(acls, comment)
+    ssl_bump = []
+    if settings["tls_sni_checked"]:
+        # A CONNECT http_access refused (refuse above) is closed at once, unanswered; its line says deny and the rule.
+        ssl_bump += ["terminate egress_refused", "peek egress_tls_step1"]
+        for profile in settings["profiles"]:
+            ssl_bump += _tls_name_rules(profile, profile["acl"], mark)
+        ssl_bump += _tls_name_rules(settings, None, mark)
+    return {"decisions": decisions, "http_access": rules, "profile_selects": selects, "decision_marks": list(marks.values()),
+            "ssl_bump": ssl_bump}
+
+
+def _tls_name_rules(policy, gate, mark):
+    """The ssl_bump rules (what follows ssl_bump) of one policy, after the peek at the ClientHello: ``gate`` the acl of
+    the requests it decides (a profile's note) or None (the default policy, last). With its check on, a ClientHello
+    without SNI, or with one its denied_destinations name or its allowed_destinations do not, is refused (terminate:
+    the client's connection is closed); in report mode spliced, annotated would_deny. A connection spliced on an
+    allowed name is annotated egress_tls=spliced: squid writes an access line for the peeked CONNECT and another for
+    the tunnel it becomes (its own http_access pass), so that first line is not written and each tunnel has one line
+    as without the check; a refused or would-deny one has the first line alone, with its decision."""
+    gated = [gate] if gate else []
+    spliced = "splice " + " ".join((gated or ["all"]) + ["egress_tls_mark_spliced"])
+    if not policy["tls_sni_check"]:
+        return [spliced]
+    report = policy["mode"] == REPORT
+    prefix = policy["acl_prefix"]
+
+    def refuse(acls, rule):
+        if report:
+            return " ".join(["splice"] + gated + acls + mark(WOULD_DENY, rule))
+        return " ".join(["terminate"] + gated + acls + mark(DENY, rule))
+
+    rules = [refuse(["!egress_sni_given"], "tls_sni_missing")]
+    if policy["denied_domains"]:
+        rules.append(refuse([prefix + "denied_sni"], "tls_sni_denied"))
+    if not policy["allowed_domains"]:
+        return rules + [spliced]
+    return rules + ["splice " + " ".join(gated + [prefix + "allowed_sni", "egress_tls_mark_spliced"]),
+                    refuse([] if gate else ["all"], "tls_sni_not_allowed")]
 
 
 def _destination_rules(policy, gate, mark):

@@ -34,6 +34,9 @@ NOT_RUN = {
     "Profiles and report mode": "profiles, an access line and squid.conf's rules (tests/unit/roles/"
                                 "test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
                                 "test_squid_profiles.py runs them through a real squid)",
+    "TLS server names": "profiles that check their CONNECTs' TLS names, and an access line (tests/unit/roles/"
+                        "test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
+                        "test_squid_profiles.py runs them through a real squid, test_networking.py on a booted proxy)",
     "Networking": "static addresses on a LAN and an uplink with a router (test_networking.py proves a two-NIC "
                   "proxy on the lab), and kvm_proxy_info's output",
     "Observability": "Prometheus' own configuration and access lines (test_networking.py runs a Prometheus with the role's "

@@ -110,8 +110,11 @@ def _serve(records):
 
 def _read_head(stream):
     """The status code and the Proxy-Authenticate header (None without one) of the HTTP response head read from
-    ``stream`` (a file of the socket)."""
-    status = int(stream.readline().split()[1])
+    ``stream`` (a file of the socket); (None, None) when squid closed the connection unanswered."""
+    first = stream.readline()
+    if not first:
+        return None, None
+    status = int(first.split()[1])
     challenge = None
     line = stream.readline()
     while line not in (b"\r\n", b"\n", b""):
@@ -123,9 +126,10 @@ def _read_head(stream):
 
 
 def _ask(host, path, mode, source, credentials=""):
-    """Prints {"status", "body", "challenge"} (squid's Proxy-Authenticate): GET http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that
-    GET inside the tunnel, from the address ``source`` (squid's client), to squid's loopback address of its family;
-    with ``credentials`` (user:password) as squid's Basic Proxy-Authorization."""
+    """Prints {"status" (None: closed unanswered), "body", "challenge"} (squid's Proxy-Authenticate): GET
+    http://HOST/PATH through squid, or (mode "tunnel") CONNECT HOST:443 and that GET inside the tunnel, from the address
+    ``source`` (squid's client), to squid's loopback address of its family; with ``credentials`` (user:password) as
+    squid's Basic Proxy-Authorization."""
     squid = "::1" if ":" in source else "127.0.0.1"
     connection = socket.create_connection((squid, SQUID_PORT), timeout=15, source_address=(source, 0))
     stream = connection.makefile("rb")
@@ -137,9 +141,9 @@ def _ask(host, path, mode, source, credentials=""):
         status, challenge = _read_head(stream)
         request = "GET /%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)
     else:
-        status = None
+        status = 200
         request = "GET http://%s/%s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n" % (host, path, host, authorization)
-    if status in (None, 200):
+    if status == 200:
         connection.sendall(request.encode())
         status, challenge = _read_head(stream)
         if status == 200:
@@ -190,6 +194,36 @@ class SquidNamespace:
         """The origins' log: one line "reached ADDRESS PATH" per request an origin got."""
         with open(self.origins_log) as handle:
             return handle.read()
+
+
+@contextlib.contextmanager
+def tls_server(netns, directory, port):
+    """openssl's TLS server on ``port`` of every address of network namespace ``netns`` (its key and self-signed
+    certificate in ``directory``), answering a GET with "HTTP/1.0 200 ok" whatever name the client asked for."""
+    key, cert = os.path.join(directory, "tls-origin.key"), os.path.join(directory, "tls-origin.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-subj", "/CN=origin.example", "-days", "1"], check=True, capture_output=True, timeout=60)
+    server = subprocess.Popen(_netns(netns, ["openssl", "s_server", "-quiet", "-www", "-accept", str(port), "-key", key,
+                                             "-cert", cert]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("openssl s_server", lambda: server.poll() is None and ":%d " % port in subprocess.run(
+            _netns(netns, ["ss", "-Hltn"]), capture_output=True, text=True, check=False).stdout)
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+
+
+def tls_answered(netns, proxy, credentials, target, sni):
+    """Whether a tls_server answered the GET openssl s_client sent through the HTTP proxy ``proxy`` (host:port) from
+    network namespace ``netns``: CONNECT ``target`` (host:port) as ``credentials`` (user, password), with ``sni`` in its
+    ClientHello (None: none)."""
+    user, password = credentials
+    completed = subprocess.run(_netns(netns, ["openssl", "s_client", "-quiet", "-proxy", proxy, "-proxy_user", user,
+                                              "-proxy_pass", "pass:" + password, "-connect", target]
+                                      + (["-servername", sni] if sni else ["-noservername"])),
+                               input="GET / HTTP/1.0\r\n\r\n", capture_output=True, text=True, timeout=60, check=False)
+    return "HTTP/1.0 200 ok" in completed.stdout
 
 
 @contextlib.contextmanager

@@ -28,6 +28,12 @@ for an IPv4 one.
 verify.yml proves the refusal of egress_proxy_verify_denied_url and the 407, and fails when that URL is in fact
 forwarded. The password is in neither the seed, the domain's XML, nor the output of deploy.yml and verify.yml at
 -vvv (with --diff).
+
+Profiles (issue 43): two users with profiles of their own, disjoint allowlists and egress addresses of their own on the
+outside segment; exactly their two allowed pairs pass, each seen at the origin from its own address. A third user's
+profile checks TLS server names: through a CONNECT to origin.lab:443 (a TLS origin the test starts on the outside
+segment), a ClientHello naming origin.lab passes, one naming another server or none is refused, and the syslog line
+says why; a CONNECT the profile refuses is closed unanswered, and squid goes on.
 """
 
 import base64
@@ -44,6 +50,7 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.iso9660 import read_iso
+from tests.integration.squid_netns import tls_answered, tls_server
 from tests.lab import config, hypervisors, monitoring, origin
 from tests.unit.role_templates import user_data_parts
 
@@ -60,6 +67,7 @@ RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
 REPORT_TASK = "Report what each proxy answered"
 CHECK_ORIGIN_TASK = "Check the address and the headers the origin saw from each proxy"
 CURL_CONNECT_FAILED = 7  # curl: the connection was refused
+CURL_CONNECT_ABORTED = 56  # curl: the proxy closed the connection before it answered the CONNECT
 # The last byte of the proxy's addresses: inside on the LAN, outside on the outside segment.
 PROXY_HOST = 70
 # A second address of the LAN namespace, outside the proxy's allowed_clients.
@@ -74,6 +82,8 @@ PASSWORD = "eptest-pw:%s#Zq" % secrets.token_hex(8)
 # Issue 43: two users, each with a profile of its own, whose allowlists are disjoint (the outside origin; the denied
 # address's origin) and whose requests leave from egress addresses of their own on the outside segment.
 PROFILE_USERS = {"eptest-ci": "ci-pw-%s" % secrets.token_hex(4), "eptest-ops": "ops-pw-%s" % secrets.token_hex(4)}
+# Issue 43 item 3: a user whose profile allows the lab's domain by name and checks the TLS server names of its CONNECTs.
+TLS_USER, TLS_PASSWORD = "eptest-tls", "tls-pw-%s" % secrets.token_hex(4)
 PROFILE_EGRESS_HOSTS = {"eptest-ci": 80, "eptest-ops": 81}
 CHECK_DENIED_TASK = "Check that each proxy refused egress_proxy_verify_denied_url"
 CHECK_USERS_TASK = "Check that each proxy with users asked for credentials"
@@ -191,14 +201,16 @@ def two_nic_vars(net_fleet, inside, outside, denied, file_sd, dual_stack=False):
         egress_proxy_verify_origin=True, egress_proxy_verify_denied_url=spec.origin_url(denied),
         egress_proxy_allowed_destinations=[LAB_DOMAIN, spec.outside_cidr], egress_proxy_denied_destinations=[denied],
         egress_proxy_users=[{"name": USER, "password": PASSWORD}] + [
-            {"name": name, "password": password} for name, password in PROFILE_USERS.items()],
+            {"name": name, "password": password} for name, password in dict(PROFILE_USERS, **{TLS_USER: TLS_PASSWORD}).items()],
         egress_proxy_outside={"bridge": config.HV_OUTSIDE_BRIDGE, "gateway": spec.outside_address},
         egress_proxy_instances=[{"name": PROXY, "address": inside, "dns": [spec.lan_address], "search": ["lab"],
                                  "outside": {"address": outside}, "profiles": [
                                      {"name": "ci", "users": ["eptest-ci"], "allowed_destinations": [spec.outside_address],
                                       "egress_address": profile_egress(spec, "eptest-ci")},
                                      {"name": "ops", "users": ["eptest-ops"], "allowed_destinations": [denied],
-                                      "egress_address": profile_egress(spec, "eptest-ops")}]}])
+                                      "egress_address": profile_egress(spec, "eptest-ops")},
+                                     {"name": "tls", "users": [TLS_USER],
+                                      "allowed_destinations": [LAB_DOMAIN, spec.outside_cidr], "tls_sni_check": True}]}])
     if dual_stack:
         (instance,) = variables["egress_proxy_instances"]
         instance.update(address6=ipv6_host(LAN6[0], PROXY_HOST), outside={
@@ -498,6 +510,24 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     answer = through_proxy(spec.lan_netns, squid6, "http://[%s]:%d/" % (OUTSIDE6[1], config.ORIGIN_PORT),
                            credentials=("eptest-ci", PROFILE_USERS["eptest-ci"]))
     assert answer[:3] == (0, 200, PROXY) and answer.seen["peer"] == host(profile_egress(spec, "eptest-ci", 6)), answer
+    # Issue 43 item 3: the TLS name check of the tls profile. A TLS origin on the outside segment's origin address
+    # (origin.lab): a CONNECT the profile allows passes only when its ClientHello names a server of the lab's domain.
+    # A CONNECT it refuses is closed unanswered (squid 5.7 asserts serving a 403 on a port that peeks without a
+    # certificate), and squid goes on answering.
+    refused = through_proxy(spec.lan_netns, squid, "http://%s:443/" % spec.lan_address,
+                            credentials=(TLS_USER, TLS_PASSWORD), tunnel=True)
+    assert refused.status == 0 and refused.code == CURL_CONNECT_ABORTED, refused
+    with tls_server(spec.outside_netns, net_fleet.tmp_path, 443):
+        sni_cases = {sni: tls_answered(spec.lan_netns, "%s:3128" % host(inside), (TLS_USER, TLS_PASSWORD),
+                                       "%s:443" % config.ORIGIN_NAME, sni)
+                     for sni in (config.ORIGIN_NAME, "eptest-fronted.example", None)}
+    assert sni_cases == {config.ORIGIN_NAME: True, "eptest-fronted.example": False, None: False}, sni_cases
+    for rule, sni in (("tls_sni_not_allowed", "eptest-fronted.example"), ("tls_sni_missing", "-")):
+        polled("the access line of %s" % rule, lambda rule=rule: access_lines(lan_monitoring, "rule=%s " % rule),
+               lambda found: found, timeout=30)
+        (line,) = access_lines(lan_monitoring, "rule=%s " % rule)
+        assert (" user=%s method=CONNECT dest=%s:443 " % (TLS_USER, config.ORIGIN_NAME) in line
+                and line.endswith(" decision=deny profile=tls rule=%s sni=%s" % (rule, sni))), line
     # A request arriving on the outside NIC finds no listener.
     answer = through_proxy(spec.outside_netns, "http://%s:3128" % host(outside), origin)
     assert answer.code == CURL_CONNECT_FAILED, "squid answered on the outside address %s: %s" % (host(outside), answer)
@@ -527,13 +557,15 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     answers = {what: through_proxy(spec.lan_netns, squid, url) for what, url in refused.items()}
     assert {what: answer[:4] for what, answer in answers.items()} == dict.fromkeys(refused, (0, 403, PROXY, SQUID_REFUSED)), \
         answers
-    # CONNECT to a port that is not TLS's.
+    # CONNECT to a port that is not TLS's. A refused CONNECT is closed unanswered (status 0) rather than answered 403: a
+    # profile of this proxy checks TLS names (the tls profile, above), and squid would assert serving a 403 on its port.
     answer = through_proxy(spec.lan_netns, squid, "%s%s/connect" % (spec.origin_url(config.ORIGIN_NAME), marker), tunnel=True)
-    assert answer.status == 403, answer
+    assert answer.status == 0 and answer.code == CURL_CONNECT_ABORTED, answer
     # CONNECT to TLS's port of the names of two addresses: refused by the policy (nothing listens on 443 there, so a
-    # CONNECT the policy let through would get squid's 503 instead).
+    # CONNECT the policy let through would get 200, then squid's refusal of a ClientHello that never comes).
     tunnels = {what: through_proxy(spec.lan_netns, squid, "http://%s:443/" % name, tunnel=True) for what, name in mixed.items()}
-    assert {what: answer.status for what, answer in tunnels.items()} == dict.fromkeys(mixed, 403), tunnels
+    assert {what: (answer.status, answer.code) for what, answer in tunnels.items()} == dict.fromkeys(
+        mixed, (0, CURL_CONNECT_ABORTED)), tunnels
     assert marker not in logged(spec.run_file("origin.log"), denied_log, unlisted_origin)
     # Proxy users: no credentials, a wrong password: squid's 407.
     for credentials in (None, (USER, PASSWORD + "x")):
@@ -560,7 +592,7 @@ def test_a_two_nic_proxy_with_static_addresses_egresses_from_its_outside_address
     lines = polled("the access lines of %s" % unlisted, lambda: access_lines(lan_monitoring, "dest=%s:80 " % unlisted),
                    lambda found: found, timeout=30)
     assert lines == ["<134>1 %s %s squid - access - client=%s user=%s method=GET dest=%s:80 status=403 bytes=%s "
-                     "result=TCP_DENIED decision=deny profile=default rule=not_allowed" % (
+                     "result=TCP_DENIED decision=deny profile=default rule=not_allowed sni=-" % (
                          lines[0].split()[1], PROXY, spec.lan_address, USER, unlisted,
                          lines[0].split("bytes=")[1].split()[0])], lines
     forwarded_line = "client=%s user=%s method=GET dest=%s:%d status=200 " % (

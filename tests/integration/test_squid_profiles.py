@@ -15,6 +15,10 @@ asked with GET and with CONNECT, and read back from the access lines squid wrote
 - A profile with an egress address of its own is seen at the origin from it: the role's program puts the addresses on
   the NIC (the namespace's loopback standing in for the guest's), takes off those no longer listed, and names one it
   could not put on.
+- The TLS name check (issue 43 item 3): openssl s_client asks for a TLS origin (openssl s_server) through a CONNECT its
+  profile allows; squid splices the connection only when the ClientHello names a server the profile allows by name:
+  another name (domain fronting), a denied one or none is refused and its line says why (rule=tls_sni_*, sni=); a
+  profile in report mode lets it through and says would_deny. A spliced connection writes one line, its tunnel's.
 """
 
 import contextlib
@@ -29,13 +33,14 @@ from collections import Counter
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT
-from tests.integration.squid_netns import squid_namespace
+from tests.integration.squid_netns import SQUID_PORT, squid_namespace, tls_answered, tls_server
 from tests.unit.role_templates import (
     COUNTER_PROGRAM,
     EGRESS_ADDRESSES,
     EGRESS_ADDRESSES_PROGRAM,
     EITHER_PROGRAM,
     PREVIOUS_USERS,
+    SNI_PROGRAM,
     SQUID_CONF,
     SQUID_USERS,
     decision_counts,
@@ -257,3 +262,68 @@ def test_each_profile_is_seen_at_the_origin_from_its_own_egress_address(policy_d
     assert "198.51.100.11/24" in after_removal and "198.51.100.12/24" not in after_removal, after_removal
     assert third.returncode == 1 and "egress address 198.51.100.13/24 could not be put on nosuchnic" in third.stderr, third
     assert {"198.51.100.11/24", "198.51.100.12/24"} <= after_failure, after_failure
+
+
+# The TLS name check (issue 43 item 3): ci's profile is enforced, ops's in report mode; TLS origins on TLS_PORT.
+TLS_PORT = 8443
+TLS_BASE = dict(BASE, egress_proxy_metrics=False, egress_proxy_tls_sni_check=True,
+                egress_proxy_connect_ports=["443", str(TLS_PORT)], egress_proxy_profiles=[
+                    {"name": "ci", "users": ["ci"], "allowed_destinations": [".mirror.example"],
+                     "denied_destinations": ["secret.mirror.example"]},
+                    {"name": "ops", "users": ["ops"], "allowed_destinations": ["bucket.example"], "mode": "report"}])
+# (user, CONNECT host, the ClientHello's SNI or None) -> (whether the TLS origin answered, then each access line's
+# decision, profile, rule and sni, in the order squid writes them).
+TLS_EXPECTED = {
+    ("ci", "mirror.example", "mirror.example"): (True, [("allow", "ci", "allowed_destinations", "mirror.example")]),
+    # Domain fronting: an allowed CONNECT, another name inside.
+    ("ci", "mirror.example", "www.example"): (False, [("deny", "ci", "tls_sni_not_allowed", "www.example")]),
+    ("ci", "mirror.example", "secret.mirror.example"): (False, [("deny", "ci", "tls_sni_denied", "secret.mirror.example")]),
+    ("ci", "mirror.example", None): (False, [("deny", "ci", "tls_sni_missing", "-")]),
+    # Report mode: spliced, its first line says what enforcement would do, the tunnel's line follows.
+    ("ops", "bucket.example", "www.example"): (True, [("would_deny", "ops", "tls_sni_not_allowed", "www.example"),
+                                                      ("allow", "ops", "allowed_destinations", "www.example")]),
+    ("ops", "bucket.example", None): (True, [("would_deny", "ops", "tls_sni_missing", "-"),
+                                             ("allow", "ops", "allowed_destinations", "-")]),
+}
+
+
+def logged_lines(log, count, timeout=10):
+    """The lines of ``log`` once it has ``count`` of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(log) as handle:
+            lines = handle.read().splitlines()
+        if len(lines) >= count:
+            return lines
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+
+
+def test_a_connect_speaks_tls_only_for_a_name_its_profile_allows(policy_dir):
+    (proxy,) = role_set_args([dict(ENTRY)], **TLS_BASE)["proxies"]
+    files = policy_files(proxy)
+    log = os.path.join(policy_dir, "access.log")
+    conf = files[SQUID_CONF]["content"].replace(SQUID_USERS, copied(policy_dir, files[SQUID_USERS])).replace(
+        SNI_PROGRAM, copied(policy_dir, files[SNI_PROGRAM], 0o755)).replace(
+        "daemon:/var/log/squid/access.log", "stdio:" + log)
+    with squid_namespace(conf, RECORDS, ADDRESSES) as namespace, tls_server(namespace.name, policy_dir, TLS_PORT):
+        answered = {}
+        written = 0
+        for (user, host, sni), (_answer, expected_lines) in TLS_EXPECTED.items():
+            answered[(user, host, sni)] = tls_answered(namespace.name, "127.0.0.1:%d" % SQUID_PORT,
+                                                       (user, PASSWORDS[user]), "%s:%d" % (host, TLS_PORT), sni)
+            # squid writes a tunnel's line when it closes: the next case starts after this one's lines.
+            written += len(expected_lines)
+            logged_lines(log, written)
+        # A CONNECT the profile refuses is closed unanswered (squid 5.7 would assert serving its 403 on a peeking port),
+        # and squid goes on: the allowed name passes again.
+        refused = namespace.ask("www.example", "tls", tunnel=True, credentials="ci:" + PASSWORDS["ci"])
+        again = tls_answered(namespace.name, "127.0.0.1:%d" % SQUID_PORT, ("ci", PASSWORDS["ci"]),
+                             "mirror.example:%d" % TLS_PORT, "mirror.example")
+    assert refused["status"] is None and again, (refused, again)
+    assert answered == {case: expected[0] for case, expected in TLS_EXPECTED.items()}, answered
+    with open(log) as handle:
+        logged = [fields(line) for line in handle.read().splitlines()]
+    assert [(line["decision"], line["profile"], line["rule"], line["sni"]) for line in logged] == [
+        line for _answer, lines in TLS_EXPECTED.values() for line in lines] + [
+        ("deny", "ci", "not_allowed", "-"), ("allow", "ci", "allowed_destinations", "mirror.example")], logged

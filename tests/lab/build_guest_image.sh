@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Recipe of the lab's bootable guest image: Debian 12 with cloud-init (NoCloud), qemu-guest-agent,
-# squid, prometheus-squid-exporter and keepalived (both installed, not enabled). tests/lab/images.py
+# squid built with OpenSSL (squid-openssl: the TLS name check peeks at ClientHellos),
+# prometheus-squid-exporter and keepalived (both installed, not enabled). tests/lab/images.py
 # hashes this file: any edit here rebuilds the cached image.
 #
 # Usage: build_guest_image.sh OUTPUT.qcow2 WORKDIR DEB_CACHE
@@ -24,7 +25,7 @@ packages=(
   linux-image-cloud-amd64 systemd-sysv udev kmod dbus
   ifupdown isc-dhcp-client iproute2 netbase
   cloud-init cloud-guest-utils fdisk sudo openssh-server
-  qemu-guest-agent squid prometheus-squid-exporter keepalived
+  qemu-guest-agent squid-openssl prometheus-squid-exporter keepalived
 )
 
 rootdir=$workdir/root

@@ -115,7 +115,9 @@ EITHER_PROGRAM = "/usr/local/sbin/egress-proxy-basic-auth-either"
 EGRESS_ADDRESSES = "/etc/egress-proxy/egress-addresses"
 EGRESS_ADDRESSES_PROGRAM = "/usr/local/sbin/egress-proxy-egress-addresses"
 SQUID_DROP_IN = "/etc/systemd/system/squid.service.d/egress-addresses.conf"
-POLICY_PATHS = (SQUID_CONF, SQUID_USERS, PREVIOUS_USERS, EITHER_PROGRAM, COUNTER_PROGRAM, EGRESS_ADDRESSES,
+# With the TLS name check: squid's external acl that says whether a ClientHello named a server.
+SNI_PROGRAM = "/usr/local/sbin/egress-proxy-sni-given"
+POLICY_PATHS = (SQUID_CONF, SQUID_USERS, PREVIOUS_USERS, EITHER_PROGRAM, COUNTER_PROGRAM, SNI_PROGRAM, EGRESS_ADDRESSES,
                 EGRESS_ADDRESSES_PROGRAM, SQUID_DROP_IN)
 
 
@@ -172,7 +174,7 @@ def decision_counts(page):
 def policy_files(proxy):
     """{path: file} of the policy kvm_proxy_set gets for ``proxy`` (one of proxy_set_args' proxies): squid.conf, the
     users' file beside it when there are users, the previous passwords' and the helper that takes either while they
-    are rotated, the decisions' counter when squid.conf counts them, and the profiles' egress addresses with their
+    are rotated, the decisions' counter when squid.conf counts them, the TLS name check's program, and the profiles' egress addresses with their
     program and squid's drop-in; checked by squid -k parse and loaded by a reload of squid that holds new connections
     to its ports (after the egress addresses went on)."""
     from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import with_profile_addresses

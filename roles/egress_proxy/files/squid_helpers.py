@@ -10,6 +10,7 @@ text to each program's path, followed by the call of the program's entry (plugin
 
 - ``check_either_password(argv)``: squid's Basic helper while a user's password is rotated.
 - ``count_decisions(argv, counted_log, exporter_port, port)``: squid's log daemon, counting the policy's decisions.
+- ``answer_sni_given(argv)``: squid's external acl of the TLS name check, whether a ClientHello named a server.
 
 What squid writes to them is read as untrusted text, a line at a time and a line bounded in bytes (squid_lines).
 
@@ -35,6 +36,13 @@ metric. A line is at most LOG_LINE_BYTES, three fields of LABEL's characters or 
 distinct ones; the exporter's page at most PAGE_BYTES, within PAGE_SECONDS, else the page answers 502 as squid does
 when the exporter is down. The counts start again at each reconfigure (a new daemon), which Prometheus' rate() and
 increase() take as a counter reset.
+
+**answer_sni_given.** With the TLS name check on, squid peeks at each CONNECT's ClientHello and asks this program,
+an external acl helper (without concurrency), about ``%ssl::>sni``: a line whose first word is the SNI the client sent,
+or ``-`` without one (squid writes ``-`` for the acl's absent arguments after it). squid's ssl::server_name acl takes
+the CONNECT's host where a ClientHello names no server, so only this tells the two apart. It answers ``OK`` for a line
+whose first word is not ``-``, else ``ERR``, and ERR for a line longer than HELPER_LINE_BYTES. The name is never parsed
+here: squid's acls judge it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -228,3 +236,18 @@ def count_decisions(argv, counted_log, exporter_port, port):
     if argv[1] != counted_log:
         os.execv(SQUID_LOG_DAEMON, [SQUID_LOG_DAEMON, argv[1]])
     serve_counts(sys.stdin.buffer, port, exporter_port)
+
+
+def sni_given_answer(line):
+    """OK for squid's line whose first word is an SNI, ERR when it is ``-`` (none), for no word or a line too long (None).
+    squid writes the acl's arguments after the format's values, ``-`` for none: ``example.com -``."""
+    words = line.split() if line is not None else []
+    return OK + b"\n" if words and words[0] != b"-" else ERR
+
+
+def answer_sni_given(argv):
+    if len(argv) != 1:
+        sys.exit("usage: %s (squid's external acl helper, reading %%ssl::>sni a line)" % argv[0])
+    for line in squid_lines(sys.stdin.buffer, HELPER_LINE_BYTES):
+        sys.stdout.buffer.write(sni_given_answer(line))
+        sys.stdout.buffer.flush()

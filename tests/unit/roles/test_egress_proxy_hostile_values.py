@@ -85,6 +85,7 @@ SQUID_VALUES = [
     ("egress_proxy_syslog_protocol", lambda text: {"egress_proxy_syslog": "198.51.100.7:514",
                                                    "egress_proxy_syslog_protocol": "udp" + text}),
     ("mode", lambda text: {"instance": {"mode": "report" + text}}),
+    ("tls_sni_check", lambda text: {"instance": {"tls_sni_check": "yes" + text}}),
     ("profiles[0].name", lambda text: {"instance": {"profiles": [dict(PROFILE, name="ci" + text)]}}),
     ("profiles[0] (ci).users[0]", lambda text: {"instance": {"users": [ALICE], "profiles": [
         {"name": "ci", "users": ["alice" + text]}]}}),
@@ -96,6 +97,7 @@ SQUID_VALUES = [
         dict(PROFILE, denied_destinations=[".example.com", "10.0.0.0/8" + text])]}}),
     ("profiles[0] (ci).deny_internal", lambda text: {"instance": {"profiles": [dict(PROFILE, deny_internal="true" + text)]}}),
     ("profiles[0] (ci).mode", lambda text: {"instance": {"profiles": [dict(PROFILE, mode="report" + text)]}}),
+    ("profiles[0] (ci).tls_sni_check", lambda text: {"instance": {"profiles": [dict(PROFILE, tls_sni_check="true" + text)]}}),
     ("profiles[0] (ci).egress_address", lambda text: {"instance": {"address": "198.18.0.5/24", "profiles": [
         dict(PROFILE, egress_address="198.18.0.9" + text + INJECTED)]}}),
     ("profiles[0] (ci).egress_address6", lambda text: {"instance": {"address6": "2001:db8:10::5/64", "profiles": [

@@ -21,7 +21,11 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.proxy_instances import proxy_instances
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import COUNT_DECISIONS, program_text
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import (
+    ANSWER_SNI_GIVEN,
+    COUNT_DECISIONS,
+    program_text,
+)
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import fleet_groups, member_view
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import (
     COUNTED_LOG,
@@ -35,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.role_templates import (
     EGRESS_ADDRESSES,
     EGRESS_ADDRESSES_PROGRAM,
     REPO_ROOT,
+    SNI_PROGRAM,
     SQUID_CONF,
     SQUID_DROP_IN,
     policy_files,
@@ -302,6 +307,14 @@ def test_a_profiles_deny_internal_is_read_as_the_roles_flags_are():
     assert "profile_ci_internal_destinations" not in squid
 
 
+def test_a_tls_sni_check_is_read_as_the_roles_flags_are():
+    """The inventory's "yes" turns the check on, for a profile and for the proxy alike."""
+    squid = squid_conf(egress_proxy_profiles=[dict(CI, allowed_destinations=[".debian.org"], tls_sni_check="yes")])
+    assert "ssl_bump terminate profile_ci decision_deny_tls_sni_not_allowed\n" in squid
+    squid = squid_conf(dict(ENTRY, tls_sni_check="yes"), egress_proxy_profiles=[])
+    assert "ssl_bump terminate !egress_sni_given decision_deny_tls_sni_missing\n" in squid
+
+
 def refusal(**overrides):
     """The message proxy_instances (the role's check) refuses ENTRY with, given BASE, USERS and ``overrides``."""
     variables = role_variables(**dict(BASE, egress_proxy_users=USERS, **overrides))
@@ -333,6 +346,11 @@ def refusal(**overrides):
     ([dict(CI, deny_internal="sometimes")], "profiles[0] (ci).deny_internal 'sometimes' is not a boolean"),
     ([dict(CI, allowed_destinations=["*.debian.org"])], "profiles[0] (ci).allowed_destinations[0] '*.debian.org': neither"),
     ([dict(CI, denied_destinations=["10.0.0.1/8"])], "profiles[0] (ci).denied_destinations[0] '10.0.0.1/8': neither"),
+    ([dict(CI, tls_sni_check="sometimes")], "profiles[0] (ci).tls_sni_check 'sometimes' is not a boolean"),
+    ([dict(CI, tls_sni_check=True, allowed_destinations=["10.30.4.20"])],
+     "profiles[0] (ci).tls_sni_check: profiles[0] (ci).allowed_destinations allows addresses only, and the check lets a "
+     "TLS connection through only for a server name (SNI) the policy allows by name; add the names, or set "
+     "tls_sni_check false for this profile"),
 ], ids=lambda value: None if isinstance(value, list) else value[:40])
 def test_a_bad_profile_is_refused_naming_the_entry_and_the_key(profiles, words):
     message = refusal(egress_proxy_profiles=profiles)
@@ -462,3 +480,61 @@ def test_an_egress_address_of_two_proxies_is_refused_naming_both(second_profile,
     with pytest.raises(AnsibleFilterError) as refused:
         proxy_instances([first, second], variables)
     assert "Two proxies on hv1 have one static address: " in str(refused.value) and words in str(refused.value), refused.value
+
+
+def test_a_proxy_wide_tls_name_check_refuses_a_default_policy_of_addresses_only():
+    assert ("tls_sni_check: allowed_destinations allows addresses only" in refusal(
+        egress_proxy_tls_sni_check=True, egress_proxy_allowed_destinations=["10.30.4.20"]))
+
+
+# The TLS name check on the proxy (the default policy allows .example.com, denies bad.example.com), on for CI (its
+# names; its address is no name), in report mode for BACKUP, off for LAB.
+TLS_RULES = [
+    "ssl_bump terminate egress_refused",
+    "ssl_bump peek egress_tls_step1",
+    "ssl_bump terminate profile_ci !egress_sni_given decision_deny_tls_sni_missing",
+    "ssl_bump splice profile_ci profile_ci_allowed_sni egress_tls_mark_spliced",
+    "ssl_bump terminate profile_ci decision_deny_tls_sni_not_allowed",
+    "ssl_bump splice profile_backup !egress_sni_given decision_would_deny_tls_sni_missing",
+    "ssl_bump splice profile_backup profile_backup_allowed_sni egress_tls_mark_spliced",
+    "ssl_bump splice profile_backup decision_would_deny_tls_sni_not_allowed",
+    "ssl_bump splice profile_lab egress_tls_mark_spliced",
+    "ssl_bump terminate !egress_sni_given decision_deny_tls_sni_missing",
+    "ssl_bump terminate denied_sni decision_deny_tls_sni_denied",
+    "ssl_bump splice allowed_sni egress_tls_mark_spliced",
+    "ssl_bump terminate all decision_deny_tls_sni_not_allowed",
+]
+
+
+def test_the_tls_name_check_peeks_then_splices_an_allowed_name_and_squid_accepts_it(tmp_path):
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(
+        BASE, egress_proxy_users=USERS, egress_proxy_tls_sni_check=True, egress_proxy_syslog="198.51.100.7:514",
+        egress_proxy_allowed_destinations=[".example.com"], egress_proxy_denied_destinations=["bad.example.com"],
+        egress_proxy_profiles=[CI, BACKUP, dict(LAB, tls_sni_check=False)]))["proxies"]
+    files = policy_files(proxy)
+    parsed = squid_parsed(files[SQUID_CONF]["content"], tmp_path)
+    assert lines(parsed, "ssl_bump") == TLS_RULES
+    # The clients' port peeks; the metrics and the cache manager's do not.
+    assert lines(parsed, "http_port") == ["http_port 198.51.100.5:3128 ssl-bump",
+                                          "http_port 198.51.100.5:9301 accel defaultsite=metrics name=egress_metrics",
+                                          "http_port 127.0.0.1:13128 name=egress_manager"]
+    # The names of each policy that checks them (LAB's denied domain is no acl of names: LAB checks none).
+    assert [line for line in parsed if " ssl::server_name " in line] == [
+        "acl allowed_sni ssl::server_name --client-requested .example.com",
+        "acl denied_sni ssl::server_name --client-requested bad.example.com",
+        "acl profile_ci_allowed_sni ssl::server_name --client-requested .debian.org",
+        "acl profile_backup_allowed_sni ssl::server_name --client-requested bucket.example"]
+    assert lines(parsed, "external_acl_type") == [
+        "external_acl_type egress_sni_given children-max=2 children-startup=1 %ssl::>sni " + SNI_PROGRAM]
+    # A peeked CONNECT spliced on an allowed name writes no line of its own (its tunnel does), in every log.
+    assert all(line.endswith(" !egress_tls_spliced") for line in lines(parsed, "access_log")), parsed
+    assert files[SNI_PROGRAM]["content"] == program_text(ANSWER_SNI_GIVEN)
+    assert "  - squid-openssl\n" in proxy["user_data"] and "  - squid\n" not in proxy["user_data"]
+
+
+def test_without_the_tls_name_check_squid_peeks_at_nothing_and_the_image_keeps_plain_squid():
+    (proxy,) = role_set_args([dict(ENTRY)], **dict(BASE, egress_proxy_users=USERS, egress_proxy_profiles=[CI]))["proxies"]
+    files = policy_files(proxy)
+    assert SNI_PROGRAM not in files
+    assert not [line for line in files[SQUID_CONF]["content"].splitlines() if "ssl" in line or "sni" in line]
+    assert "  - squid\n" in proxy["user_data"]

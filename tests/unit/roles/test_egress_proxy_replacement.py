@@ -95,6 +95,7 @@ CHANGES = {
     "egress_proxy_denied_destinations": {"egress_proxy_denied_destinations": ["secret.example.com"]},
     "egress_proxy_deny_internal": {"egress_proxy_deny_internal": False},
     "egress_proxy_mode": {"egress_proxy_mode": "report"},
+    "egress_proxy_tls_sni_check": {"egress_proxy_tls_sni_check": True},
     "egress_proxy_profiles": {"egress_proxy_profiles": [{"name": "ci", "users": ["alice"], "allowed_destinations": [".debian.org"]}]},
     "egress_proxy_users": {"egress_proxy_users": [{"name": "alice", "password": "battery staple"}]},
     "egress_proxy_forwarded_for": {"egress_proxy_forwarded_for": "on"},
