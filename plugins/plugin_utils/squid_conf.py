@@ -729,9 +729,12 @@ def _access_rules(settings):
     def refuse(acls, comment=None):
         """A deny of the clients' port. With the TLS name check, squid 5.7 asserts (and restarts) when http_access
         refuses a CONNECT on a port that peeks without a certificate (it would bump the connection to serve the error
-        inside TLS): such a CONNECT is let through, annotated deny, and ssl_bump closes it before anything else."""
+        inside TLS): such a CONNECT is let through, annotated deny, and ssl_bump closes it before anything else. The
+        tunnel a splice makes of a CONNECT passes http_access again (egress_tls_peeked), with lookups of its own (a name
+        may have rebound to an internal address since): that pass is refused as without the check, which squid answers
+        inside the spliced connection, and survives."""
         if settings["tls_sni_checked"]:
-            add(ALLOW, (["CONNECT"] if acls[0] != "CONNECT" else []) + acls, comment)
+            add(ALLOW, ["CONNECT", "!egress_tls_peeked"] + [acl for acl in acls if acl != "CONNECT"], comment)
             comment = None
         add(DENY, acls, comment)
 

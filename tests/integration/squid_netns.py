@@ -9,7 +9,8 @@ namespace.
 
 Run as a program (inside the namespace) it is the DNS server and the origins (``squid_netns.py RECORDS_JSON``), or
 a client of squid that writes the request line itself (``squid_netns.py ask HOST PATH get|tunnel SOURCE [USER:PASSWORD]``,
-from the source address SOURCE of the namespace's loopback, with those credentials for squid).
+from the source address SOURCE of the namespace's loopback, with those credentials for squid), or one that sends its TLS
+ClientHello late into a CONNECT (``squid_netns.py tls-late HOST:PORT SNI USER:PASSWORD DELAY``).
 """
 
 import base64
@@ -21,6 +22,7 @@ import secrets
 import shutil
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import sys
@@ -37,9 +39,11 @@ DNS_TTL = 0
 _TYPES = {1: 4, 28: 6}  # A, AAAA: the IP version each answers with
 
 
-def _dns_answer(query, records):
+def _dns_answer(query, records, asked):
     """The reply to one DNS ``query`` (bytes) from ``records`` {name: [address, ...]}: each address of the asked type,
-    in the records' order; NXDOMAIN for a name not there; None for what is not a query of one question."""
+    in the records' order; NXDOMAIN for a name not there; None for what is not a query of one question. A name that
+    rebinds has a list of such lists instead: its n-th query of a type gets the n-th, then the last (``asked`` counts
+    the queries of each name and type)."""
     if len(query) < 12:
         return None
     ident, _flags, questions = struct.unpack("!HHH", query[:6])
@@ -54,6 +58,9 @@ def _dns_answer(query, records):
     question = query[12:offset + 5]
     name = ".".join(labels)
     found = records.get(name)
+    if found and isinstance(found[0], list):
+        turn = asked[(name, qtype)] = asked.get((name, qtype), -1) + 1
+        found = found[min(turn, len(found) - 1)]
     version = _TYPES.get(qtype)
     answers = [socket.inet_pton(socket.AF_INET if version == 4 else socket.AF_INET6, address)
                for address in (found or []) if version and (":" in address) == (version == 6)]
@@ -66,9 +73,10 @@ def _dns_answer(query, records):
 def _serve_dns(records):
     server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     server.bind((DNS_ADDRESS, 53))
+    asked = {}
     while True:
         query, peer = server.recvfrom(4096)
-        reply = _dns_answer(query, records)
+        reply = _dns_answer(query, records, asked)
         if reply is not None:
             server.sendto(reply, peer)
 
@@ -151,6 +159,35 @@ def _ask(host, path, mode, source, credentials=""):
     print(json.dumps({"status": status, "body": body, "challenge": challenge}))
 
 
+def _ask_tls_late(target, sni, credentials, delay):
+    """Prints {"connect": squid's status for CONNECT ``target`` (host:port), "answered": whether a TLS server then
+    answered a GET}, the ClientHello (naming ``sni``) sent ``delay`` seconds after squid's 200, as a client may."""
+    host, _colon, port = target.rpartition(":")
+    connection = socket.create_connection(("127.0.0.1", SQUID_PORT), timeout=15)
+    authorization = base64.b64encode(credentials.encode()).decode()
+    connection.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n"
+                        % (target, target, authorization)).encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        data = connection.recv(1)
+        if not data:
+            break
+        head += data
+    status = int(head.split()[1]) if head else None
+    answered = False
+    if status == 200:
+        time.sleep(float(delay))
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        try:
+            with context.wrap_socket(connection, server_hostname=sni) as tls:
+                tls.sendall(b"GET / HTTP/1.0\r\nHost: %s:%s\r\n\r\n" % (host.encode(), port.encode()))
+                answered = tls.recv(64).startswith(b"HTTP/1.0 200 ok")
+        except (ssl.SSLError, OSError):
+            answered = False
+    print(json.dumps({"connect": status, "answered": answered}))
+
+
 def _netns(name, argv):
     return ["ip", "netns", "exec", name] + list(argv)
 
@@ -189,6 +226,12 @@ class SquidNamespace:
         """(HTTP status, the origin's JSON or None) of ask()."""
         answer = self.ask(host, path, tunnel, source, credentials)
         return answer["status"], answer["body"]
+
+    def tls_late(self, target, sni, credentials, delay):
+        """{"connect": squid's status, "answered": whether a TLS server answered} of _ask_tls_late in the namespace."""
+        completed = self.run([sys.executable, os.path.abspath(__file__), "tls-late", target, sni, credentials, str(delay)])
+        assert completed.returncode == 0, completed.stderr
+        return json.loads(completed.stdout)
 
     def reached(self):
         """The origins' log: one line "reached ADDRESS PATH" per request an origin got."""
@@ -278,5 +321,7 @@ def squid_namespace(squid_conf, records, addresses):
 if __name__ == "__main__":
     if sys.argv[1] == "ask":
         _ask(*sys.argv[2:7])
+    elif sys.argv[1] == "tls-late":
+        _ask_tls_late(*sys.argv[2:6])
     else:
         _serve(json.loads(sys.argv[1]))

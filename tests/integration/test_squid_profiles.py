@@ -327,3 +327,29 @@ def test_a_connect_speaks_tls_only_for_a_name_its_profile_allows(policy_dir):
     assert [(line["decision"], line["profile"], line["rule"], line["sni"]) for line in logged] == [
         line for _answer, lines in TLS_EXPECTED.values() for line in lines] + [
         ("deny", "ci", "not_allowed", "-"), ("allow", "ci", "allowed_destinations", "mirror.example")], logged
+
+
+# A name of ci's domain that rebinds: its first answer a public address, every later one the metadata address, which
+# the TLS origin listens on too.
+REBINDING = "rebind.mirror.example"
+
+
+def test_a_tunnel_whose_name_rebound_to_an_internal_address_since_its_connect_is_refused(policy_dir):
+    """The ClientHello comes late (squid forgets the first answer after a second here): the tunnel the splice makes passes
+    http_access again, which resolves the name again, to the metadata address; that pass is refused, not let through for
+    ssl_bump to close as a refused CONNECT is."""
+    (proxy,) = role_set_args([dict(ENTRY)], **TLS_BASE)["proxies"]
+    files = policy_files(proxy)
+    log = os.path.join(policy_dir, "access.log")
+    conf = files[SQUID_CONF]["content"].replace(SQUID_USERS, copied(policy_dir, files[SQUID_USERS])).replace(
+        SNI_PROGRAM, copied(policy_dir, files[SNI_PROGRAM], 0o755)).replace(
+        "daemon:/var/log/squid/access.log", "stdio:" + log) + "positive_dns_ttl 1 second\nnegative_dns_ttl 1 second\n"
+    records = dict(RECORDS, **{REBINDING: [["93.184.216.99"], ["169.254.169.254"]]})
+    with squid_namespace(conf, records, ADDRESSES) as namespace, tls_server(namespace.name, policy_dir, TLS_PORT):
+        late = namespace.tls_late("%s:%d" % (REBINDING, TLS_PORT), REBINDING, "ci:" + PASSWORDS["ci"], 3)
+        lines = logged_lines(log, 1)
+    assert late == {"connect": 200, "answered": False}, late
+    # The tunnel's pass is refused (squid writes its 403 into the spliced connection; the ClientHello's own line is not
+    # written, as for every splice), and no origin was reached.
+    line = fields(lines[0])
+    assert " TCP_DENIED/403 " in lines[0] and (line["decision"], line["profile"], line["rule"], line["sni"]) == ("deny", "ci", "deny_internal", REBINDING), lines

@@ -526,6 +526,17 @@ def test_the_tls_name_check_peeks_then_splices_an_allowed_name_and_squid_accepts
         "acl profile_backup_allowed_sni ssl::server_name --client-requested bucket.example"]
     assert lines(parsed, "external_acl_type") == [
         "external_acl_type egress_sni_given children-max=2 children-startup=1 %ssl::>sni " + SNI_PROGRAM]
+    # Each refusal of a CONNECT lets the first pass through, annotated deny, for ssl_bump to close; never the tunnel's
+    # pass, which the refusal right after it decides.
+    access = lines(parsed, "http_access")
+    let_through = [index for index, line in enumerate(access) if line.startswith("http_access allow CONNECT ")]
+    assert len(let_through) == 10, access
+    for index in let_through:
+        acls = access[index].split()[4:]
+        assert access[index].startswith("http_access allow CONNECT !egress_tls_peeked ") and acls[-1].startswith(
+            "decision_deny_"), access[index]
+        assert access[index + 1].split()[1] == "deny" and [acl for acl in access[index + 1].split()[2:]
+                                                            if acl != "CONNECT"] == acls, access[index:index + 2]
     # A peeked CONNECT spliced on an allowed name writes no line of its own (its tunnel does), in every log.
     assert all(line.endswith(" !egress_tls_spliced") for line in lines(parsed, "access_log")), parsed
     assert files[SNI_PROGRAM]["content"] == program_text(ANSWER_SNI_GIVEN)
