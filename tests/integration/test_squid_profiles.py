@@ -350,7 +350,7 @@ def test_a_tunnel_whose_name_rebound_to_an_internal_address_since_its_connect_is
         lines = logged_lines(log, 1)
     assert late == {"connect": 200, "answered": False}, late
     # The tunnel's pass is refused (squid writes its 403 into the spliced connection; the ClientHello's own line is not
-    # written, as for every splice), and no origin was reached.
+    # written, as for every splice), and no TLS origin answered.
     line = fields(lines[0])
     assert " TCP_DENIED/403 " in lines[0], lines
     assert (line["decision"], line["profile"], line["rule"], line["sni"]) == ("deny", "ci", "deny_internal", REBINDING), lines
