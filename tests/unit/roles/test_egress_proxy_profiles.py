@@ -535,8 +535,8 @@ def test_the_tls_name_check_peeks_then_splices_an_allowed_name_and_squid_accepts
         acls = access[index].split()[4:]
         assert access[index].startswith("http_access allow CONNECT !egress_tls_peeked ") and acls[-1].startswith(
             "decision_deny_"), access[index]
-        assert access[index + 1].split()[1] == "deny" and [acl for acl in access[index + 1].split()[2:]
-                                                            if acl != "CONNECT"] == acls, access[index:index + 2]
+        refusal = [acl for acl in access[index + 1].split()[2:] if acl != "CONNECT"]
+        assert access[index + 1].split()[1] == "deny" and refusal == acls, access[index:index + 2]
     # A peeked CONNECT spliced on an allowed name writes no line of its own (its tunnel does), in every log.
     assert all(line.endswith(" !egress_tls_spliced") for line in lines(parsed, "access_log")), parsed
     assert files[SNI_PROGRAM]["content"] == program_text(ANSWER_SNI_GIVEN)
