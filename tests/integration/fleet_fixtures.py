@@ -6,6 +6,7 @@ inventories/lab/hosts.yml as users run it, the role's variables are the test's) 
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -60,6 +61,27 @@ def hv_fleet(fleet_lab, tmp_path):
     assert not any(gone.values()), "the test removed domains it did not make: %s" % gone
 
 
+def lan_http_server(spec, address, root):
+    """python's http.server serving ``root`` on ``address``:ORIGIN_PORT in the hypervisor's LAN namespace, once it
+    listens there: a server that could not bind (the port held by one a stopped run left) fails here, naming what
+    holds it, rather than as a body that is not the test's."""
+    server = subprocess.Popen(["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind",
+                               address, "--directory", str(root), str(ORIGIN_PORT)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listening, deadline = "%s:%d " % (address, ORIGIN_PORT), time.monotonic() + 20
+    while True:
+        listed = subprocess.run(["ip", "netns", "exec", spec.lan_netns, "ss", "-Hltnp"], capture_output=True, text=True,
+                                check=False).stdout
+        if any(listening in line and "pid=%d," % server.pid in line for line in listed.splitlines()):
+            return server
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            server.wait()
+            raise AssertionError("the origin server on %sin %s did not start; listening there: %s"
+                                 % (listening, spec.lan_netns, listed))
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def lan_origins(hv_fleet, tmp_path):
     """A web server on each hypervisor's LAN, in its LAN namespace: {host: URL}."""
@@ -68,9 +90,7 @@ def lan_origins(hv_fleet, tmp_path):
     (root / "index.html").write_text("egress fleet origin\n")
     servers, urls = [], {}
     for spec in hv_fleet.specs:
-        servers.append(subprocess.Popen(
-            ["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind", spec.lan_address,
-             "--directory", str(root), str(ORIGIN_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        servers.append(lan_http_server(spec, spec.lan_address, root))
         urls[spec.name] = "http://%s:%d/" % (spec.lan_address, ORIGIN_PORT)
     yield urls
     for server in servers:

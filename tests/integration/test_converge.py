@@ -23,7 +23,7 @@ import pytest
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import DECISIONS_TYPE  # noqa: E402
-from tests.integration.fleet_fixtures import ORIGIN_PORT, fetch  # noqa: E402
+from tests.integration.fleet_fixtures import ORIGIN_PORT, fetch, lan_http_server  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
 from tests.unit.role_templates import decision_counts  # noqa: E402
@@ -241,14 +241,14 @@ def second_lan_origin(spec, tmp_path):
     address = "%s.%d" % (spec.lan_prefix, SECOND_ORIGIN_HOST)
     device = ["ip", "-n", spec.lan_netns, "addr"]
     subprocess.run(device + ["add", address + "/32", "dev", config.LAN_IFACE], check=True)
-    server = subprocess.Popen(["ip", "netns", "exec", spec.lan_netns, "/usr/bin/python3", "-m", "http.server", "--bind",
-                               address, "--directory", str(tmp_path / "origin"), str(ORIGIN_PORT)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = None
     try:
+        server = lan_http_server(spec, address, tmp_path / "origin")
         yield address
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
         subprocess.run(device + ["del", address + "/32", "dev", config.LAN_IFACE], check=False)
 
 
