@@ -167,6 +167,8 @@ def _ask_tls_late(target, sni, credentials, delay):
     authorization = base64.b64encode(credentials.encode()).decode()
     connection.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n"
                         % (target, target, authorization)).encode())
+    # A byte at a time, not _read_head's buffered file: the TLS handshake goes on over this socket, so nothing after
+    # squid's head may be read ahead.
     head = b""
     while not head.endswith(b"\r\n\r\n"):
         data = connection.recv(1)
