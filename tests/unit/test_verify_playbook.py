@@ -30,8 +30,8 @@ BODY = {"peer": "198.51.100.7", "headers": {}}
 
 
 class ScriptedProxy(http.server.ThreadingHTTPServer):
-    """Answers the n-th request with answers[n] (the last one again after the end): (status, X-Egress-Proxy), with the
-    body an origin gives (``peer`` the address it says it saw)."""
+    """Answers the n-th request with answers[n] (the last one again after the end): (status, X-Egress-Proxy) and
+    optionally the headers the origin says it got, with the body an origin gives (``peer`` the address it says it saw)."""
 
     def __init__(self, answers, host="127.0.0.1", peer=BODY["peer"], headers=None, body_bytes=None):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -46,9 +46,12 @@ class ScriptedAnswer(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
-        status, header = self.server.answers[min(self.server.requests, len(self.server.answers) - 1)]
+        status, header, *origin_headers = self.server.answers[min(self.server.requests, len(self.server.answers) - 1)]
         self.server.requests += 1
-        body = json.dumps(self.server.body).encode() + b"\n"
+        seen = dict(self.server.body)
+        if origin_headers:
+            seen["headers"] = origin_headers[0]
+        body = json.dumps(seen).encode() + b"\n"
         if self.server.body_bytes is not None:
             body = b"x" * self.server.body_bytes
         self.send_response(status)
@@ -105,7 +108,8 @@ def test_a_booting_proxy_is_asked_again_until_the_roles_answer_in_one_task_witho
     proxy = scripted_proxy([(403, ""), (200, ""), (200, PROXY)])
     completed = verify(tmp_path, proxy.server_address[1], timeout=60)
     assert completed.returncode == 0, completed.stdout
-    assert proxy.requests == 3
+    # The role's first answer is asked again (that answer may have crossed squid's reload).
+    assert proxy.requests == 4
     assert "forwarded http://origin.example/: HTTP 200, X-Egress-Proxy %s, after" % PROXY in completed.stdout
     # curl ran on the controller: the play reaches localhost with ansible_connection local (issue 31 item 17).
     assert "asked from this controller (localhost has ansible_connection local), forwarded" in completed.stdout
@@ -209,6 +213,17 @@ def test_a_pooled_proxys_egress_address_is_the_one_its_domain_records(tmp_path, 
                 % ("; the origin received via" if headers else ".")) in completed.stdout, completed.stdout
 
 
+def test_the_roles_first_answer_is_asked_again_as_it_may_have_crossed_squids_reload(tmp_path, scripted_proxy):
+    """The image's squid (caching, Via on) forwarded a request that squid's reload then answered with the role's header:
+    the origin got the image's headers. The request asked after that answer is the role's end to end."""
+    proxy = scripted_proxy([(200, ""), (200, PROXY, {"Via": "1.1 localhost (squid/5.7)"}), (200, PROXY)])
+    completed = verify(tmp_path, proxy.server_address[1], 30, ORIGIN_TASKS, egress_proxy_verify_origin=True,
+                       verify_proxies=[listed("127.0.0.1", egress_address="198.51.100.7")], **POOLED)
+    assert completed.returncode == 0, completed.stdout
+    assert proxy.requests == 3
+    assert "X-Egress-Proxy %s, after 1 s; the origin saw 198.51.100.7" % PROXY in completed.stdout, completed.stdout
+
+
 @pytest.mark.parametrize("url, peer, proven", [
     ("http://[2001:db8:21::1]:8080/", "2001:db8:21::10", True),
     ("http://origin.example/", "2001:db8:21::10", True),
@@ -239,7 +254,7 @@ def test_an_ipv6_proxy_is_asked_at_its_address_in_brackets(tmp_path, scripted_pr
                        verify_proxies=[listed("::1", interfaces=[{"role": None, "ipv6": "::1", "egress": True}],
                                               egress_address="2001:db8:11::70", egress_address6="2001:db8:11::70")])
     assert completed.returncode == 0, completed.stdout
-    assert proxy.requests == 1
+    assert proxy.requests == 2
     assert "([::1]:%d), asked from this controller" % proxy.server_address[1] in completed.stdout, completed.stdout
 
 
