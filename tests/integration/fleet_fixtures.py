@@ -4,6 +4,7 @@ Each test writes an inventory of its own through a Fleet (tests/lab/fleet_runs.p
 inventories/lab/hosts.yml as users run it, the role's variables are the test's) and runs Ansible through it.
 """
 
+import json
 import os
 import subprocess
 import time
@@ -27,6 +28,27 @@ def fetch(spec, proxy, url, credentials=None):
         + (["--proxy-user", credentials] if credentials else []), capture_output=True, text=True, check=False)
     status, header = (completed.stdout.split(" ", 1) + [""])[:2]
     return int(status or 0), header
+
+
+def agent(spec, proxy, command, arguments=None):
+    """One guest agent command in the proxy's guest, through the hypervisor's virsh; its ``return`` value."""
+    message = {"execute": command}
+    if arguments is not None:
+        message["arguments"] = arguments
+    completed = hypervisors.virsh(spec, "qemu-agent-command", proxy, json.dumps(message), check=False)
+    return json.loads(completed.stdout)["return"] if completed.returncode == 0 else None
+
+
+def in_guest(spec, proxy, *argv):
+    """Run argv in the proxy's guest (through its agent, as an operator with virsh would) and wait for it."""
+    started = agent(spec, proxy, "guest-exec", {"path": argv[0], "arg": list(argv[1:]), "capture-output": True})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status = agent(spec, proxy, "guest-exec-status", {"pid": started["pid"]})
+        if status is None or status.get("exited"):
+            return status
+        time.sleep(0.2)
+    raise AssertionError("%s did not finish in %s" % (argv, proxy))
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ adapted.
 import copy
 import os
 import re
+import secrets
 import shlex
 
 import yaml
@@ -23,17 +24,19 @@ HOSTS = {"hv1.example.net": "lab-hv1", "hv2.example.net": "lab-hv2"}
 LAB_SETTINGS = ("egress_proxy_pool", "egress_proxy_bridge", "egress_proxy_image", "egress_proxy_virt_type",
                 "egress_proxy_cpu_mode", "egress_proxy_install_packages", "egress_proxy_vendor_data")
 # The sections whose blocks the lab test runs.
-QUICK_START, FLEET, SERIAL, DESTROY, FACT = (
+QUICK_START, FLEET, SERIAL, DESTROY, FACT, PROFILES, ROLLOUT = (
     "Quick start", "One list for the fleet", "Garbage collection and rolling replacement", "Entry points",
-    "The fact `egress_proxy_proxies`")
+    "The fact `egress_proxy_proxies`", "Profiles and report mode", "Rolling an allowlist out")
 # The page's other blocks, by section, with the reason no run takes them.
 NOT_RUN = {
     "What runs inside a proxy": "squid.conf as the role renders it (tests/unit/roles/test_egress_proxy_docs.py checks it)",
     "Policy": "the policy's variables and their vaulted passwords (tests/unit/roles/test_egress_proxy_policy.py renders "
               "them and squid -k parse reads the result; test_networking.py proves a policy on a booted proxy)",
-    "Profiles and report mode": "profiles, an access line and squid.conf's rules (tests/unit/roles/"
-                                "test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
-                                "test_squid_profiles.py runs them through a real squid)",
+    PROFILES: "its inventory block is the one Rolling an allowlist out runs; the rest: access lines, squid.conf's "
+              "rules (tests/unit/roles/test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
+              "test_squid_profiles.py runs them through a real squid) and profiles with egress addresses of their own, "
+              "which take a static segment the Quick start's proxies lack (test_networking.py proves them on a "
+              "two-NIC proxy)",
     "TLS server names": "profiles that check their CONNECTs' TLS names, and an access line (tests/unit/roles/"
                         "test_egress_proxy_profiles.py renders them and squid -k parse reads the result; "
                         "test_squid_profiles.py runs them through a real squid, test_networking.py on a booted proxy)",
@@ -47,9 +50,21 @@ NOT_RUN = {
                                            "test_egress_proxy_ha_groups.py renders them, keepalived and squid read the "
                                            "result; test_ha_group.py runs a pair on the lab's shared segment)",
 }
+# The blocks of a section that runs that no run takes, by their first line, with the reason.
+NOT_RUN_BLOCKS = {
+    (ROLLOUT, 'sum by (instance, profile, rule) (increase(egress_proxy_decisions_total{decision="would_deny"}[1d]))'):
+        "a Prometheus query (test_networking.py runs a Prometheus on the role's file_sd with the shipped rules)",
+    (ROLLOUT, "grep -h ' decision=would_deny profile=backup ' /var/log/egress-proxies/*.log | grep -o ' dest=[^ ]*' "
+              "| sort | uniq -c"):
+        "the syslog server's files (the run greps the proxy's own access.log for the same fields; test_networking.py "
+        "reads a syslog server's)",
+}
+# A vaulted variable a page's variable names ("{{ vault_... }}").
+VAULTED = re.compile(r"\{\{ *(vault_\w+) *\}\}")
 # A block of the page that is inventory files starts with a comment naming its first file.
 FILE_HEADER = re.compile(r"^# (?P<path>\S+\.yml)$", re.M)
-FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.M | re.S)
+# A fenced block, indented too (in a list item).
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
 HEADING = re.compile(r"^#{2,3} (?P<title>.+)$", re.M)
 
 
@@ -96,7 +111,10 @@ def blocks(text=None):
     found = []
     for fence in FENCE.finditer(text):
         section = [title for start, title in headings if start < fence.start()][-1]
-        found.append(Block(section, fence["lang"], fence["body"]))
+        indent = fence["indent"]
+        body = "".join(line[len(indent):] if line.startswith(indent) else line
+                       for line in fence["body"].splitlines(keepends=True))
+        found.append(Block(section, fence["lang"], body))
     return found
 
 
@@ -117,13 +135,21 @@ def section_plays(section, text=None):
     return plays
 
 
+def with_group_vars(files, added):
+    """An inventory's files with another example's group variables added to its group_vars."""
+    group = "inventory/group_vars/hypervisors.yml"
+    return dict(files, **{group: dict(files[group], **added[group])})
+
+
 def fleet_files(quick_start, fleet):
     """The fleet example as a whole inventory: the Quick start's hosts and group_vars with the fleet list added,
     instead of the per-host lists (the page's "instead of (or next to)"; next to them, one name would be listed twice)."""
-    group = "inventory/group_vars/hypervisors.yml"
-    files = {path: content for path, content in quick_start.items() if "/host_vars/" not in path}
-    files[group] = dict(quick_start[group], **fleet[group])
-    return files
+    return with_group_vars({path: content for path, content in quick_start.items() if "/host_vars/" not in path}, fleet)
+
+
+def profile_files(quick_start, profiles):
+    """The roll-out's inventory: the Quick start's with the profiles example's group variables added."""
+    return with_group_vars(quick_start, profiles)
 
 
 def fleet_hosts(files):
@@ -140,15 +166,39 @@ def _read_yaml(*path):
         return yaml.safe_load(handle)
 
 
-class LabRule:
-    """The one rule that adapts the page's inventories to the lab (test_role_examples.py tabulates it)."""
+def lab_values(spec):
+    """The page's networks and destination that the lab has under other values, and the lab's, on the hypervisor
+    ``spec`` (lab-hv1, where the examples' proxies run): its LAN, whose namespace is the clients', the monitoring host
+    and the origin a proxy with one NIC reaches, by address (every lab address is internal to deny_internal)."""
+    return {"10.20.0.0/16": spec.lan_cidr, "10.20.0.2/32": spec.lan_address + "/32",
+            "10.20.7.0/24": "%s.0/28" % spec.lan_prefix, "backup.example-bucket.net": spec.lan_address}
 
-    def __init__(self):
+
+def _replaced(value, values):
+    """``value`` (a variable's, nested) with each string that is a key of ``values`` replaced by its value."""
+    if isinstance(value, dict):
+        return {key: _replaced(item, values) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replaced(item, values) for item in value]
+    return values.get(value, value) if isinstance(value, str) else value
+
+
+class LabRule:
+    """The one rule that adapts the page's inventories to the lab (test_role_examples.py tabulates it), for the lab
+    hypervisor ``spec`` (a tests.lab.config.HypervisorSpec: lab-hv1's)."""
+
+    def __init__(self, spec):
         lab_hosts = _read_yaml(LAB_INVENTORY, "hosts.yml")["hypervisors"]
         self.host_vars = lab_hosts["hosts"]
         self.connection = lab_hosts["vars"]
         lab_group_vars = _read_yaml(LAB_INVENTORY, "group_vars", "hypervisors.yml")
         self.settings = {key: lab_group_vars[key] for key in LAB_SETTINGS}
+        self.values = lab_values(spec)
+        # The bridge has no address on a lab hypervisor: what the page asks from the hypervisor (status.yml's reads of
+        # the metrics pages) runs in its LAN namespace.
+        self.client = {"egress_proxy_verify_netns": spec.lan_netns}
+        # The vaulted passwords the page's variables name, each a password of this run's.
+        self.secrets = {}
 
     @staticmethod
     def host(name):
@@ -160,15 +210,16 @@ class LabRule:
                                 "vars": dict(self.connection)}}
 
     def variables(self, variables, group=False):
-        """A group_vars or host_vars file: proxy names prefixed, fleet hosts the lab's, the lab's settings in group_vars."""
-        adapted = copy.deepcopy(variables)
+        """A group_vars or host_vars file: proxy names prefixed, fleet hosts the lab's, the page's networks and
+        destination the lab's, the lab's settings and client in group_vars."""
+        adapted = _replaced(variables, self.values)
         for instance in adapted.get("egress_proxy_instances", []):
             instance["name"] = named(instance["name"])
         for entry in adapted.get("egress_proxy_fleet", []):
             entry["name"] = named(entry["name"])
             entry["hypervisor"] = self.host(entry["hypervisor"])
         if group:
-            adapted.update(copy.deepcopy(self.settings))
+            adapted.update(copy.deepcopy(self.settings), **self.client)
         return adapted
 
     def inventory(self, files, extra_hosts=()):
@@ -180,6 +231,10 @@ class LabRule:
         hosts = list(files["inventory/hosts.yml"]["hypervisors"]["hosts"])
         hosts += [name for name in extra_hosts if name not in hosts]
         adapted = {"hosts.yml": self.hosts_file(hosts)}
+        vaulted = sorted(set(VAULTED.findall(yaml.safe_dump(files))))
+        if vaulted:
+            self.secrets.update({name: secrets.token_urlsafe(12) for name in vaulted if name not in self.secrets})
+            adapted["group_vars/all.yml"] = {name: self.secrets[name] for name in vaulted}
         for path, content in files.items():
             kind, _slash, file_name = path[len("inventory/"):].partition("/")
             if kind == "group_vars":

@@ -12,7 +12,6 @@ image that cannot boot stops the roll with the other proxy still serving.
 import base64
 import contextlib
 import hashlib
-import json
 import os
 import subprocess
 import threading
@@ -23,7 +22,7 @@ import pytest
 pytest.register_assert_rewrite("tests.integration.fleet_fixtures")
 
 from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import DECISIONS_TYPE  # noqa: E402
-from tests.integration.fleet_fixtures import ORIGIN_PORT, fetch, lan_http_server  # noqa: E402
+from tests.integration.fleet_fixtures import ORIGIN_PORT, agent, fetch, in_guest, lan_http_server  # noqa: E402
 from tests.lab import config, hypervisors  # noqa: E402
 from tests.lab.fleet_runs import PREFIX, overlap  # noqa: E402
 from tests.unit.role_templates import decision_counts  # noqa: E402
@@ -192,27 +191,6 @@ with opener.open(url, timeout=60) as response, open(out, "wb") as handle:
         if not os.path.exists(fast):
             time.sleep(2)
 """
-
-
-def agent(spec, proxy, command, arguments=None):
-    """One guest agent command in the proxy's guest, through the hypervisor's virsh; its ``return`` value."""
-    message = {"execute": command}
-    if arguments is not None:
-        message["arguments"] = arguments
-    completed = hypervisors.virsh(spec, "qemu-agent-command", proxy, json.dumps(message), check=False)
-    return json.loads(completed.stdout)["return"] if completed.returncode == 0 else None
-
-
-def in_guest(spec, proxy, *argv):
-    """Run argv in the proxy's guest (through its agent, as an operator with virsh would) and wait for it."""
-    started = agent(spec, proxy, "guest-exec", {"path": argv[0], "arg": list(argv[1:]), "capture-output": True})
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        status = agent(spec, proxy, "guest-exec-status", {"pid": started["pid"]})
-        if status is None or status.get("exited"):
-            return status
-        time.sleep(0.2)
-    raise AssertionError("%s did not finish in %s" % (argv, proxy))
 
 
 def metrics_page(spec, ip, seconds=30):

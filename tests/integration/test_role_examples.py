@@ -11,6 +11,10 @@ adapted by one rule (role_examples.LabRule); nothing else in an example changes:
 | ``egress_proxy_image``, ``egress_proxy_bridge``  | inventories/lab/group_vars': the mirror's Debian guest, ``br0`` |
 | the pool, virt type and CPU mode (defaults)      | inventories/lab's ``egress``, ``qemu``, ``none`` (no nested KVM) |
 | packages and vendor-data (defaults)              | none, as inventories/lab's: the image has squid and the agent   |
+| clients ``10.20.0.0/16``, backup hosts ``10.20.7.0/24`` | lab-hv1's LAN ``198.18.11.0/24``; ``198.18.11.0/28`` (with the LAN namespace) |
+| the hypervisor on the bridge ``10.20.0.2/32``    | the LAN namespace ``198.18.11.1/32``, ``egress_proxy_verify_netns`` (no address on br0) |
+| the bucket ``backup.example-bucket.net``         | the LAN's origin ``198.18.11.1`` (every lab address is internal)    |
+| a vaulted password ``{{ vault_... }}``           | a password of the run's, in ``group_vars/all.yml``              |
 
 Everything else stays: each proxy's memory and disk, the role's defaults for what the page leaves out (its wait
 for the addresses included), the client networks, the owner. In order:
@@ -23,16 +27,23 @@ for the addresses included), the client networks, the owner. In order:
    play of "Across hypervisors" in check mode: the fleet's placement is a prediction (egress-b created on
    lab-hv2, egress-a unchanged on lab-hv1, egress-b left there within the grace period), so no second boot;
    the hypervisors run one after the other; nothing changes on them.
-4. The destroy play of "Entry points" on the Quick start inventory: both proxies are gone with their volumes.
+4. "Rolling an allowlist out" on the Quick start's inventory with the variables of "Profiles and report mode" added,
+   on the same proxies: its deploy command, then from the backup hosts the bucket passes, another destination is
+   forwarded (report mode) and the user ci is refused the bucket; its status command shows WOULD DENY 1 on the proxy
+   asked and the access log the decisions; a second bucket allowed (step 3) starts the counts from zero; enforced
+   (step 4), the other destination gets squid's 403. Each deploy updates both proxies in place, on the same domains.
+5. The destroy play of "Entry points" on the Quick start inventory: both proxies are gone with their volumes.
 
 role_examples.NOT_RUN lists the page's other blocks, with the reason.
 """
 
+import base64
 import json
 
 import pytest
 
 from tests.integration import examples, role_examples
+from tests.integration.fleet_fixtures import fetch, in_guest
 from tests.lab import config, hypervisors
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -40,7 +51,9 @@ pytestmark = pytest.mark.integration
 
 QUICK_START, FLEET, SERIAL = role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL
 DESTROY, FACT = role_examples.DESTROY, role_examples.FACT
+PROFILES, ROLLOUT = role_examples.PROFILES, role_examples.ROLLOUT
 CONVERGE_TASK = "Converge the proxies of this hypervisor"
+STATUS_ROWS_TASK = "Show the same rows as JSON"
 RECORD_TASK = "Record the proxies of this hypervisor in egress_proxy_proxies"
 HV1, HV2 = "lab-hv1", "lab-hv2"
 
@@ -86,6 +99,78 @@ def changed_tasks(run, play):
             for host, result in task["hosts"].items() if result.get("changed")]
 
 
+def domain_ids(spec, proxies):
+    return {proxy: hypervisors.virsh(spec, "domuuid", proxy).stdout.strip() for proxy in proxies}
+
+
+def would_deny_counts(hv_fleet, directory, status, reads=4):
+    """{proxy: its WOULD DENY} of status.yml's rows, run as the page says until every proxy shows one: squid probes the
+    counter it starts at a policy change before the counter listens, so the first reads after one get the exporter's
+    page without the counts ("The count of decisions")."""
+    for _read in range(reads):
+        run = hv_fleet.command(directory, status)
+        assert run.rc == 0, run
+        (shown,) = run.results(STATUS_ROWS_TASK, HV1)
+        counts = {row["name"]: row["would_deny"] for row in shown["status_rows"]}
+        if None not in counts.values():
+            return counts
+    return counts
+
+
+def roll_out(hv_fleet, rule, quick_files, tmp_path, ips):
+    """"Rolling an allowlist out", on the Quick start's running proxies, step by step as the page says; the seconds of
+    each deploy. Every deploy is a policy change in place: each proxy updated, on the same domain."""
+    spec = hv_fleet.hv1
+    files = role_examples.profile_files(quick_files, role_examples.inventory_files(PROFILES))
+    directory = tmp_path / "rollout"
+    inventory = rule.inventory(files)
+    (deploy, status) = [argv for block in role_examples.section_blocks(ROLLOUT) for argv in block.commands()]
+    ids = domain_ids(spec, ips)
+    first, second = sorted(ips)
+    seconds = []
+
+    def deployed(group_vars):
+        role_examples.write_inventory(directory, dict(inventory, **{"group_vars/hypervisors.yml": group_vars}))
+        run = hv_fleet.command(directory, deploy)
+        assert run.rc == 0, run
+        outcomes = {proxy: entry["outcome"] for proxy, entry in run.items(CONVERGE_TASK, HV1).items()}
+        assert outcomes == dict.fromkeys(ips, "updated"), outcomes
+        assert domain_ids(spec, ips) == ids
+        seconds.append(run.seconds)
+
+    def ask(user, url):
+        credentials = "%s:%s" % (user, rule.secrets["vault_egress_proxy_%s_password" % user])
+        return fetch(spec, "http://%s:3128" % ips[first], url, credentials)[0]
+
+    def logged(text):
+        found = in_guest(spec, first, "/bin/grep", "-c", text, "/var/log/squid/access.log")
+        return int(base64.b64decode(found.get("out-data", "")) or 0)
+
+    # 1. The profiles, backup in report mode: from the backup hosts (the LAN namespace), backup's bucket passes and
+    # another destination is forwarded, judged would_deny; the user ci, enforced, is refused the bucket.
+    group_vars = inventory["group_vars/hypervisors.yml"]
+    deployed(group_vars)
+    bucket, other = spec.origin_url(spec.lan_address) + "eptest-rollout", "http://eptest-other.example/"
+    assert (ask("backup", bucket), ask("ci", bucket)) == (200, 403)
+    assert ask("backup", other) != 403
+    # 2. status.yml's WOULD DENY, and the access lines' fields.
+    assert would_deny_counts(hv_fleet, directory, status) == {first: 1, second: 0}
+    assert logged(" decision=would_deny profile=backup rule=not_allowed") == 1
+    assert logged(" decision=deny profile=ci rule=not_allowed") == 1
+    # 3. A second bucket allowed, still in report mode: the counts start from zero.
+    (ci, backup) = group_vars["egress_proxy_profiles"]
+    group_vars = dict(group_vars, egress_proxy_profiles=[ci, dict(backup, allowed_destinations=backup[
+        "allowed_destinations"] + ["backup-2.example-bucket.net"])])
+    deployed(group_vars)
+    assert would_deny_counts(hv_fleet, directory, status) == {first: 0, second: 0}
+    # 4. Enforced (mode: report removed): refused with squid's 403, the line says deny.
+    (ci, backup) = group_vars["egress_proxy_profiles"]
+    deployed(dict(group_vars, egress_proxy_profiles=[ci, {key: value for key, value in backup.items() if key != "mode"}]))
+    assert (ask("backup", other), ask("backup", bucket)) == (403, 200)
+    assert logged(" decision=deny profile=backup rule=not_allowed") == 1
+    return seconds
+
+
 def write_playbook(directory, file_name, plays):
     (directory / file_name).write_text(json.dumps(plays, indent=1))
     return file_name
@@ -94,7 +179,7 @@ def write_playbook(directory, file_name, plays):
 @pytest.mark.boot
 @pytest.mark.usefixtures("clean_roledoc")
 def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
-    rule = role_examples.LabRule()
+    rule = role_examples.LabRule(hv_fleet.hv1)
     quick_files = role_examples.inventory_files(QUICK_START)
     quick = tmp_path / "quick-start"
     role_examples.write_inventory(quick, rule.inventory(quick_files))
@@ -142,10 +227,14 @@ def test_the_role_pages_examples_run_as_written_on_the_lab(hv_fleet, tmp_path):
     assert ours(hv_fleet.hv1, "domains") == dict.fromkeys(proxies, "running")
     assert ours(hv_fleet.hv2, "domains") == {}
 
+    # "Rolling an allowlist out" on the same proxies: policy changes, in place.
+    rolled = roll_out(hv_fleet, rule, quick_files, tmp_path, {name: listed[name]["ip"] for name in proxies})
+
     destroy = write_playbook(quick, "destroy.yml", role_examples.section_plays(DESTROY))
     destroyed = hv_fleet.command(quick, command[:-1] + [destroy])
     assert destroyed.rc == 0, destroyed
     assert destroyed.stats(HV1)["changed"] > 0, destroyed
     assert [ours(spec, kind) for spec in hv_fleet.specs for kind in ("domains", "volumes")] == [{}, [], {}, []]
-    print("quick start %.0f s, again %.0f s, fleet --check %.0f s, destroy %.0f s" % (
-        deployed.seconds, again.seconds, predicted.seconds, destroyed.seconds))
+    print("quick start %.0f s, again %.0f s, fleet --check %.0f s, roll-out deploys %s s, destroy %.0f s" % (
+        deployed.seconds, again.seconds, predicted.seconds, ", ".join("%.0f" % took for took in rolled),
+        destroyed.seconds))

@@ -20,8 +20,12 @@ import pytest
 import yaml
 
 from ansible_collections.egress_proxies.kvm.tests.integration import role_examples
+from ansible_collections.egress_proxies.kvm.tests.lab import config
 
-RUN = (role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL, role_examples.DESTROY, role_examples.FACT)
+RUN = (role_examples.QUICK_START, role_examples.FLEET, role_examples.SERIAL, role_examples.DESTROY, role_examples.FACT,
+       role_examples.ROLLOUT)
+# The lab hypervisor the examples' proxies run on.
+LAB_HV1 = config.HypervisorSpec(1)
 ROLE = "egress_proxies.kvm.egress_proxy"
 ROLE_DIR = os.path.join(role_examples.REPO_ROOT, "roles", "egress_proxy")
 
@@ -36,13 +40,31 @@ def role_options():
 
 
 def test_every_block_of_the_page_is_run_or_listed_with_its_reason():
+    listed = set()
     for block in role_examples.blocks():
         if block.section in role_examples.NOT_RUN:
             continue
         assert block.section in RUN, "%r: run it in test_role_examples.py or list it in NOT_RUN" % (block,)
+        key = (block.section, block.body.splitlines()[0])
+        if key in role_examples.NOT_RUN_BLOCKS:
+            listed.add(key)
+            continue
         assert block.files() or block.plays() or block.commands(), block
     sections = {block.section for block in role_examples.blocks()}
     assert set(RUN) | set(role_examples.NOT_RUN) <= sections
+    assert listed == set(role_examples.NOT_RUN_BLOCKS)
+
+
+def test_the_roll_out_deploys_reads_the_status_and_runs_on_the_quick_starts_inventory_with_the_profiles():
+    assert [argv for block in role_examples.section_blocks(role_examples.ROLLOUT) for argv in block.commands()] == [
+        ["ansible-playbook", "-i", "inventory", "egress_proxies.kvm.deploy"],
+        ["ansible-playbook", "-i", "inventory", "egress_proxies.kvm.status"]]
+    profiles = role_examples.inventory_files(role_examples.PROFILES)
+    assert list(profiles) == ["inventory/group_vars/hypervisors.yml"]
+    variables = profiles["inventory/group_vars/hypervisors.yml"]
+    assert set(variables) <= set(role_options())
+    assert [(profile["name"], profile.get("mode", "enforce")) for profile in variables["egress_proxy_profiles"]] == [
+        ("ci", "enforce"), ("backup", "report")]
 
 
 def test_a_block_is_split_into_its_files_under_the_heading_it_follows():
@@ -53,6 +75,13 @@ def test_a_block_is_split_into_its_files_under_the_heading_it_follows():
         "One", {"inventory/hosts.yml": {"hypervisors": {}}, "inventory/host_vars/h.yml": {"a": 1}}, None)
     assert (two.section, two.files(), two.plays()) == ("Two", None, [{"hosts": "all", "tasks": []}])
     assert three.commands() == [["ansible-playbook", "-i", "inventory", "p.yml"]]
+
+
+def test_a_block_in_a_list_item_is_read_without_its_indent():
+    text = "### Steps\n\n1. Run:\n\n   ```sh\n   ansible-playbook -i inventory p.yml\n\n   # again\n   ```\n"
+    (block,) = role_examples.blocks(text)
+    assert (block.section, block.body) == ("Steps", "ansible-playbook -i inventory p.yml\n\n# again\n")
+    assert block.commands() == [["ansible-playbook", "-i", "inventory", "p.yml"]]
 
 
 def test_the_quick_start_command_runs_a_playbook_of_the_collection_on_its_inventory():
@@ -93,10 +122,12 @@ def test_the_plays_run_the_role_or_one_of_its_entry_points():
 
 def adapted(section):
     """The section's inventory files as read, the rule, and the adapted inventory (the files left as read)."""
-    rule = role_examples.LabRule()
+    rule = role_examples.LabRule(LAB_HV1)
     files = role_examples.inventory_files(role_examples.QUICK_START)
     if section == role_examples.FLEET:
         files = role_examples.fleet_files(files, role_examples.inventory_files(role_examples.FLEET))
+    elif section == role_examples.ROLLOUT:
+        files = role_examples.profile_files(files, role_examples.inventory_files(role_examples.PROFILES))
     read = copy.deepcopy(files)
     inventory = rule.inventory(files, role_examples.fleet_hosts(files))
     assert files == read
@@ -121,21 +152,38 @@ def test_the_rule_puts_every_proxy_on_a_lab_host_under_a_test_name(section):
     assert names and all(name.startswith(role_examples.NAME_PREFIX) for name in names), names
 
 
-@pytest.mark.parametrize("section", [role_examples.QUICK_START, role_examples.FLEET])
-def test_the_rule_changes_only_the_lab_settings_and_the_names(section):
+@pytest.mark.parametrize("section", [role_examples.QUICK_START, role_examples.FLEET, role_examples.ROLLOUT])
+def test_the_rule_changes_only_the_lab_settings_the_names_and_the_tabulated_values(section):
     files, rule, inventory = adapted(section)
     example = files["inventory/group_vars/hypervisors.yml"]
     group = inventory["group_vars/hypervisors.yml"]
     assert {key: group[key] for key in role_examples.LAB_SETTINGS} == rule.settings
-    unnamed = {key: value for key, value in group.items() if key not in role_examples.LAB_SETTINGS}
+    assert {key: group[key] for key in rule.client} == rule.client
+    unnamed = {key: value for key, value in group.items() if key not in role_examples.LAB_SETTINGS + tuple(rule.client)}
     for entry in unnamed.get("egress_proxy_fleet", []):
         entry["name"] = entry["name"][len(role_examples.NAME_PREFIX):]
+    # The lab's values back to the page's.
+    pages = {lab: page for page, lab in rule.values.items()}
+    assert len(pages) == len(rule.values)
     expected = {key: value for key, value in example.items() if key not in role_examples.LAB_SETTINGS}
     for entry in expected.get("egress_proxy_fleet", []):
         entry["hypervisor"] = role_examples.HOSTS[entry["hypervisor"]]
-    assert unnamed == expected
+    assert role_examples._replaced(unnamed, pages) == expected
+    assert rule.values["10.20.0.0/16"] in group["egress_proxy_allowed_clients"]
+
+
+def test_the_rules_values_are_the_lab_hypervisors_lan_its_client_and_origin():
+    values = role_examples.lab_values(LAB_HV1)
+    assert values == {"10.20.0.0/16": "198.18.11.0/24", "10.20.0.2/32": "198.18.11.1/32",
+                      "10.20.7.0/24": "198.18.11.0/28", "backup.example-bucket.net": "198.18.11.1"}
+
+
+def test_the_vaulted_passwords_the_roll_out_names_are_this_runs_in_group_vars_all():
+    _files, rule, inventory = adapted(role_examples.ROLLOUT)
+    assert sorted(inventory["group_vars/all.yml"]) == ["vault_egress_proxy_backup_password", "vault_egress_proxy_ci_password"]
+    assert inventory["group_vars/all.yml"] == rule.secrets and len(set(rule.secrets.values())) == 2
 
 
 def test_the_lab_settings_are_the_role_variables_the_lab_inventory_sets():
     assert set(role_examples.LAB_SETTINGS) <= set(role_options())
-    assert sorted(role_examples.LabRule().settings) == sorted(role_examples.LAB_SETTINGS)
+    assert sorted(role_examples.LabRule(LAB_HV1).settings) == sorted(role_examples.LAB_SETTINGS)
