@@ -369,7 +369,7 @@ def test_a_mode_that_is_neither_enforce_nor_report_is_refused(mode):
 
 
 def test_the_docs_example_renders_the_rules_the_docs_show(tmp_path):
-    variables = inventory_files("Profiles and report mode")["group_vars/hypervisors/profiles.yml"]
+    variables = inventory_files("Profiles and report mode")["inventory/group_vars/hypervisors.yml"]
     # The vaulted passwords as the play reads them once decrypted.
     variables["egress_proxy_users"] = [dict(user, password="secret of %s" % user["name"])
                                        for user in variables["egress_proxy_users"]]
