@@ -421,6 +421,25 @@ options:
               - The group's client IPv6 address, without prefix length, such as V(2001:db8:40::10); none when not given.
               - Checked as O(policy.group.address) is (ASCII hex digits and colons, no C(%scope)).
             type: str
+      pooled_addresses:
+        description:
+          - The egress addresses a pool gave the profiles of the proxy's policy, by profile name, each a dictionary of
+            C(egress_address) (IPv4), C(egress_address6) (IPv6) or both, without prefix length (the profile C(backup)
+            with V(203.0.113.12) is C(backup) mapped to C(egress_address) V(203.0.113.12)). The
+            C(egress_proxies.kvm.egress_proxy) role sets it for each profile whose C(egress_address) or
+            C(egress_address6) is V(pool); the policy's files put the addresses to use.
+          - Part of the policy, it is covered by the policy's digest, and recorded in the domain's metadata beside it
+            (C(pooledAddresses)), so M(egress_proxies.kvm.kvm_proxy_info) reports it
+            (RV(egress_proxies.kvm.kvm_proxy_info#module:proxies[].pooled_addresses)) and the role's next allocation
+            keeps the addresses, across replacements too, and gives them to no other proxy. Without it (or empty) the
+            digest and the metadata are what they were before this option.
+          - M(egress_proxies.kvm.kvm_proxy_set) refuses, before anything of the set is touched, a proxy with an address
+            here that its own domain does not record yet and another domain of the hypervisor records (as its egress
+            address or one of its profiles'), as two runs of one pool at once would give.
+          - A key that is not a profile's name (1 to 32 lowercase letters, digits and C(-), starting with a letter), a
+            value with another key, or an address that is not an address of its family written as text (no prefix
+            length, no C(%scope), no blank) fails the task before anything is touched, naming the entry.
+        type: dict
   on_unreachable_agent:
     description:
       - What to do, when O(policy) is given, with a running VM whose guest agent does not answer, breaks the

@@ -24,11 +24,18 @@ description:
   - New addresses go to the proxies in the play's order of the hypervisors, then by name, each the lowest free
     address of its pool, inside C(egress_proxy_outside.prefix) (C(prefix6) for IPv6) when given. A pool of both families
     gives each proxy an IPv4 C(outside.address) and an IPv6 C(outside.address6), each unless it has its own.
+  - A profile whose C(egress_address) (C(egress_address6)) is V(pool) gets one more address of its proxy's pool, inside
+    the segment of the proxy's outside address of that family, by the same rules, after the proxies' own addresses. It
+    keeps the one its domain records for it
+    (RV(egress_proxies.kvm.kvm_proxy_info#module:proxies[].pooled_addresses)), and an address a domain records for a
+    profile is given to no other proxy or profile until that domain records it no longer (the domain gone, or its
+    policy applied without that profile's pooled address, in an earlier run).
   - Fails before anything is touched, naming the variable, on an entry that is not an address, a range or a prefix (its
     text checked, so a control character, a blank or a scope id is refused), a range that runs backwards, overlapping entries, two
     hypervisors' pools that differ but share addresses, a pool address some proxy has as its own
     C(outside.address), an own address outside the NIC's prefix, a pool that shares addresses with a hypervisor whose
-    proxies were not listed, a pool that cannot be proven unique, and a pool too small, naming how many addresses are
+    proxies were not listed, a pool that cannot be proven unique, a profile's V(pool) where the pool has no address
+    of that family or the proxy no outside address of it, and a pool too small, naming how many addresses are
     missing.
   - A pool cannot be proven unique when a hypervisor outside the play (C(--limit), a sliced AWX job) shares an inventory
     group other than C(all) with a pooled one, and either the pool is not an inventory variable of the pooled one (the
@@ -73,9 +80,11 @@ RETURN = r"""
 _value:
   description:
     - For each hypervisor of the play, by proxy name, the addresses with their prefix lengths it takes from its pool,
-      C(address) (IPv4) and C(address6) (IPv6), each where the pool has that family and the proxy none of its own.
+      C(address) (IPv4) and C(address6) (IPv6), each where the pool has that family and the proxy none of its own;
+      and C(profiles), by profile name, the C(egress_address) and C(egress_address6) (without prefix length) of each
+      profile that asks the pool for one.
   type: dict
-  sample: {"hv1": {"egress-a": {"address": "203.0.113.10/24", "address6": "2001:db8:0:7::1/64"}}}
+  sample: {"hv1": {"egress-a": {"address": "203.0.113.10/24", "profiles": {"backup": {"egress_address": "203.0.113.11"}}}}}
 """
 
 VIEW = "egress_proxy__pool_view"
@@ -99,7 +108,8 @@ def egress_addresses(play_hosts, hostvars, fleet=None, inventory_hosts=None):
             unlisted.append((host, view["outside"]["pool"]))
             continue
         hypervisors.append({"name": host, "outside": view["outside"], "state": view["state"],
-                            "instances": view["instances"], "proxies": listing.get("proxies") or []})
+                            "instances": view["instances"], "profiles": view["profiles"],
+                            "proxies": listing.get("proxies") or []})
     outside_hosts = []
     for host in inventory_hosts or []:
         if host not in seen:

@@ -14,8 +14,8 @@ version_added: 0.1.0
 description:
   - Answers the question of what runs where. It reports every domain on the hypervisor that carries this collection's
     metadata, with its state, IPv4 address, owner, creation time, size, disks, NICs (each with its role and address,
-    and which is the egress one), autostart flag, spec digest and policy digest, and, for a member of an HA group, its
-    group and whether it holds the group's address.
+    and which is the egress one), autostart flag, spec digest and policy digest, the egress addresses a pool gave its
+    profiles, and, for a member of an HA group, its group and whether it holds the group's address.
   - With O(name), reports that one domain, or an empty list and RV(found=false) when there is none.
   - The state is the collection's mapping of libvirt's state. V(Running) means running or blocked B(and) a
     routable IPv4 is known; V(Provisioning) means running without an address yet, or a state libvirt could not
@@ -235,6 +235,16 @@ proxies:
           description: The group's client IPv6 address, without prefix length; V(null) when it has none.
           type: str
           sample: 2001:db8:40::10
+    pooled_addresses:
+      description:
+        - The egress addresses a pool gave the proxy's profiles, as its metadata records them
+          (O(egress_proxies.kvm.kvm_proxy#module:policy.pooled_addresses), which the C(egress_proxies.kvm.egress_proxy)
+          role sets for each profile whose C(egress_address) or C(egress_address6) is V(pool)), by profile name, each
+          with C(egress_address) (IPv4), C(egress_address6) (IPv6) or both, without prefix length.
+        - Empty for a proxy without such a profile, one recorded before this was, an unmanaged domain, and one whose
+          record is not what the collection writes (edited by hand).
+      type: dict
+      sample: {"backup": {"egress_address": "203.0.113.12", "egress_address6": "2001:db8:20::12"}}
     ha_holder:
       description:
         - Whether the proxy holds its group's address now, the one clients reach the group on.

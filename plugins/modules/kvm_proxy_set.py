@@ -243,6 +243,9 @@ options:
               address6:
                 description: As O(policy.group.address6).
                 type: str
+          pooled_addresses:
+            description: As O(policy.pooled_addresses).
+            type: dict
       on_unreachable_agent:
         description: This proxy's O(on_unreachable_agent).
         type: str

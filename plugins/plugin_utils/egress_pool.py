@@ -17,6 +17,12 @@ prefixes (``203.0.113.64/26``, ``2001:db8:0:7::/64``), IPv4 or IPv6. Every proxy
 - deterministic: new addresses go to the proxies in the order of the play's hypervisors, then of their names, each
   the lowest free address of its pool (inside the outside NIC's prefix when it has one).
 
+A profile whose ``egress_address`` (``egress_address6``) is ``pool`` gets one more address of its proxy's pool, inside
+the segment of the proxy's outside address of that family, by the same rules: a domain records its profiles' pooled
+addresses (``pooled_addresses``) as it records its own, so a profile keeps its address, and every address a domain
+records for a profile is held until that domain records it no longer (gone, or its policy applied without it). The
+profiles are served after the proxies, in the same order, then in the order of their list.
+
 Ranges and prefixes are counted and walked, never listed: one address per proxy from a /64 costs what it costs from
 a /24. Every refusal names the variable (``egress_proxy_outside.pool[3] of lab-hv1``,
 ``egress_proxy_instances[2].outside.address``) before anything is touched. Standard library only, no Ansible: the
@@ -32,7 +38,16 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ascii_decimal, ip_address, ip_network, quoted
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import EGRESS_FIELDS, PooledAddresses
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
+    ascii_decimal,
+    ip_address,
+    ip_network,
+    ipv4_interface,
+    ipv6_interface,
+    quoted,
+)
 
 POOL_VARIABLE = "egress_proxy_outside.pool"
 # By address family: the outside NIC's address option a pool address becomes, and the option of its segment.
@@ -41,6 +56,10 @@ PREFIX_KEYS = {4: "prefix", 6: "prefix6"}
 PREFIX_VARIABLES = {version: "egress_proxy_outside." + key for version, key in PREFIX_KEYS.items()}
 PREFIX_EXAMPLES = {4: "203.0.113.0/24", 6: "2001:db8:0:7::/64"}
 STATE_ABSENT = "absent"
+# A profile's egress_address (egress_address6) that asks for one more address of its proxy's pool.
+POOLED = "pool"
+# How an outside address is read by family: with its prefix length, which gives the egress NIC's segment.
+_INTERFACES = {4: ipv4_interface, 6: ipv6_interface}
 
 
 class PoolError(Exception):
@@ -156,6 +175,17 @@ def parse_prefix(text, owner, version):
 
 
 @dataclass(frozen=True)
+class ProfileWant:
+    """A profile's egress address of one family to give from its proxy's pool (``egress_address: pool``)."""
+
+    proxy: str
+    profile: str
+    field: str  # egress_address (IPv4) or egress_address6 (IPv6)
+    version: int
+    label: str  # egress_proxy_instances[0].profiles[1] (backup).egress_address
+
+
+@dataclass(frozen=True)
 class Hypervisor:
     """One hypervisor of the play as the allocation sees it."""
 
@@ -165,6 +195,9 @@ class Hypervisor:
     wanted: tuple  # (proxy name, family) of each address to give from the pool, in name order
     given: tuple  # (address text, variable, proxy name) of every hand-given outside address of a kept proxy
     recorded: tuple  # (domain name, recorded egress address text) of every address a listed domain records
+    profiles_wanted: tuple = ()  # ProfileWant, by proxy name, then in the order of the profiles
+    # (domain name, profile, field, address text) of every address a listed domain records for a profile
+    recorded_profiles: tuple = ()
 
     def candidates(self, version):
         """The pool's entries of one family clipped to the NIC's segment: (first, last, prefix length) it may give."""
@@ -187,9 +220,11 @@ def _where(source, index):
     return "%s[%d]" % (source, index)
 
 
-def _hypervisor(name, outside, default_state, entries, recorded):
+def _hypervisor(name, outside, default_state, entries, recorded, profiles=None, recorded_profiles=()):
     """Hypervisor from one hypervisor's variables: ``outside`` its egress_proxy_outside, ``entries`` (variable, entry)
-    of its instances, ``recorded`` [(domain name, recorded egress address)] of its listing."""
+    of its instances, ``recorded`` [(domain name, recorded egress address)] of its listing; ``profiles`` its
+    egress_proxy_profiles, the profiles of an entry that gives none, ``recorded_profiles`` [(domain name, profile,
+    field, address)] of its listing."""
     outside = outside or {}
     pool_text = outside.get("pool")
     pool = parse_pool(pool_text, name) if pool_text not in (None, []) else ()
@@ -205,7 +240,7 @@ def _hypervisor(name, outside, default_state, entries, recorded):
         if not hypervisor.candidates(version):
             raise PoolError("%s of %s has no IPv%d address inside %s %s: the outside NIC could use none of them"
                             % (POOL_VARIABLE, name, version, PREFIX_VARIABLES[version], prefixes[version]))
-    wanted, given = [], []
+    wanted, given, profiles_wanted = [], [], []
     for variable, entry in entries:
         if not isinstance(entry, dict):
             continue  # the role's argument spec refuses it, naming it
@@ -218,8 +253,33 @@ def _hypervisor(name, outside, default_state, entries, recorded):
                 given.append((own[field], "%s.outside.%s" % (variable, field), entry.get("name")))
             elif version in families:
                 wanted.append((entry.get("name"), version))
+        if "profiles" in entry:
+            profiles_wanted += _profiles_wanted(name, entry.get("name"), variable + ".profiles", entry["profiles"], families)
+        else:
+            profiles_wanted += _profiles_wanted(name, entry.get("name"), "egress_proxy_profiles", profiles, families)
     return Hypervisor(name, pool, prefixes, tuple(sorted(wanted, key=lambda item: (str(item[0]), item[1]))),
-                      tuple(given), tuple(recorded))
+                      tuple(given), tuple(recorded),
+                      tuple(sorted(profiles_wanted, key=lambda want: str(want.proxy))), tuple(recorded_profiles))
+
+
+def _profiles_wanted(hypervisor, proxy, variable, profiles, families):
+    """The ProfileWant of each profile of ``profiles`` (the proxy's list, named ``variable`` in messages) whose
+    egress_address or egress_address6 is ``pool``; PoolError when the pool has no address of that family. A profile
+    that is not a mapping with a name of text is the profiles' own check's to refuse, naming it."""
+    found = []
+    for index, profile in enumerate(profiles if isinstance(profiles, list) else []):
+        if not isinstance(profile, dict) or not isinstance(profile.get("name"), str) or not isinstance(proxy, str):
+            continue
+        for field, version in EGRESS_FIELDS:
+            if profile.get(field) != POOLED:
+                continue
+            label = "%s[%d] (%s).%s" % (variable, index, profile["name"], field)
+            if version not in families:
+                raise PoolError("%s of %s on %s is %s, but %s of %s has no IPv%d address: add IPv%d addresses to the "
+                                "pool, or give the profile an address of its own" % (
+                                    label, proxy, hypervisor, POOLED, POOL_VARIABLE, hypervisor, version, version))
+            found.append(ProfileWant(proxy, profile["name"], field, version, label))
+    return found
 
 
 def _check_pools(hypervisors):
@@ -288,11 +348,17 @@ def _usable(hypervisor, address):
     return None
 
 
-def _free_addresses(hypervisor, version, taken):
+def _free_addresses(hypervisor, version, taken, within=None):
     """The addresses of one family of the hypervisor's candidates not in ``taken`` (a set, read as each is asked for),
-    lowest first, each with its prefix length. Walked once, never listed: a run's cost is its proxies and the
-    addresses already taken, not the size of the pool (a /64 costs what a /24 does)."""
+    lowest first, each with its prefix length; with ``within`` (an ip network), only its host addresses. Walked once,
+    never listed: a run's cost is its proxies and the addresses already taken, not the size of the pool (a /64 costs
+    what a /24 does)."""
+    lowest, highest = host_addresses(within) if within is not None else (None, None)
     for first, last, length in hypervisor.candidates(version):
+        if within is not None:
+            first, last = max(first, lowest), min(last, highest)
+            if first > last:
+                continue
         address = first
         while True:
             if address not in taken:
@@ -313,15 +379,17 @@ def _some(names):
 
 
 def allocate(hypervisors):
-    """{hypervisor name: {proxy name: {"address": IPv4/length, "address6": IPv6/length}}} for every address a proxy of
-    ``hypervisors`` (Hypervisor, in the play's order) takes from its pool (one of each family the pool has), after the
-    checks; PoolError when a pool is too small, naming how many addresses are missing, or when a pool or a hand-given
-    address is refused."""
+    """{hypervisor name: {proxy name: {"address": IPv4/length, "address6": IPv6/length, "profiles": {profile:
+    {"egress_address": IPv4, "egress_address6": IPv6}}}}} for every address a proxy of ``hypervisors`` (Hypervisor, in
+    the play's order) takes from its pool (one of each family the pool has, and one for each of its profiles that asks
+    for one), after the checks; PoolError when a pool is too small, naming how many addresses are missing, or when a
+    pool, a hand-given address or a profile's ``pool`` is refused."""
     _check_pools(hypervisors)
     _check_given(hypervisors)
     taken = set()  # every address recorded on a domain, given by hand, or handed out in this run
     for hypervisor in hypervisors:
-        for text in [recorded for _domain, recorded in hypervisor.recorded] + [given[0] for given in hypervisor.given]:
+        for text in [recorded for _domain, recorded in hypervisor.recorded] + [given[0] for given in hypervisor.given] \
+                + [recorded[3] for recorded in hypervisor.recorded_profiles]:
             address = _address_of(text)
             if address is not None:
                 taken.add(address)
@@ -368,15 +436,85 @@ def allocate(hypervisors):
         raise PoolError("The egress address pools are too small, %d address%s missing: %s. Add addresses to the pool, "
                         "or give fewer proxies an address from it; nothing was changed."
                         % (total, "" if total == 1 else "es", "; ".join(shortages)))
+    _allocate_profiles(hypervisors, allocation, taken, kept)
     return allocation
+
+
+def _segment(hypervisor, allocation, proxy, version):
+    """The egress NIC's segment of one family (an ip network) of ``proxy``: its hand-given outside address's, else the
+    one the pool gave it; None when it has neither."""
+    parse = _INTERFACES[version]
+    for text, _variable, owner in hypervisor.given:
+        interface = parse(text) if owner == proxy and isinstance(text, str) else None
+        if interface is not None:
+            return interface.network
+    pooled = allocation[hypervisor.name].get(proxy, {}).get(ADDRESS_FIELDS[version])
+    return parse(pooled).network if pooled is not None else None
+
+
+def _allocate_profiles(hypervisors, allocation, taken, kept):
+    """Give each ProfileWant of ``hypervisors`` an address inside its proxy's egress segment, in ``allocation`` (the
+    proxies' addresses given): the one its domain records for the profile when the pool still holds it, else the lowest
+    free one; ``taken`` and ``kept`` as allocate leaves them. PoolError when a proxy has no segment of the family, or a
+    pool has too few free addresses in a segment, naming how many are missing."""
+    segments = {}
+    for hypervisor in hypervisors:
+        records = {(domain, profile, field): text for domain, profile, field, text in hypervisor.recorded_profiles}
+        for want in hypervisor.profiles_wanted:
+            segment = _segment(hypervisor, allocation, want.proxy, want.version)
+            if segment is None:
+                raise PoolError("%s of %s on %s is %s, but the outside NIC has no IPv%d address with its prefix length "
+                                "(outside.%s, or one from %s) whose segment the address joins" % (
+                                    want.label, want.proxy, hypervisor.name, POOLED, want.version,
+                                    ADDRESS_FIELDS[want.version], POOL_VARIABLE))
+            segments[want] = segment
+            address = ip_address(records.get((want.proxy, want.profile, want.field)))
+            lowest, highest = host_addresses(segment)
+            if address is not None and address.version == want.version and lowest <= address <= highest \
+                    and _usable(hypervisor, address) is not None and address not in kept:
+                kept.add(address)
+                _give_profile(allocation, hypervisor, want, address)
+    shortages = {}  # (hypervisor, segment): [served, labels missing]
+    free = {}
+    for hypervisor in hypervisors:
+        for want in hypervisor.profiles_wanted:
+            if want.field in allocation[hypervisor.name].get(want.proxy, {}).get("profiles", {}).get(want.profile, {}):
+                continue
+            key = (hypervisor.name, segments[want])
+            if key not in free:
+                free[key] = _free_addresses(hypervisor, want.version, taken, segments[want])
+            shortage = shortages.setdefault(key, [0, []])
+            found = next(free[key], None)
+            if found is None:
+                shortage[1].append("%s of %s" % (want.label, want.proxy))
+                continue
+            taken.add(found[0])
+            shortage[0] += 1
+            _give_profile(allocation, hypervisor, want, found[0])
+    short = [(key, served, left) for key, (served, left) in shortages.items() if left]
+    if short:
+        total = sum(len(left) for _key, _served, left in short)
+        raise PoolError("The egress address pools are too small for the profiles that ask for an address of them, %d "
+                        "address%s missing: %s. Add addresses to the pool, or give fewer profiles an address from it; "
+                        "nothing was changed." % (total, "" if total == 1 else "es", "; ".join(
+                            "%s of %s has %d free address%s in %s, the egress NIC's segment, for %d profiles: %d missing "
+                            "(none for %s)" % (POOL_VARIABLE, name, served, "" if served == 1 else "es", segment,
+                                               served + len(left), len(left), _some(left))
+                            for (name, segment), served, left in short)))
+
+
+def _give_profile(allocation, hypervisor, want, address):
+    profiles = allocation[hypervisor.name].setdefault(want.proxy, {}).setdefault("profiles", {})
+    profiles.setdefault(want.profile, {})[want.field] = str(address)
 
 
 def fleet_allocation(hypervisors, fleet=None, unlisted=()):
     """The allocation of the play (allocate) from each hypervisor's variables and listing.
 
     ``hypervisors``: in the play's order, each a dict with ``name`` (the inventory host), ``outside``
-    (egress_proxy_outside), ``state`` (egress_proxy_state), ``instances`` (egress_proxy_instances) and ``proxies``
-    (kvm_proxy_info's listing of the hypervisor: each domain's ``name`` and its recorded ``egress_address``).
+    (egress_proxy_outside), ``state`` (egress_proxy_state), ``instances`` (egress_proxy_instances), ``profiles``
+    (egress_proxy_profiles) and ``proxies`` (kvm_proxy_info's listing of the hypervisor: each domain's ``name``, its
+    recorded ``egress_address`` and ``egress_address6``, and its profiles' ``pooled_addresses``).
     ``fleet``: egress_proxy_fleet, whose entries run on the hypervisor they name. ``unlisted``: (name, pool) of the
     inventory's other hypervisors with a pool, whose domains were not listed (not in the play, --limit, or their
     listing failed): the addresses they hold are unknown, so a pool that shares an address with theirs is refused.
@@ -389,11 +527,27 @@ def fleet_allocation(hypervisors, fleet=None, unlisted=()):
                    for index, entry in enumerate(given.get("instances") or [])]
         entries += [(_where("egress_proxy_fleet", index), entry) for index, entry in enumerate(fleet)
                     if isinstance(entry, dict) and entry.get("hypervisor") == name]
-        recorded = [(proxy.get("name"), proxy.get(key)) for proxy in given.get("proxies") or []
-                    for key in ("egress_address", "egress_address6") if isinstance(proxy, dict) and proxy.get(key)]
-        built.append(_hypervisor(name, given.get("outside"), given.get("state"), entries, recorded))
+        listed = [proxy for proxy in given.get("proxies") or [] if isinstance(proxy, dict)]
+        recorded = [(proxy.get("name"), proxy.get(key)) for proxy in listed
+                    for key in ("egress_address", "egress_address6") if proxy.get(key)]
+        built.append(_hypervisor(name, given.get("outside"), given.get("state"), entries, recorded, given.get("profiles"),
+                                 _recorded_profiles(listed)))
     _check_unlisted(built, unlisted)
     return allocate(built)
+
+
+def _recorded_profiles(listed):
+    """(domain name, profile, field, address) of every address the ``listed`` domains (kvm_proxy_info's entries)
+    record for a profile; a record that is not what the collection writes holds none."""
+    found = []
+    for proxy in listed:
+        try:
+            pooled = PooledAddresses.from_params(proxy.get("pooled_addresses"))
+        except ValidationError:
+            continue
+        for profile, fields in pooled.entries if pooled is not None else ():
+            found += [(proxy.get("name"), profile, field, address) for field, address in fields]
+    return found
 
 
 def _check_unlisted(hypervisors, unlisted):
@@ -464,17 +618,56 @@ def check_hidden_pools(play_pools, outside_hosts):
                     POOL_VARIABLE, mine.name, other.name, shared[0], mine.name, why, shared[0]))
 
 
-def pool_view(instances, outside, state):
+def with_allocation(name, outside, profiles, allocated):
+    """What the allocation gave the proxy ``name`` (``allocated``: the allocation's of its hypervisor, by proxy name),
+    as ``(outside, profiles, pooled)``: ``outside`` (its outside NIC's options) with each address of the pool it gives
+    none of its own, ``profiles`` (its list) with each ``pool`` replaced by the profile's address, and the profiles'
+    pooled addresses {profile: {field: address}} ({} when none). From here on, the checks see the addresses as given
+    by hand."""
+    mine = (allocated.get(name) or {}) if isinstance(name, str) else {}
+    outside = dict(outside)
+    for field in ADDRESS_FIELDS.values():
+        if mine.get(field) and not outside.get(field):
+            outside[field] = mine[field]
+    given = mine.get("profiles") or {}
+    pooled = {}
+    if given and isinstance(profiles, list):
+        substituted = []
+        for profile in profiles:
+            if isinstance(profile, dict) and isinstance(profile.get("name"), str):
+                addresses = {field: address for field, address in given.get(profile["name"], {}).items()
+                             if profile.get(field) == POOLED}
+                if addresses:
+                    profile = dict(profile, **addresses)
+                    pooled.setdefault(profile["name"], {}).update(addresses)
+            substituted.append(profile)
+        profiles = substituted
+    return outside, profiles, pooled
+
+
+def pool_view(instances, outside, state, profiles=None):
     """What the allocation needs of one hypervisor's variables, for the fact every other hypervisor's run reads:
-    its egress_proxy_outside's pool, prefix and prefix6, egress_proxy_state, and each of its egress_proxy_instances'
-    name, state and own outside.address and address6, in their order (so a message can name the entry). No other
-    key: an instance's users and their passwords stay out of the fact."""
+    its egress_proxy_outside's pool, prefix and prefix6, egress_proxy_state, each of its egress_proxy_instances'
+    name, state, own outside.address and address6 and own profiles, in their order (so a message can name the entry),
+    and its egress_proxy_profiles (``profiles``), each profile's name, egress_address and egress_address6 alone. No
+    other key: an instance's users and their passwords, and a profile's identities, stay out of the fact."""
     outside = outside if isinstance(outside, dict) else {}
     kept = []
     for entry in instances or []:
         entry = entry if isinstance(entry, dict) else {}
         own = entry.get("outside") if isinstance(entry.get("outside"), dict) else {}
-        kept.append({"name": entry.get("name"), "state": entry.get("state"),
-                     "outside": {field: own.get(field) for field in ADDRESS_FIELDS.values()}})
+        view = {"name": entry.get("name"), "state": entry.get("state"),
+                "outside": {field: own.get(field) for field in ADDRESS_FIELDS.values()}}
+        if "profiles" in entry:
+            view["profiles"] = _profiles_view(entry["profiles"])
+        kept.append(view)
     return {"outside": {key: outside.get(key) for key in ("pool",) + tuple(PREFIX_KEYS.values())}, "state": state,
-            "instances": kept}
+            "instances": kept, "profiles": _profiles_view(profiles)}
+
+
+def _profiles_view(profiles):
+    """Of each profile of ``profiles``, what the allocation reads: its name, egress_address and egress_address6."""
+    keys = ("name",) + tuple(field for field, _version in EGRESS_FIELDS)
+    # Anything else stays in its place as None, so a message counts the entries as the list does.
+    return [{key: profile.get(key) for key in keys} if isinstance(profile, dict) else None
+            for profile in (profiles if isinstance(profiles, list) else [])]

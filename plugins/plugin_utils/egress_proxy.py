@@ -39,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.argspec 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import SetRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import render_cloud_data
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import with_allocation
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.guest_program import (
     ANSWER_SNI_GIVEN,
     CHECK_EITHER_PASSWORD,
@@ -159,14 +160,11 @@ def fill_in(entry, variables):
         instance["profiles"] = [
             dict(profile, **{flag: _bool_or_given(profile[flag]) for flag in PROFILE_FLAGS if flag in profile})
             if isinstance(profile, dict) else profile for profile in instance["profiles"]]
-    instance["outside"] = dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {}))
-    # The addresses from the pool are the instance's outside.address and address6, checked from here on as ones given
-    # by hand.
-    pooled = variables["egress_proxy__pool_addresses"] or {}
-    if isinstance(instance["name"], str):
-        for field, address in pooled.get(instance["name"], {}).items():
-            if _blank(instance["outside"].get(field)):
-                instance["outside"][field] = address
+    # The addresses from the pool are the instance's outside.address and address6 and its profiles' egress addresses,
+    # checked from here on as ones given by hand; pooled_addresses says which profile addresses the pool gave.
+    instance["outside"], instance["profiles"], instance["pooled_addresses"] = with_allocation(
+        instance["name"], dict(variables["egress_proxy_outside"] or {}, **(instance["outside"] or {})),
+        instance["profiles"], variables["egress_proxy__pool_addresses"] or {})
     return instance
 
 
@@ -478,7 +476,8 @@ def squid_policy(instance, squid_conf, variables):
     while passwords are rotated the previous ones' file and the Basic helper that takes either, and with
     the decisions counted the counter squid runs as its log daemon (both of the role's files/squid_helpers.py).
     Its reload (squid_reload_argv: a reconfigure, new connections to every port squid listens on held meanwhile, not
-    refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload."""
+    refused) is no part of the policy's digest: a proxy that holds the policy is not touched for a new reload. The
+    addresses the pool gave its profiles go with it, to be recorded (policy.pooled_addresses)."""
     files = [{"path": SQUID_CONF_PATH, "content": squid_conf if squid_conf.endswith("\n") else squid_conf + "\n"}]
     settings = squid_settings(instance, variables["egress_proxy_safe_ports"], variables["egress_proxy_connect_ports"],
                               variables["egress_proxy_forwarded_for"])[0]
@@ -497,6 +496,9 @@ def squid_policy(instance, squid_conf, variables):
         files.append({"path": settings["sni_program"], "mode": "0755", "content": program_text(ANSWER_SNI_GIVEN)})
     policy = with_profile_addresses({"files": files, "validate": SQUID_VALIDATE,
                                      "reload": squid_reload_argv(squid_ports(settings))}, settings["egress_addresses"])
+    if instance.get("pooled_addresses"):
+        # Recorded with the policy, so the next run's allocation keeps them (kvm_proxy_info's pooled_addresses).
+        policy["pooled_addresses"] = instance["pooled_addresses"]
     if instance.get("ha"):
         return member_policy(instance, policy)
     return policy

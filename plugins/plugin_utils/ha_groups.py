@@ -39,6 +39,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import with_allocation
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_reload import (
     RELOADING_FILE,
     RELOADING_SECONDS,
@@ -268,11 +269,9 @@ def member_view(entries, groups, settings, hypervisor):
         if not isinstance(entry, dict) or entry.get("name") not in names:
             continue
         filled = {key: entry.get(key, settings.get("egress_proxy_" + key)) for key in ("state", "address", "address6", "port")}
-        outside = dict(settings.get("egress_proxy_outside") or {}, **(entry.get("outside") or {}))
-        for field, address in pooled.get(entry["name"], {}).items():
-            if not outside.get(field):
-                outside[field] = address
-        profiles = entry["profiles"] if "profiles" in entry else settings.get("egress_proxy_profiles")
+        outside, profiles, _pooled = with_allocation(
+            entry["name"], dict(settings.get("egress_proxy_outside") or {}, **(entry.get("outside") or {})),
+            entry["profiles"] if "profiles" in entry else settings.get("egress_proxy_profiles"), pooled)
         view.append(dict(filled, name=entry["name"], hypervisor=hypervisor, outside_address=outside.get("address") or "",
                          outside_address6=outside.get("address6") or "", metrics_port=metrics_port,
                          profile_addresses=_profile_addresses(profiles)))
@@ -768,8 +767,8 @@ def member_policy(instance, policy):
     if listens_nonlocal(instance):
         files.append({"path": SYSCTL_PATH, "content": SYSCTL_CONF})
         reload_script = "%s; %s" % (" ".join(SYSCTL_LOAD), reload_script)
-    return {"files": files,
-            "validate": composed_argv('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
-            "reload": composed_argv(reload_script, _hand_over_arguments(groups) + ["--"] + list(policy["reload"])),
-            "release": release_argv(groups),
-            "group": policy_group(groups)}
+    # What else the policy holds (the profiles' pooled addresses) goes with it.
+    return dict(policy, files=files,
+                validate=composed_argv('"$@"; %s' % " ".join(KEEPALIVED_VALIDATE), policy["validate"]),
+                reload=composed_argv(reload_script, _hand_over_arguments(groups) + ["--"] + list(policy["reload"])),
+                release=release_argv(groups), group=policy_group(groups))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import is_dns_name, validate_vm_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PROFILE_NAME
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import (
     ascii_decimal,
     control_character,
@@ -34,7 +35,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text im
     ipv6_interface,
     quoted,
 )
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, host_addresses, parse_pool
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import POOLED, PoolError, host_addresses, parse_pool
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.ha_groups import (
     HEALTH_PORT,
     INSIDE_NIC,
@@ -109,7 +110,6 @@ PROFILE_KEYS = ("name", "users", "clients", "allowed_destinations", "denied_dest
 # A profile's own egress addresses: the key, the address family, how the text is parsed, and the egress NIC's option of
 # that family (whose segment the address joins).
 _EGRESS_FIELDS = (("egress_address", 4, ipv4_address, "address"), ("egress_address6", 6, ipv6_address, "address6"))
-_PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 # host:port of the syslog server: an IPv4 address, or an IPv6 one in brackets.
 _SYSLOG_SERVER = re.compile(r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<ipv4>[^:\[\]]*)):(?P<port>[^:]*)")
 
@@ -239,8 +239,9 @@ def squid_settings(proxy, safe_ports, connect_ports, forwarded_for=None):
         "forwarded_for": forwarded_for,
     }
     settings["dns_nameservers"] = _nameservers(proxy, problems)
-    egress_nic = _EgressNic(OUTSIDE_NIC, "outside.", outside, inside + outside, _pool(proxy)) if proxy.get("outside") \
-        else _EgressNic(INSIDE_NIC, "", inside, inside, _pool(proxy))
+    pooled = proxy.get("pooled_addresses") or {}
+    egress_nic = _EgressNic(OUTSIDE_NIC, "outside.", outside, inside + outside, _pool(proxy), pooled) \
+        if proxy.get("outside") else _EgressNic(INSIDE_NIC, "", inside, inside, _pool(proxy), pooled)
     settings.update(_policy(proxy, [interface.network for interface in inside + outside],
                             [matched for network in networks if network is not None for matched in _squid_matched(network)],
                             egress_nic, problems))
@@ -566,7 +567,7 @@ def _profile_entries(profiles, problems):
         if unknown:
             problems.append("profiles[%d] has the unknown keys %s (a profile has %s)"
                             % (index, ", ".join(quoted(key) for key in unknown), ", ".join(PROFILE_KEYS)))
-        if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name) or name == DEFAULT_POLICY:
+        if not isinstance(name, str) or not PROFILE_NAME.fullmatch(name) or name == DEFAULT_POLICY:
             problems.append("profiles[%d].name %s is not 1-32 lowercase letters, digits and hyphens starting with a "
                             "letter, other than %s (the access lines' name of the default policy)"
                             % (index, quoted(name), DEFAULT_POLICY))
@@ -636,13 +637,15 @@ def _profiles(profiles, nic_networks, user_names, client_networks, egress_nic, t
 class _EgressNic:
     """The NIC a proxy's requests leave from, as a profile's egress addresses need it: its name in the guest, how
     messages name its options ("outside." or ""), its static addresses (ip_interface objects), every static address of
-    the proxy, and the pool its outside addresses come from (PoolEntry tuple, () without one)."""
+    the proxy, the pool its outside addresses come from (PoolEntry tuple, () without one), and the addresses that pool
+    gave the proxy's profiles ({profile: {field: address}})."""
 
     device: str
     options: str
     interfaces: list
     own: list
     pool: tuple
+    pooled: dict
 
 
 def _pool(proxy):
@@ -660,18 +663,24 @@ def _pool(proxy):
 def _egress_addresses(label, profile, egress_nic, taken, problems):
     """A profile's own egress addresses (egress_address, egress_address6): each {"address", "interface" (with the egress
     NIC's prefix length), "device"}, IPv4 first. Each is a host address of the egress NIC's segment of its family, not
-    an address of the proxy's NICs, of the outside pool (another proxy may get it) or of another profile (``taken``:
-    {address: profile label}, filled in)."""
+    an address of the proxy's NICs, of the outside pool (another proxy may get it) unless the pool gave it to this
+    profile, or of another profile (``taken``: {address: profile label}, filled in). ``pool`` left in place means the
+    allocation gave none: the proxy's hypervisor has no pool."""
     found = []
     for field, version, parse, option in _EGRESS_FIELDS:
         text = profile.get(field)
         if text is None or text == "":
             continue
+        if text == POOLED:
+            problems.append("%s%s is %s, but the proxy's hypervisor has no egress_proxy_outside.pool to give the profile "
+                            "an address of: give the pool, or the profile an address of its own" % (label, field, POOLED))
+            continue
         address = parse(text)
         if address is None:
-            problems.append("%s%s %s is not an IPv%d address (without a prefix length: it takes the egress NIC's)"
-                            % (label, field, quoted(text), version))
+            problems.append("%s%s %s is not an IPv%d address (without a prefix length: it takes the egress NIC's) or %s "
+                            "(one more address of egress_proxy_outside.pool)" % (label, field, quoted(text), version, POOLED))
             continue
+        pooled = egress_nic.pooled.get(profile["name"], {}).get(field) == text
         nic = next((interface for interface in egress_nic.interfaces if interface.version == version), None)
         if nic is None:
             problems.append("%s%s %s: the egress NIC has no static IPv%d address (%s%s, or one from "
@@ -686,7 +695,8 @@ def _egress_addresses(label, profile, egress_nic, taken, problems):
         elif any(address == interface.ip for interface in egress_nic.own):
             problems.append("%s%s %s is an address of the proxy's own NICs; give the profile one of its own"
                             % (label, field, address))
-        elif any(entry.version == version and entry.first <= address <= entry.last for entry in egress_nic.pool):
+        elif not pooled and any(entry.version == version and entry.first <= address <= entry.last
+                                for entry in egress_nic.pool):
             problems.append("%s%s %s is in egress_proxy_outside.pool, which gives its addresses to proxies; take it out "
                             "of the pool or give the profile another" % (label, field, address))
         elif str(address) in taken:

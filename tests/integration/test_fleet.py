@@ -156,6 +156,49 @@ def test_a_fleet_on_two_hypervisors_draws_unique_egress_addresses_from_one_pool_
     assert shown == {proxy: (address, POOL6 + address.rpartition(".")[2]) for proxy, address in egress_addresses(freed).items()}
 
 
+LISTING_TASK = "List the proxies of this hypervisor with their recorded egress addresses"
+
+
+def allocated(run):
+    """The play's allocation (the pool task's fact): {hypervisor: {proxy: its addresses and its profiles'}}."""
+    (task,) = run.results(POOL_TASK, HV1)
+    return task["ansible_facts"]["egress_proxy__allocated"]
+
+
+def test_a_profile_draws_an_egress_address_of_its_own_from_the_pool_and_keeps_it(hv_fleet):
+    """Issue 43 item 1: a profile's ``egress_address: pool`` (and ``egress_address6``) takes one more address of its
+    proxy's pool, after the proxies' own, inside its proxy's segment; check mode predicts it, the domain records it
+    (kvm_proxy_info's pooled_addresses, which the next run's allocation reads), and a replaced proxy keeps it. The
+    rendering of the address is a hand-given one's (tests/unit/roles/test_egress_proxy_profile_pool.py), whose path to
+    the origin test_networking.py proves on a booted proxy."""
+    base = hv_fleet.hv1.outside_prefix + "."
+    profiles = [{"name": "backup", "clients": [hv_fleet.hv1.lan_cidr], "egress_address": "pool",
+                 "egress_address6": "pool"}]
+    fleet = [("pa", HV1, 201), ("pb", HV1, 202)]
+    inventory = pooled(hv_fleet, fleet, egress_proxy_profiles=profiles)
+    predicted = hv_fleet.playbook("deploy.yml", inventory, options=("--check",))
+    assert predicted.rc == 0, predicted
+    expected = {name(suffix): {"address": "%s%s/24" % (base, own), "address6": "%s%s/64" % (POOL6, own),
+                               "profiles": {"backup": {"egress_address": base + pooled_byte,
+                                                       "egress_address6": POOL6 + pooled_byte}}}
+                for suffix, own, pooled_byte in (("pa", "100", "102"), ("pb", "101", "103"))}
+    assert allocated(predicted)[HV1] == expected, allocated(predicted)
+
+    run = hv_fleet.playbook("deploy.yml", inventory)
+    assert run.rc == 0, run
+    assert allocated(run) == allocated(predicted)
+    # Replaced (another memory size): each keeps its profile's addresses, which its domain records.
+    replaced = hv_fleet.playbook("deploy.yml", pooled(hv_fleet, fleet, egress_proxy_profiles=profiles,
+                                                      egress_proxy_memory_mib=160))
+    assert replaced.rc == 0, replaced
+    outcomes = {proxy: entry["outcome"] for proxy, entry in replaced.items(CONVERGE_TASK, HV1).items()}
+    assert outcomes == {name("pa"): "replaced", name("pb"): "replaced"}, outcomes
+    (listing,) = replaced.results(LISTING_TASK, HV1)
+    recorded = {proxy["name"]: proxy["pooled_addresses"] for proxy in listing["proxies"] if proxy["name"].startswith(PREFIX)}
+    assert recorded == {proxy: entry["profiles"] for proxy, entry in expected.items()}, recorded
+    assert allocated(replaced)[HV1] == expected, allocated(replaced)
+
+
 @pytest.mark.parametrize("source", ["vars", "include_vars"])
 def test_a_pool_the_inventory_does_not_show_is_refused_in_a_limited_run(hv_fleet, source):
     """Issue 40 item 3: a pool in the play's vars: or loaded by include_vars is not in hostvars of a hypervisor outside

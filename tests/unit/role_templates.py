@@ -176,11 +176,12 @@ def policy_files(proxy):
     users' file beside it when there are users, the previous passwords' and the helper that takes either while they
     are rotated, the decisions' counter when squid.conf counts them, the TLS name check's program, and the profiles' egress addresses with their
     program and squid's drop-in; checked by squid -k parse and loaded by a reload of squid that holds new connections
-    to its ports (after the egress addresses went on)."""
+    to its ports (after the egress addresses went on). Its pooled_addresses are not files."""
     from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.profile_addresses import with_profile_addresses
 
     policy = proxy["policy"]
-    assert sorted(policy) == ["files", "reload", "validate"], policy
+    # pooled_addresses, recorded with the policy, only for a proxy whose profiles have addresses from the pool.
+    assert sorted(policy) in (["files", "reload", "validate"], ["files", "pooled_addresses", "reload", "validate"]), policy
     assert policy["validate"] == SQUID_VALIDATE
     paths = [entry["path"] for entry in policy["files"]]
     squid_reload = policy["reload"]

@@ -22,12 +22,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import itertools
-import json
 import re
 from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.recorded import RecordedAsJson
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import ipv4_address, ipv6_address, quoted
 
 # As the egress_proxy role's egress_proxy_ha_groups names a group: keepalived's instance name and a file_sd label.
@@ -61,7 +61,7 @@ def _client_address(label, value, version):
 
 
 @dataclass(frozen=True)
-class HaGroup:
+class HaGroup(RecordedAsJson):
     """An HA group as a member's policy names it: its name, its client IPv4 and (or None) IPv6, normalised, without
     prefix length."""
 
@@ -88,23 +88,8 @@ class HaGroup:
         return cls(name, _client_address(label + ".address", params.get("address"), 4),
                    None if address6 is None else _client_address(label + ".address6", address6, 6))
 
-    @classmethod
-    def from_recorded(cls, text):
-        """The group a domain's metadata records (its JSON text), or None: none recorded, or not one this collection
-        writes (edited by hand), which says nothing."""
-        if text is None:
-            return None
-        try:
-            return cls.from_params(json.loads(text))
-        except (ValueError, ValidationError):
-            return None
-
     def as_dict(self):
         return {"name": self.name, "address": self.address, "address6": self.address6}
-
-    def recorded(self):
-        """The JSON text the metadata records: sorted keys, no blanks; the same group, the same bytes."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
     def held_in(self, interfaces):
         """Whether ``interfaces`` (the guest agent's virDomainInterfaceAddresses answer) puts the group's address

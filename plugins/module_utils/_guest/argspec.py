@@ -31,4 +31,6 @@ def policy_options():
             address=dict(type="str", required=True),
             address6=dict(type="str"),
         )),
+        # {profile: {egress_address, egress_address6}}: keyed by the profiles' names, checked by PooledAddresses.
+        pooled_addresses=dict(type="dict"),
     )

@@ -18,9 +18,10 @@ restored by the next run.
 
 The policy's digest (``Policy.digest``) is recorded in the domain's metadata
 when the VM is defined and after each apply: what a proxy enforces is known
-without asking the guest. So is the HA group it names (``group``, a
-_common.ha_group.HaGroup), which the digest covers: a proxy's group changes
-in place, with its files.
+without asking the guest. So are the HA group it names (``group``, a
+_common.ha_group.HaGroup) and the egress addresses a pool gave its profiles
+(``pooled_addresses``, a _common.pooled_addresses.PooledAddresses), which the
+digest covers: they change in place, with its files.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -40,6 +41,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import MAX_FILE_BYTES, control_character, quoted, text_bytes
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.timing import polls
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import (
@@ -131,13 +133,15 @@ class PolicyFile:
 class Policy:
     """The files of a proxy's policy, and the programs (argument lists) that check and load them in the guest, and
     the one that releases its service before the VM is shut down (``release``); the HA group it is a member of
-    (``group``, a HaGroup, or None)."""
+    (``group``, a HaGroup, or None) and the egress addresses a pool gave its profiles (``pooled_addresses``, a
+    PooledAddresses, or None)."""
 
     files: tuple
     validate: tuple = ()
     reload: tuple = ()
     release: tuple = ()
     group: Optional[HaGroup] = None
+    pooled_addresses: Optional[PooledAddresses] = None
 
     @classmethod
     def from_params(cls, params):
@@ -156,15 +160,21 @@ class Policy:
             raise ValidationError("policy.files must list at least one file")
         return cls(tuple(files), _argv("policy.validate", params.get("validate")),
                    _argv("policy.reload", params.get("reload")), _argv("policy.release", params.get("release")),
-                   HaGroup.from_params(params.get("group")))
+                   HaGroup.from_params(params.get("group")), PooledAddresses.from_params(params.get("pooled_addresses")))
 
     def digest(self):
         """sha256 over what the guest holds: each file's path, owner, group, mode and content digest; and the HA group
-        the proxy is a member of, when it is one (a policy without one keeps the digest it had before groups)."""
-        described = [{"path": f.path, "owner": f.owner, "group": f.group, "mode": f.mode, "sha256": f.sha256}
-                     for f in sorted(self.files, key=lambda f: f.path)]
+        the proxy is a member of and its profiles' pooled addresses, when it has them (a policy without either keeps
+        the digest it had before they were)."""
+        files = [{"path": f.path, "owner": f.owner, "group": f.group, "mode": f.mode, "sha256": f.sha256}
+                 for f in sorted(self.files, key=lambda f: f.path)]
+        described = {"files": files}
         if self.group is not None:
-            described = {"files": described, "ha_group": self.group.as_dict()}
+            described["ha_group"] = self.group.as_dict()
+        if self.pooled_addresses is not None:
+            described["pooled_addresses"] = self.pooled_addresses.as_dict()
+        if len(described) == 1:
+            described = files
         return _sha256(json.dumps(described, sort_keys=True, separators=(",", ":")).encode("ascii"))
 
     def cloud_config(self):

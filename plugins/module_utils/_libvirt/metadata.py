@@ -58,6 +58,8 @@ class InstanceMetadata:
     spec_json: Optional[str] = None  # the spec the digest was taken of, as JSON (no secrets: see _proxy.request)
     policy_digest: Optional[str] = None  # the policy the guest was last given (_guest.policy)
     ha_group_json: Optional[str] = None  # the HA group that policy names, as JSON (_common.ha_group); absent: none
+    # The egress addresses a pool gave that policy's profiles, as JSON (_common.pooled_addresses); absent: none.
+    pooled_addresses_json: Optional[str] = None
 
     @property
     def created_at(self):
@@ -122,14 +124,16 @@ def _validate_digest(what, digest):
     return digest.lower()
 
 
-def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, policy_digest=None, ha_group_json=None):
-    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest, spec, policyDigest
-    and haGroup.
+def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, policy_digest=None, ha_group_json=None,
+                           pooled_addresses_json=None):
+    """Build ``<egressproxy:instance>`` with managed, uid, createdAt and the optional specDigest, spec, policyDigest,
+    haGroup and pooledAddresses.
 
     ``created_at`` is an aware datetime; ``spec_digest`` a sha256 hex digest
     of the VM spec, ``spec_json`` that spec as JSON text; ``policy_digest``
     the digest of the policy the guest holds, ``ha_group_json`` the HA group
-    that policy names, as JSON text.
+    that policy names and ``pooled_addresses_json`` the egress addresses a
+    pool gave its profiles, each as JSON text.
     """
     texts = [
         ("managed", "true"),
@@ -147,12 +151,14 @@ def build_instance_element(uid, created_at, spec_digest=None, spec_json=None, po
     policy = _validate_digest("policy", policy_digest)
     if policy is not None:
         texts.append(("policyDigest", policy))
-    if ha_group_json is not None:
-        if not is_value_text(ha_group_json):
-            raise ValidationError("the HA group to record must be non-empty XML-compatible text without surrounding "
-                                  "whitespace, got %r" % (ha_group_json[:80] if isinstance(ha_group_json, str)
-                                                          else ha_group_json,))
-        texts.append(("haGroup", ha_group_json))
+    for tag, what, text in (("haGroup", "the HA group", ha_group_json),
+                            ("pooledAddresses", "the pooled egress addresses", pooled_addresses_json)):
+        if text is None:
+            continue
+        if not is_value_text(text):
+            raise ValidationError("%s to record must be non-empty XML-compatible text without surrounding whitespace, "
+                                  "got %r" % (what, text[:80] if isinstance(text, str) else text))
+        texts.append((tag, text))
     root = etree.Element(etree.QName(METADATA_URI, INSTANCE_TAG), nsmap={METADATA_PREFIX: METADATA_URI})
     for tag, text in texts:
         etree.SubElement(root, etree.QName(METADATA_URI, tag)).text = text
@@ -198,6 +204,7 @@ def instance_metadata_from_domain_element(domain):
         spec_json=texts.get("spec"),
         policy_digest=texts.get("policyDigest"),
         ha_group_json=texts.get("haGroup"),
+        pooled_addresses_json=texts.get("pooledAddresses"),
     )
 
 

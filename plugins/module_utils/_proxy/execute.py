@@ -152,19 +152,22 @@ class _Operations:
         uid = outcome.uid if outcome.uid is not None else str(uuid.uuid4())
         # The seed carries the policy: the VM holds it from its first boot.
         metadata = build_metadata_element(uid, self.timing.clock(), outcome.spec, policy_digest=self.request.policy_digest,
-                                          ha_group_json=self.request.ha_group_json)
+                                          ha_group_json=self.request.ha_group_json,
+                                          pooled_addresses_json=self.request.pooled_addresses_json)
         return replace(outcome, uid=uid, dom=self.hv.define_domain(build_domain_xml(self.request.domain_params(metadata))))
 
     def record_owner(self, domain, outcome):
         """Write this task's uid over the adopted owner's, keeping createdAt, the recorded spec, digest and policy."""
-        self._record(domain, outcome.uid, domain.metadata.policy_digest, domain.metadata.ha_group_json,
+        metadata = domain.metadata
+        self._record(domain, outcome.uid, metadata.policy_digest, metadata.ha_group_json, metadata.pooled_addresses_json,
                      live=domain.state != VIR_DOMAIN_SHUTOFF)
         return replace(outcome, dom=domain.handle)
 
-    def _record(self, domain, uid, policy_digest, ha_group_json, live):
+    def _record(self, domain, uid, policy_digest, ha_group_json, pooled_addresses_json, live):
         metadata = domain.metadata
         element = build_metadata_element(uid, metadata.created_at, domain.spec, digest=metadata.spec_digest,
-                                         policy_digest=policy_digest, ha_group_json=ha_group_json)
+                                         policy_digest=policy_digest, ha_group_json=ha_group_json,
+                                         pooled_addresses_json=pooled_addresses_json)
         self.hv.set_domain_metadata(domain.handle, unqualified_xml(element), METADATA_PREFIX, METADATA_URI, live=live)
 
     def apply_policy(self, domain, outcome):
@@ -190,7 +193,8 @@ class _Operations:
             raise TransientError("the policy files %s of domain '%s' read back different from what was written "
                                  "(changed in the guest meanwhile?); run the task again" % (", ".join(unchanged),
                                                                                             request.name))
-        self._record(domain, outcome.uid, request.policy_digest, request.ha_group_json, live=True)
+        self._record(domain, outcome.uid, request.policy_digest, request.ha_group_json, request.pooled_addresses_json,
+                     live=True)
         return replace(outcome, dom=domain.handle)
 
     def release_service(self, domain, outcome):

@@ -36,6 +36,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import format_domain_id, validate_host_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.addresses import IPV4, ask_agent, nic_addresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339, recorded_spec
@@ -125,6 +126,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None, holder=
     # has no roles, and its NICs are looked up for their IPv4.
     spec = recorded_spec(metadata)
     ha_group = HaGroup.from_recorded(metadata.ha_group_json) if metadata is not None else None
+    pooled = PooledAddresses.from_recorded(metadata.pooled_addresses_json) if metadata is not None else None
     ha_holder = None
     if is_active(state):
         # A member's guest agent is asked once, up front: whether it holds its group's address, and the answer the
@@ -169,6 +171,7 @@ def inspect_domain(hypervisor, dom, host, domain_info=None, status=None, holder=
         "egress_ipv6": egress_address(interfaces, "ipv6"),
         "egress_address": recorded_egress_address(spec),
         "egress_address6": recorded_egress_address(spec, "address6"),
+        "pooled_addresses": pooled.as_dict() if pooled is not None else {},
         "autostart": autostart,
     }
 

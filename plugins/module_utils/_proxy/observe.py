@@ -26,6 +26,7 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
     ValidationError,
 )
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.names import overlay_volume_name, seed_volume_name
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.states import STATE_ABSENT
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.agent import GuestAgent
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import read_policy
@@ -378,6 +379,8 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
         hypervisor, request.pool, request.name, request.seed_files(), check_mode=True).changed
     own = own_volumes(hypervisor, request, domain) if verdict.kind in (REMOVE, CLEAN, REPLACE) else ()
     build = None
+    if verdict.kind in (CREATE, REPLACE, KEEP) and listed is not None:
+        _check_pooled_unique(listed, request, domain, verdict.kind)
     if verdict.kind in (CREATE, REPLACE):
         if listed is not None:
             _check_egress_unique(listed, request.name, spec, domain if verdict.kind == REPLACE else None)
@@ -394,26 +397,19 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
 
 def _check_egress_unique(listed, name, spec, replacing):
     """ValidationError when another domain of the set's listing records the static egress address (IPv4 or IPv6) the
-    proxy ``name`` is to be defined with: an allocation from a pool made from a listing taken before another run
+    proxy ``name`` is to be defined with, as its own or as one of its profiles': an allocation from a pool made from a listing taken before another run
     defined its proxy (two runs of one pool at once). Checked before anything is defined; a domain being defined by
     another run after the listing is not seen (docs: runs that share a pool do not overlap).
 
-    Every other domain's metadata is read as text (recorded_egress_address): anyone with libvirt access can edit it,
-    so a domain that records no readable address holds none, and one whose XML cannot be read holds none here either
-    (the listing's other readers report it)."""
+    Every other domain's metadata is read as text (_held_by_others): anyone with libvirt access can edit it, so a
+    domain that records no readable address holds none."""
     wanted = {option: recorded_egress_address(spec, option) for option in ("address", "address6")}
     wanted = {option: address for option, address in wanted.items() if address is not None}
     if not wanted:
         return
-    for other in sorted(listed.handles):
-        if other == name:
-            continue
-        try:
-            info = listed.info(other, "the XML of domain '%s'" % other)
-        except KvmError:
-            continue
+    for other, held in _held_by_others(listed, name):
         for option, address in wanted.items():
-            if recorded_egress_address(recorded_spec(info.metadata), option) == address:
+            if address in held:
                 raise ValidationError(
                     "its egress address %s (outside.%s) is recorded by domain '%s' on this hypervisor, so two proxies "
                     "would send from one address: another run of the same pool defined it after this run's "
@@ -421,6 +417,53 @@ def _check_egress_unique(listed, name, spec, replacing):
                     "set was touched; run again to get a free address" % (
                         address, option, other, "The proxy keeps its VM" if replacing is not None else
                         "The proxy was not defined"))
+
+
+def _held_by_others(listed, name):
+    """(domain name, the set of addresses it records) of every domain of the listing but ``name``: its egress addresses
+    and its profiles' pooled ones, each read as text (recorded_egress_address, PooledAddresses.from_recorded); a
+    domain whose XML cannot be read holds none here (the listing's other readers report it)."""
+    for other in sorted(listed.handles):
+        if other == name:
+            continue
+        try:
+            info = listed.info(other, "the XML of domain '%s'" % other)
+        except KvmError:
+            continue
+        spec = recorded_spec(info.metadata)
+        held = {recorded_egress_address(spec, option) for option in ("address", "address6")}
+        yield other, held | _pooled_addresses(info.metadata)
+
+
+def _pooled_addresses(metadata):
+    """The set of the egress addresses ``metadata`` records for its profiles (none when it records none, or a record
+    edited by hand)."""
+    pooled = PooledAddresses.from_recorded(metadata.pooled_addresses_json) if metadata is not None else None
+    return {address for _profile, fields in (pooled.entries if pooled is not None else ()) for _field, address in fields}
+
+
+def _check_pooled_unique(listed, request, domain, kind):
+    """ValidationError when another domain of the set's listing records an egress address the pool gave one of the
+    proxy's profiles (policy.pooled_addresses) and its own domain does not record yet: an allocation made from a
+    listing taken before another run recorded it (two runs of one pool at once), as _check_egress_unique refuses it
+    for the proxy's own. Costs nothing for a policy without pooled addresses, or whose addresses its domain records."""
+    pooled = request.policy.pooled_addresses if request.policy is not None else None
+    if pooled is None:
+        return
+    own = _pooled_addresses(domain.metadata) if domain is not None and kind != CREATE else set()
+    wanted = [(profile, key, address) for profile, fields in pooled.entries for key, address in fields
+              if address not in own]
+    if not wanted:
+        return
+    for other, held in _held_by_others(listed, request.name):
+        for profile, key, address in wanted:
+            if address in held:
+                raise ValidationError(
+                    "the egress address %s of its profile %s (policy.pooled_addresses, %s) is recorded by domain '%s' "
+                    "on this hypervisor, so two proxies would send from one address: another run of the same pool "
+                    "gave it after this run's allocation listed the domains (runs that share a pool must not "
+                    "overlap). No proxy of the set was touched; run again to get a free address" % (
+                        address, profile, key, other))
 
 
 def _missing_disks(hypervisor, request, domain, verdict):

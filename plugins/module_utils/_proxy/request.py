@@ -273,6 +273,12 @@ class ProxyRequest:
         return self.policy.group.recorded() if self.policy is not None and self.policy.group is not None else None
 
     @property
+    def pooled_addresses_json(self):
+        """The profiles' pooled egress addresses the policy names as the metadata records them, or None."""
+        pooled = self.policy.pooled_addresses if self.policy is not None else None
+        return pooled.recorded() if pooled is not None else None
+
+    @property
     def disk_bytes(self):
         return self.disk_size_gb * GIB
 
@@ -417,16 +423,18 @@ def spec_digest(spec):
     return _sha256(_canonical_json(spec).encode("ascii"))
 
 
-def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=None, ha_group_json=None):
+def build_metadata_element(uid, created_at, spec, digest=None, policy_digest=None, ha_group_json=None,
+                           pooled_addresses_json=None):
     """Our metadata element with the spec's digest, plus the spec itself, and the digest of the policy the guest holds
-    with the HA group it names.
+    with the HA group and the profiles' pooled egress addresses it names.
 
     The spec holds no secrets (cloud-init data appears as digests only) and
     lets diff mode show what a drifted VM was built from. ``digest`` defaults
     to the spec's own; an adopted VM keeps the digest it was recorded with.
     """
     return build_instance_element(uid, created_at, spec_digest(spec) if digest is None else digest,
-                                  None if spec is None else _canonical_json(spec), policy_digest, ha_group_json)
+                                  None if spec is None else _canonical_json(spec), policy_digest, ha_group_json,
+                                  pooled_addresses_json)
 
 
 def base_volume_of(identity):

@@ -104,3 +104,23 @@ def test_a_hypervisor_of_the_play_that_failed_before_its_listing_is_not_given_aw
         egress_addresses(["hv1", "hv2"], hostvars, [], ["hv1", "hv2"])
     assert raised.value.message.startswith("egress_proxy_outside.pool of hv1 cannot be proven unique: hv2, in group "
                                            "hypervisors with hv1, was not listed in this run"), raised.value.message
+
+
+def test_profiles_get_their_addresses_through_the_views_and_keep_them_by_the_listing():
+    """A profile's pool comes through the view: the instance's own profiles, else the hypervisor's
+    egress_proxy_profiles; the listing's pooled_addresses keep them."""
+    backup = {"name": "backup", "clients": ["10.20.7.0/24"], "egress_address": "pool"}
+    hv1 = host([{"name": "a", "profiles": [backup]}, {"name": "b"}],
+               [{"name": "a", "egress_address": "198.18.21.10",
+                 "pooled_addresses": {"backup": {"egress_address": "198.18.21.12"}}}])
+    assert "10.20.7.0" not in repr(hv1["egress_proxy__pool_view"])
+    assert egress_addresses(["hv1"], {"hv1": hv1}, [], ["hv1"]) == {"hv1": {
+        "a": {"address": "198.18.21.10/24", "profiles": {"backup": {"egress_address": "198.18.21.12"}}},
+        "b": {"address": "198.18.21.11/24"}}}
+    # The pool has three addresses: b's profile from egress_proxy_profiles (web) finds none.
+    hv1["egress_proxy__pool_view"] = egress_pool_view([{"name": "a", "profiles": [backup]}, {"name": "b"}], OUTSIDE,
+                                                      "present", [dict(backup, name="web")])
+    with pytest.raises(AnsibleFilterError) as raised:
+        egress_addresses(["hv1"], {"hv1": hv1}, [], ["hv1"])
+    assert "1 address missing" in raised.value.message
+    assert "(none for egress_proxy_profiles[0] (web).egress_address of b)" in raised.value.message

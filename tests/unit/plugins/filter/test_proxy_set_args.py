@@ -53,7 +53,7 @@ def test_each_instance_gets_the_role_wide_settings_it_does_not_give():
                      "autostart": True, "port": 3128, "allowed_clients": ["10.0.0.0/8"], "address": "", "gateway": "",
                      "address6": "", "gateway6": "", "dns": [], "search": [], "outside": OUTSIDE, "allowed_destinations": [], "denied_destinations": [],
                      "deny_internal": True, "users": [], "mode": "enforce", "tls_sni_check": False, "profiles": [],
-                     "metrics": True, "metrics_port": 9301, "metrics_clients": [], "syslog": "", "syslog_protocol": "udp"}
+                     "pooled_addresses": {}, "metrics": True, "metrics_port": 9301, "metrics_clients": [], "syslog": "", "syslog_protocol": "udp"}
     assert second["vcpus"] == 2 and second["outside"] == dict(OUTSIDE, address="x")
 
 

@@ -54,11 +54,13 @@ def mac_of(name):
     return "52:54:00:00:00:%02x" % (sum(name.encode()) % 256)
 
 
-def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, created=CREATED, ha_group_json=None):
+def managed_domain(hypervisor, name, uid, state=SHUTOFF, arp=None, agent=None, created=CREATED, ha_group_json=None,
+                   pooled_addresses_json=None):
+    policy_digest = None if ha_group_json is None and pooled_addresses_json is None else DIGEST
     xml = build_domain_xml(DomainParams(
         name=name,
-        metadata=build_instance_element(uid, created, DIGEST, policy_digest=None if ha_group_json is None else DIGEST,
-                                        ha_group_json=ha_group_json),
+        metadata=build_instance_element(uid, created, DIGEST, policy_digest=policy_digest, ha_group_json=ha_group_json,
+                                        pooled_addresses_json=pooled_addresses_json),
         vcpus=2,
         memory_mib=512,
         pool="default",
@@ -152,6 +154,7 @@ def test_get_maps_state_and_address(hv1, state, arp, agent, want_state, want_ip)
         "egress_ipv6": None,
         "egress_address": None,
         "egress_address6": None,
+        "pooled_addresses": {},
         "autostart": False,
     }
     if state == RUNNING:
@@ -237,6 +240,16 @@ def test_a_stopped_member_holds_it_unknown_without_asking(hv1):
     entry = get_proxy(hv1, "nas1", "egress-demo-1")
     assert (entry["ha_group"]["name"], entry["ha_holder"]) == ("demo", None)
     assert "domain_addresses" not in hv1.calls
+
+
+@pytest.mark.parametrize("recorded, reported", [
+    ('{"backup":{"egress_address":"203.0.113.12"}}', {"backup": {"egress_address": "203.0.113.12"}}),
+    ('{"backup":{"egress_address":"203.0.113.12\\n"}}', {}),  # edited by hand: holds none
+    (None, {}),
+])
+def test_the_profiles_pooled_addresses_are_reported_as_recorded(hv1, recorded, reported):
+    managed_domain(hv1, "egress-1", "uid-1", pooled_addresses_json=recorded)
+    assert get_proxy(hv1, "nas1", "egress-1")["pooled_addresses"] == reported
 
 
 def test_a_proxy_in_no_group_costs_no_agent_call(hv1):

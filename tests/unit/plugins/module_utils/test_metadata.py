@@ -15,6 +15,7 @@ from lxml import etree
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import PermanentError, ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.domain_xml import parse_domain_xml
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import (
     CLOCK_SKEW_TOLERANCE,
@@ -271,3 +272,47 @@ def test_metadata_written_before_ha_groups_reads_without_one():
 def test_a_group_that_is_no_xml_text_is_refused(bad):
     with pytest.raises(ValidationError):
         build_instance_element("uid-1", CREATED, ha_group_json=bad)
+
+
+# The egress addresses a pool gave a proxy's profiles (_common.pooled_addresses), recorded beside the policy's digest.
+POOLED_JSON = '{"backup":{"egress_address":"203.0.113.12","egress_address6":"2001:db8:20::12"}}'
+
+
+def test_the_pooled_addresses_are_recorded_beside_the_policy_digest_and_read_back():
+    element = build_instance_element("uid-1", CREATED, DIGEST, policy_digest="cd" * 32, ha_group_json=GROUP_JSON,
+                                     pooled_addresses_json=POOLED_JSON)
+    assert [etree.QName(child).localname for child in element][-3:] == ["policyDigest", "haGroup", "pooledAddresses"]
+    parsed = read(to_string(element))
+    assert (parsed.ha_group_json, parsed.pooled_addresses_json) == (GROUP_JSON, POOLED_JSON)
+    assert PooledAddresses.from_recorded(parsed.pooled_addresses_json).as_dict() == {
+        "backup": {"egress_address": "203.0.113.12", "egress_address6": "2001:db8:20::12"}}
+
+
+def test_metadata_without_pooled_addresses_is_the_same_bytes_as_before_them():
+    """A proxy without pooled profile addresses keeps the metadata it had: no VM replaced, nothing rewritten."""
+    before = build_instance_element("uid-1", CREATED, DIGEST, policy_digest="cd" * 32)
+    assert to_string(before) == to_string(build_instance_element("uid-1", CREATED, DIGEST, policy_digest="cd" * 32,
+                                                                 pooled_addresses_json=None))
+    assert before.find(NS + "pooledAddresses") is None and read(to_string(before)).pooled_addresses_json is None
+
+
+@pytest.mark.parametrize("recorded", [
+    '{"backup":{"egress_address":"203.0.113.12/24"}}',
+    '{"Backup":{"egress_address":"203.0.113.12"}}',
+    '{"backup":{"egress_address":"2001:db8::12"}}',
+    '{"backup":{"address":"203.0.113.12"}}',
+    '{"backup":{"egress_address":"203.0.113.12\\n"}}',
+    '{"backup":"203.0.113.12"}',
+    '["backup"]',
+    "not json",
+])
+def test_a_record_edited_by_hand_holds_no_address(recorded):
+    parsed = read(to_string(build_instance_element("uid-1", CREATED, DIGEST, pooled_addresses_json=recorded)))
+    assert PooledAddresses.from_recorded(parsed.pooled_addresses_json) is None
+
+
+@pytest.mark.parametrize("bad", ["", " {}", "a\x00b"])
+def test_pooled_addresses_that_are_no_xml_text_are_refused(bad):
+    with pytest.raises(ValidationError) as raised:
+        build_instance_element("uid-1", CREATED, pooled_addresses_json=bad)
+    assert raised.value.message.startswith("the pooled egress addresses to record must be")

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common import errors
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors import ValidationError
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import _STAGE, BOOT_FINISHED, SHELL, Policy
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
@@ -233,29 +234,43 @@ def test_bad_policies_are_refused_naming_the_entry(change, message):
 
 
 GROUP = {"name": "demo", "address": "198.18.40.10", "address6": "2001:db8:40::10"}
+POOLED = {"backup": {"egress_address": "203.0.113.12"},
+          "ci": {"egress_address": "203.0.113.11", "egress_address6": "2001:db8:20::11"}}
 
 
-@pytest.mark.parametrize("group, message", [
-    (dict(GROUP, name="Demo"), "policy.group.name 'Demo' is not 1-15 lowercase letters"),
-    (dict(GROUP, name="a" * 16), "policy.group.name"),
-    (dict(GROUP, name="demo\n"), "policy.group.name 'demo\\n'"),
-    (dict(GROUP, address="198.18.40.10\n"), "policy.group.address '198.18.40.10\\n' is not an IPv4 address"),
-    (dict(GROUP, address=" 198.18.40.10"), "policy.group.address ' 198.18.40.10' is not an IPv4 address"),
-    (dict(GROUP, address="198.18.40.10/24"), "policy.group.address '198.18.40.10/24' is not an IPv4 address"),
-    (dict(GROUP, address="\uff11\uff19\uff18.18.40.10"), "policy.group.address '\uff11"),
-    (dict(GROUP, address="2001:db8:40::10"), "policy.group.address '2001:db8:40::10' is not an IPv4 address"),
-    (dict(GROUP, address="127.0.0.1"), "policy.group.address 127.0.0.1 is not an address clients reach"),
-    (dict(GROUP, address=None), "policy.group.address None is not an IPv4 address"),
-    (dict(GROUP, address6="2001:db8:40::10%eth0"), "policy.group.address6 '2001:db8:40::10%eth0' is not an IPv6"),
-    (dict(GROUP, address6="fe80::1"), "policy.group.address6 fe80::1 is not an address clients reach"),
-    (dict(GROUP, address6="2001:db8:40::10/64"), "policy.group.address6 '2001:db8:40::10/64'"),
-    (dict(GROUP, address6="２001:db8::1"), "policy.group.address6 '２001:db8::1'"),
-    (dict(GROUP, vip="198.18.40.10"), "policy.group has unknown keys 'vip'"),
-    ("demo", "policy.group must be a dictionary"),
+@pytest.mark.parametrize("option, value, message", [
+    ("group", dict(GROUP, name="Demo"), "policy.group.name 'Demo' is not 1-15 lowercase letters"),
+    ("group", dict(GROUP, name="a" * 16), "policy.group.name"),
+    ("group", dict(GROUP, name="demo\n"), "policy.group.name 'demo\\n'"),
+    ("group", dict(GROUP, address="198.18.40.10\n"), "policy.group.address '198.18.40.10\\n' is not an IPv4 address"),
+    ("group", dict(GROUP, address=" 198.18.40.10"), "policy.group.address ' 198.18.40.10' is not an IPv4 address"),
+    ("group", dict(GROUP, address="198.18.40.10/24"), "policy.group.address '198.18.40.10/24' is not an IPv4 address"),
+    ("group", dict(GROUP, address="\uff11\uff19\uff18.18.40.10"), "policy.group.address '\uff11"),
+    ("group", dict(GROUP, address="2001:db8:40::10"), "policy.group.address '2001:db8:40::10' is not an IPv4 address"),
+    ("group", dict(GROUP, address="127.0.0.1"), "policy.group.address 127.0.0.1 is not an address clients reach"),
+    ("group", dict(GROUP, address=None), "policy.group.address None is not an IPv4 address"),
+    ("group", dict(GROUP, address6="2001:db8:40::10%eth0"), "policy.group.address6 '2001:db8:40::10%eth0' is not an IPv6"),
+    ("group", dict(GROUP, address6="fe80::1"), "policy.group.address6 fe80::1 is not an address clients reach"),
+    ("group", dict(GROUP, address6="2001:db8:40::10/64"), "policy.group.address6 '2001:db8:40::10/64'"),
+    ("group", dict(GROUP, address6="２001:db8::1"), "policy.group.address6 '２001:db8::1'"),
+    ("group", dict(GROUP, vip="198.18.40.10"), "policy.group has unknown keys 'vip'"),
+    ("group", "demo", "policy.group must be a dictionary"),
+    ("pooled_addresses", {"Backup": {"egress_address": "203.0.113.12"}}, "policy.pooled_addresses['Backup']: the key is not a profile's name"),
+    ("pooled_addresses", {"a" * 33: {"egress_address": "203.0.113.12"}}, "the key is not a profile's name"),
+    ("pooled_addresses", {"backup\n": {"egress_address": "203.0.113.12"}}, "policy.pooled_addresses['backup\\n']"),
+    ("pooled_addresses", {"backup": {"egress_address": "203.0.113.12/24"}},
+     "policy.pooled_addresses['backup'].egress_address '203.0.113.12/24' is not an IPv4 address"),
+    ("pooled_addresses", {"backup": {"egress_address": "2001:db8::12"}}, "egress_address '2001:db8::12' is not an IPv4 address"),
+    ("pooled_addresses", {"backup": {"egress_address6": "2001:db8::12%eth0"}}, "egress_address6 '2001:db8::12%eth0' is not an IPv6"),
+    ("pooled_addresses", {"backup": {"egress_address": "\uff12\uff10\uff13.0.113.12"}}, "egress_address '\uff12"),
+    ("pooled_addresses", {"backup": {"egress_address": None}}, "egress_address None is not an IPv4 address"),
+    ("pooled_addresses", {"backup": {"address": "203.0.113.12"}}, "must be a dictionary of egress_address, egress_address6 or both"),
+    ("pooled_addresses", {"backup": {}}, "policy.pooled_addresses['backup'] {} must be a dictionary of egress_address"),
+    ("pooled_addresses", {"backup": "203.0.113.12"}, "policy.pooled_addresses['backup'] '203.0.113.12' must be a dictionary"),
 ])
-def test_a_bad_group_is_refused_naming_the_option(group, message):
+def test_a_bad_group_or_pooled_addresses_are_refused_naming_the_option(option, value, message):
     with pytest.raises(ValidationError) as raised:
-        ProxyRequest.from_params(params(policy=policy(group=group)))
+        ProxyRequest.from_params(params(policy=policy(**{option: value})))
     assert message in raised.value.message
 
 
@@ -274,12 +289,18 @@ def test_the_group_is_normalised_and_covered_by_the_digest_a_policy_without_one_
     assert Policy.from_params(policy(group=None)) == plain
 
 
-def test_joining_moving_and_leaving_a_group_is_applied_in_place_and_recorded(run, converge):
+@pytest.mark.parametrize("option, values, attribute, value_class", [
+    ("group", (GROUP, dict(GROUP, address="198.18.40.20", address6=None), None), "ha_group_json", HaGroup),
+    ("pooled_addresses", ({"backup": {"egress_address": "203.0.113.12"}}, {"backup": {"egress_address": "203.0.113.13"}},
+                          None), "pooled_addresses_json", PooledAddresses),
+], ids=["joining, moving and leaving a group", "pooled addresses given, changed and dropped"])
+def test_a_recorded_part_of_the_policy_is_applied_in_place_and_recorded(
+        run, converge, option, values, attribute, value_class):
     hv = running_set(converge)
     uuids = {name: hv.domains[name] for name in NAMES}
-    assert domain_of(hv, "proxy-a").metadata.ha_group_json is None
-    for group in (GROUP, dict(GROUP, address="198.18.40.20", address6=None), None):
-        requested = policy(group=group)
+    assert getattr(domain_of(hv, "proxy-a").metadata, attribute) is None
+    for value in values:
+        requested = policy(**{option: value})
         predicted = run(hv, set_request(NAMES, policy=requested), check_mode=True)
         assert [p["actions"] for p in predicted["proxies"]] == [[steps.APPLY_POLICY]] * 2
         result = converge(hv, set_request(NAMES, policy=requested))
@@ -288,7 +309,7 @@ def test_joining_moving_and_leaving_a_group_is_applied_in_place_and_recorded(run
             assert hv.domains[name] is uuids[name] and hv.domains[name].state == RUNNING
             metadata = domain_of(hv, name).metadata
             assert metadata.policy_digest == Policy.from_params(requested).digest()
-            assert HaGroup.from_recorded(metadata.ha_group_json) == HaGroup.from_params(group)
+            assert value_class.from_recorded(getattr(metadata, attribute)) == value_class.from_params(value)
         assert converge(hv, set_request(NAMES, policy=requested))["changed"] is False
 
 
@@ -297,6 +318,31 @@ def test_a_new_member_records_its_group_from_its_definition(converge):
     converge(hv, set_request(NAMES, policy=policy(group=GROUP)))
     assert domain_of(hv, "proxy-a").metadata.ha_group_json == (
         '{"address":"198.18.40.10","address6":"2001:db8:40::10","name":"demo"}')
+
+
+def test_the_pooled_addresses_are_normalised_and_covered_by_the_digest_a_policy_without_them_keeps_its_own():
+    plain = Policy.from_params(policy())
+    written = dict(POOLED, ci={"egress_address": "203.0.113.11", "egress_address6": "2001:DB8:20:0::11"})
+    pooled = Policy.from_params(policy(pooled_addresses=written))
+    assert pooled.pooled_addresses.as_dict() == POOLED
+    assert pooled.digest() == Policy.from_params(policy(pooled_addresses=POOLED)).digest() != plain.digest()
+    assert pooled.digest() != Policy.from_params(policy(pooled_addresses=dict(
+        POOLED, backup={"egress_address": "203.0.113.13"}))).digest()
+    assert Policy.from_params(policy(pooled_addresses={})) == Policy.from_params(policy(pooled_addresses=None)) == plain
+    # Beside a group, each is covered on its own.
+    member = Policy.from_params(policy(group=GROUP))
+    assert Policy.from_params(policy(group=GROUP, pooled_addresses=POOLED)).digest() not in (member.digest(), pooled.digest())
+
+
+def test_a_new_or_replaced_vm_records_its_pooled_addresses_from_its_definition(converge):
+    hv = ready_host()
+    converge(hv, set_request(NAMES, policy=policy(pooled_addresses=POOLED)))
+    recorded = ('{"backup":{"egress_address":"203.0.113.12"},'
+                '"ci":{"egress_address":"203.0.113.11","egress_address6":"2001:db8:20::11"}}')
+    assert domain_of(hv, "proxy-a").metadata.pooled_addresses_json == recorded
+    result = converge(hv, set_request(NAMES, policy=policy(pooled_addresses=POOLED), memory_mib=4096))
+    assert [p["outcome"] for p in result["proxies"]] == ["replaced", "replaced"]
+    assert domain_of(hv, "proxy-a").metadata.pooled_addresses_json == recorded
 
 
 def test_multipart_user_data_cannot_carry_a_policy():

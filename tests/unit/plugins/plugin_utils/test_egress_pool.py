@@ -17,7 +17,7 @@ import ipaddress
 import pytest
 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.text import control_character
-from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, fleet_allocation, parse_pool
+from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.egress_pool import PoolError, fleet_allocation, parse_pool, pool_view
 
 OUTSIDE = {"bridge": "br1", "gateway": "198.18.21.1"}
 
@@ -332,3 +332,216 @@ def test_the_last_address_of_the_ipv6_space_is_given_without_overflow():
     assert allocation == {"hv1": {"a": "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/64"}}
     message = refusal([hypervisor("hv1", pool, proxies("a", "b"), listed, prefix6="ffff:ffff:ffff:ffff::/64")])
     assert "1 address missing" in message
+
+
+# --- a profile's egress address from the pool (egress_address: pool) ------------------------------------------------
+
+
+def pooled(*names, field="egress_address"):
+    """Profiles ``names`` each asking the pool for its ``field``."""
+    return [{"name": name, "users": ["alice"], field: "pool"} for name in names]
+
+
+def with_profiles(name, *profiles, **entry):
+    return dict(entry, name=name, profiles=list(profiles))
+
+
+def profile_addresses(hypervisors):
+    """fleet_allocation's profile addresses, by hypervisor, proxy and profile; proxies without any left out."""
+    return {host: {proxy: fields["profiles"] for proxy, fields in given.items() if "profiles" in fields}
+            for host, given in fleet_allocation(hypervisors).items()}
+
+
+def recorded(allocation, host):
+    """kvm_proxy_info's listing of ``host`` once the proxies and profiles of ``allocation`` run there: each domain
+    records its own egress addresses and its profiles' pooled ones."""
+    return [{"name": name, "egress_address": fields["address"].partition("/")[0],
+             "pooled_addresses": fields.get("profiles", {})} for name, fields in sorted(allocation[host].items())]
+
+
+def profiled_fleet(listed=None, hv1_extra=(), hv2_extra=()):
+    """Two hypervisors of one pool: on hv1 a with the profiles backup and ci from the pool and b with none; on hv2 d,
+    whose profiles are its hypervisor's egress_proxy_profiles (backup from the pool)."""
+    listed = listed or {}
+    hv1 = hypervisor("hv1", ["198.18.21.10-198.18.21.20"],
+                     [with_profiles("a", *pooled("backup", "ci")), {"name": "b"}] + list(hv1_extra),
+                     listed.get("hv1", ()), prefix="198.18.21.0/24")
+    hv2 = hypervisor("hv2", ["198.18.21.10-198.18.21.20"], [{"name": "d"}] + list(hv2_extra), listed.get("hv2", ()),
+                     prefix="198.18.21.0/24")
+    hv2["profiles"] = pooled("backup")
+    return [hv1, hv2]
+
+
+def test_a_profile_asking_for_the_pool_gets_one_more_address_after_the_proxies_own():
+    allocation = fleet_allocation(profiled_fleet())
+    assert allocation == {
+        "hv1": {"a": {"address": "198.18.21.10/24", "profiles": {"backup": {"egress_address": "198.18.21.13"},
+                                                                 "ci": {"egress_address": "198.18.21.14"}}},
+                "b": {"address": "198.18.21.11/24"}},
+        # egress_proxy_profiles give each proxy of the hypervisor its own address.
+        "hv2": {"d": {"address": "198.18.21.12/24", "profiles": {"backup": {"egress_address": "198.18.21.15"}}}}}
+
+
+def test_a_profiles_address_is_kept_across_runs_and_replacements_and_held_from_new_proxies():
+    first = fleet_allocation(profiled_fleet())
+    listed = {"hv1": recorded(first, "hv1"), "hv2": recorded(first, "hv2")}
+    # A new proxy whose name sorts first, with a profile of its own from the pool: nobody's address moves.
+    second = fleet_allocation(profiled_fleet(listed, hv1_extra=[with_profiles("0-new", *pooled("backup"))]))
+    assert second["hv1"]["a"] == first["hv1"]["a"] and second["hv2"] == first["hv2"]
+    assert second["hv1"]["0-new"] == {"address": "198.18.21.16/24",
+                                      "profiles": {"backup": {"egress_address": "198.18.21.17"}}}
+
+
+def test_a_profiles_address_frees_once_no_domain_records_it():
+    first = fleet_allocation(profiled_fleet())
+    listed = {"hv1": recorded(first, "hv1"), "hv2": recorded(first, "hv2")}
+    # a's ci no longer asks for a pooled address (or is gone): its domain still records 198.18.21.14 in the run that
+    # applies that, so a new proxy in that run does not get it...
+    hv1 = [with_profiles("a", *pooled("backup")), {"name": "b"}, {"name": "c"}]
+    dropping = profiled_fleet(listed)
+    dropping[0]["instances"] = hv1
+    assert fleet_allocation(dropping)["hv1"]["c"] == {"address": "198.18.21.16/24"}
+    # ...and once the domain records it no longer (its policy applied without it), the next new proxy gets it.
+    listed["hv1"][0]["pooled_addresses"] = {"backup": {"egress_address": "198.18.21.13"}}
+    listed["hv1"].append({"name": "c", "egress_address": "198.18.21.16"})
+    freed = profiled_fleet(listed)
+    freed[0]["instances"] = hv1 + [{"name": "e"}]
+    assert fleet_allocation(freed)["hv1"]["e"] == {"address": "198.18.21.14/24"}
+
+
+def test_a_domain_gone_frees_its_profiles_addresses():
+    first = fleet_allocation(profiled_fleet())
+    listed = {"hv1": recorded(first, "hv1"), "hv2": []}  # d's domain is gone, removed in an earlier run
+    again = profiled_fleet(listed)
+    again[1]["instances"] = [{"name": "f"}]
+    assert fleet_allocation(again)["hv2"] == {
+        "f": {"address": "198.18.21.12/24", "profiles": {"backup": {"egress_address": "198.18.21.15"}}}}
+
+
+def test_a_profiles_recorded_address_is_held_by_the_first_domain_that_records_it():
+    """Two domains record one address (edited by hand): for two profiles, the one earlier in the play keeps it; for a
+    proxy and a profile, the proxy (a new outside address would replace its VM, a profile's changes in place)."""
+    listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.10",
+                       "pooled_addresses": {"backup": {"egress_address": "198.18.21.19"}}}],
+              "hv2": [{"name": "d", "egress_address": "198.18.21.18",
+                       "pooled_addresses": {"backup": {"egress_address": "198.18.21.19"}}}]}
+    allocation = fleet_allocation(profiled_fleet(listed))
+    assert allocation["hv1"]["a"]["profiles"]["backup"] == {"egress_address": "198.18.21.19"}
+    assert allocation["hv2"]["d"] == {"address": "198.18.21.18/24",
+                                      "profiles": {"backup": {"egress_address": "198.18.21.13"}}}
+    listed["hv2"][0]["egress_address"] = "198.18.21.19"
+    allocation = fleet_allocation(profiled_fleet(listed))
+    assert allocation["hv2"]["d"]["address"] == "198.18.21.19/24"
+    assert allocation["hv1"]["a"]["profiles"]["backup"] == {"egress_address": "198.18.21.12"}
+
+
+@pytest.mark.parametrize("record", [
+    {"backup": {"egress_address": "198.18.21.99"}},  # no longer in the pool
+    {"backup": {"egress_address": "198.18.21.10"}},  # the proxy's own
+    {"backup": {"egress_address": "198.18.21.12/24"}},  # not what the collection writes
+    {"backup": {"egress_address": "198.18.21.12\n"}},
+    {"backup": "198.18.21.12"},
+    "198.18.21.12",
+], ids=["outside the pool", "the proxy's own", "with a prefix", "a line feed", "not a mapping", "not a mapping at all"])
+def test_a_profiles_record_that_the_pool_cannot_give_or_that_is_edited_is_given_up(record):
+    listed = {"hv1": [{"name": "a", "egress_address": "198.18.21.10", "pooled_addresses": record}]}
+    allocation = fleet_allocation(profiled_fleet(listed))
+    assert allocation["hv1"]["a"]["profiles"]["backup"]["egress_address"] not in ("198.18.21.99", "198.18.21.10")
+    addresses = [fields[key] for given in allocation.values() for fields in given.values()
+                 for key in ("address",) if key in fields]
+    addresses = [address.partition("/")[0] for address in addresses] + [
+        address for given in allocation.values() for fields in given.values()
+        for profile in fields.get("profiles", {}).values() for address in profile.values()]
+    assert len(addresses) == len(set(addresses)) == 6
+
+
+def test_a_profile_takes_its_address_in_its_proxys_segment():
+    """Without egress_proxy_outside.prefix a pool of two prefixes gives each proxy one of either; a profile joins its
+    proxy's segment, whose hand-given address may lie in the other, even where a lower address is free."""
+    pool = ["198.18.21.64/29", "198.18.22.64/29"]
+    instances = [with_profiles("a", *pooled("backup")),
+                 with_profiles("c", *pooled("backup"), outside={"address": "198.18.22.5/24"})]
+    assert fleet_allocation([hypervisor("hv1", pool, instances)]) == {"hv1": {
+        "a": {"address": "198.18.21.65/29", "profiles": {"backup": {"egress_address": "198.18.21.66"}}},
+        "c": {"profiles": {"backup": {"egress_address": "198.18.22.65"}}}}}
+    # a and b fill their /30: a's profile gets none there, though the other segment has free addresses.
+    message = refusal([hypervisor("hv1", ["198.18.21.64/30", "198.18.22.64/29"], instances + [{"name": "b"}])])
+    assert "egress_proxy_outside.pool of hv1 has 0 free addresses in 198.18.21.64/30, the egress NIC's segment, for 1 " \
+           "profiles: 1 missing (none for egress_proxy_instances[0].profiles[0] (backup).egress_address of a)" in message
+
+
+def test_ipv4_and_ipv6_profile_addresses_each_come_from_their_family():
+    instances = [with_profiles("a", {"name": "backup", "clients": ["10.0.0.0/8"], "egress_address": "pool",
+                                     "egress_address6": "pool"}, *pooled("ci", field="egress_address6"))]
+    allocation = fleet_allocation([hypervisor("hv1", DUAL, instances, prefix="198.18.21.0/24",
+                                              prefix6="2001:db8:21::/64")])
+    assert allocation == {"hv1": {"a": {"address": "198.18.21.10/24", "address6": "2001:db8:21::100/64", "profiles": {
+        "backup": {"egress_address": "198.18.21.11", "egress_address6": "2001:db8:21::101"},
+        "ci": {"egress_address6": "2001:db8:21::102"}}}}}
+
+
+def test_a_profile_of_a_removed_proxy_takes_none_and_hand_given_ones_are_no_concern():
+    instances = [with_profiles("a", *pooled("backup"), state="absent"),
+                 with_profiles("b", {"name": "ci", "users": ["alice"], "egress_address": "198.18.21.30"})]
+    assert profile_addresses([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) \
+        == {"hv1": {}}
+
+
+def test_a_pool_too_small_for_the_profiles_fails_naming_how_many_are_missing():
+    message = refusal([hypervisor("hv1", ["198.18.21.10-198.18.21.13"],
+                                  [with_profiles("a", *pooled("backup", "ci", "lab")), with_profiles("b", *pooled("ci"))],
+                                  prefix="198.18.21.0/24")])
+    assert message == (
+        "The egress address pools are too small for the profiles that ask for an address of them, 2 addresses "
+        "missing: egress_proxy_outside.pool of hv1 has 2 free addresses in 198.18.21.0/24, the egress NIC's segment, "
+        "for 4 profiles: 2 missing (none for egress_proxy_instances[0].profiles[2] (lab).egress_address of a, "
+        "egress_proxy_instances[1].profiles[0] (ci).egress_address of b). Add addresses to the pool, or give fewer "
+        "profiles an address from it; nothing was changed.")
+
+
+def test_a_profile_asking_for_a_family_the_pool_lacks_is_refused_naming_the_key():
+    hv2 = hypervisor("hv2", ["198.18.21.10-198.18.21.20"], [{"name": "d"}], prefix="198.18.21.0/24")
+    hv2["profiles"] = [{"name": "ci", "users": ["alice"]}] + pooled("backup", field="egress_address6")
+    assert refusal([hv2]) == (
+        "egress_proxy_profiles[1] (backup).egress_address6 of d on hv2 is pool, but egress_proxy_outside.pool of hv2 has "
+        "no IPv6 address: add IPv6 addresses to the pool, or give the profile an address of its own")
+    fleet_entry = with_profiles("f", {"name": "ci"}, *pooled("backup", field="egress_address6"), hypervisor="hv2")
+    assert refusal([hypervisor("hv2", ["198.18.21.10"], [], prefix="198.18.21.0/24")], fleet=[fleet_entry]).startswith(
+        "egress_proxy_fleet[0].profiles[1] (backup).egress_address6 of f on hv2 is pool, but")
+
+
+def test_a_profile_whose_proxy_has_no_outside_address_of_its_family_is_refused():
+    """A proxy without its own outside address of the profile's family gets one from the pool, so only an own address
+    without its prefix length (kvm_proxy_set's check refuses it too) leaves it without a segment."""
+    instances = [with_profiles("a", *pooled("backup"), outside={"address": "198.18.21.5"})]
+    assert refusal([hypervisor("hv1", ["198.18.21.10"], instances, prefix="198.18.21.0/24")]) == (
+        "egress_proxy_instances[0].profiles[0] (backup).egress_address of a on hv1 is pool, but the outside NIC has no "
+        "IPv4 address with its prefix length (outside.address, or one from egress_proxy_outside.pool) whose segment the "
+        "address joins")
+
+
+@pytest.mark.parametrize("profiles", [
+    "pool",
+    ["pool", None, 42],
+    [{"name": 42, "egress_address": "pool"}],
+    [{"name": "backup", "egress_address": "Pool"}, {"name": "ci", "egress_address": "pool\n"},
+     {"name": "lab", "egress_address": ["pool"]}, {"name": "web", "egress_address6": " pool"}],
+])
+def test_profiles_that_are_not_asking_for_the_pool_in_its_words_take_nothing(profiles):
+    """Not the allocation's to refuse: the role's check of the profiles names each (squid_conf)."""
+    instances = [{"name": "a", "profiles": profiles}]
+    assert profile_addresses([hypervisor("hv1", ["198.18.21.10-198.18.21.20"], instances, prefix="198.18.21.0/24")]) \
+        == {"hv1": {}}
+
+
+def test_the_view_keeps_of_a_profile_its_name_and_egress_addresses_alone():
+    secret = {"name": "ci", "users": ["alice"], "clients": ["10.0.0.0/8"], "egress_address": "pool",
+              "allowed_destinations": ["internal.example"]}
+    view = pool_view([{"name": "a", "profiles": [secret, "junk"], "users": [{"name": "alice", "password": "s3cret"}]},
+                      {"name": "b"}], {"pool": ["198.18.21.10"]}, "present", [secret])
+    assert view["instances"] == [
+        {"name": "a", "state": None, "outside": {"address": None, "address6": None},
+         "profiles": [{"name": "ci", "egress_address": "pool", "egress_address6": None}, None]},
+        {"name": "b", "state": None, "outside": {"address": None, "address6": None}}]
+    assert view["profiles"] == [{"name": "ci", "egress_address": "pool", "egress_address6": None}]
+    assert "alice" not in repr(view) and "internal.example" not in repr(view)
