@@ -39,11 +39,12 @@ role_examples.NOT_RUN lists the page's other blocks, with the reason.
 
 import base64
 import json
+import time
 
 import pytest
 
 from tests.integration import examples, role_examples
-from tests.integration.fleet_fixtures import fetch, in_guest
+from tests.integration.fleet_fixtures import agent, fetch, in_guest
 from tests.lab import config, hypervisors
 
 pytest_plugins = ["tests.integration.fleet_fixtures"]
@@ -118,6 +119,16 @@ def would_deny_counts(hv_fleet, directory, status, proxies, reads=4):
     return counts
 
 
+def first_boot_over(spec, proxy, seconds=300):
+    """Wait until the proxy's first boot is over (cloud-init's boot-finished; its agent starts at its end), as a user
+    who rolls a policy out some time after the deploy finds it: the Quick start's deploy waits for addresses only."""
+    deadline = time.monotonic() + seconds
+    while agent(spec, proxy, "guest-ping") is None or \
+            in_guest(spec, proxy, "/usr/bin/test", "-e", "/var/lib/cloud/instance/boot-finished")["exitcode"] != 0:
+        assert time.monotonic() < deadline, "the first boot of %s did not finish within %d s" % (proxy, seconds)
+        time.sleep(2)
+
+
 def roll_out(hv_fleet, rule, quick_files, tmp_path, ips):
     """"Rolling an allowlist out", on the Quick start's running proxies, step by step as the page says; the seconds of
     each deploy. Every deploy is a policy change in place: each proxy updated, on the same domain."""
@@ -128,6 +139,8 @@ def roll_out(hv_fleet, rule, quick_files, tmp_path, ips):
     (deploy, status) = [argv for block in role_examples.section_blocks(ROLLOUT) for argv in block.commands()]
     ids = domain_ids(spec, ips)
     first, second = sorted(ips)
+    for proxy in ips:
+        first_boot_over(spec, proxy)
     seconds = []
 
     def deployed(group_vars):
