@@ -397,9 +397,10 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
 
 def _check_egress_unique(listed, name, spec, replacing):
     """ValidationError when another domain of the set's listing records the static egress address (IPv4 or IPv6) the
-    proxy ``name`` is to be defined with, as its own or as one of its profiles': an allocation from a pool made from a listing taken before another run
-    defined its proxy (two runs of one pool at once). Checked before anything is defined; a domain being defined by
-    another run after the listing is not seen (docs: runs that share a pool do not overlap).
+    proxy ``name`` is to be defined with, as its own or as one of its profiles': an allocation from a pool made from a
+    listing taken before another run defined its proxy (two runs of one pool at once). Checked before anything is
+    defined; a domain being defined by another run after the listing is not seen (docs: runs that share a pool do not
+    overlap).
 
     Every other domain's metadata is read as text (_held_by_others): anyone with libvirt access can edit it, so a
     domain that records no readable address holds none."""
@@ -431,7 +432,7 @@ def _held_by_others(listed, name):
         except KvmError:
             continue
         spec = recorded_spec(info.metadata)
-        held = {recorded_egress_address(spec, option) for option in ("address", "address6")}
+        held = {recorded_egress_address(spec, option) for option in ("address", "address6")} - {None}
         yield other, held | _pooled_addresses(info.metadata)
 
 
