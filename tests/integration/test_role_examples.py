@@ -156,9 +156,16 @@ def roll_out(hv_fleet, rule, quick_files, tmp_path, ips):
         credentials = "%s:%s" % (user, rule.secrets["vault_egress_proxy_%s_password" % user])
         return fetch(spec, "http://%s:3128" % ips[first], url, credentials)[0]
 
-    def logged(text):
-        found = in_guest(spec, first, "/bin/grep", "-c", text, "/var/log/squid/access.log")
-        return int(base64.b64decode(found.get("out-data", "")) or 0)
+    def logged(text, seconds=15):
+        """The count of access.log's lines holding ``text``, once one is there: squid writes the file through its
+        log daemon, which buffers, so a request's line lands a moment after its answer."""
+        deadline = time.monotonic() + seconds
+        while True:
+            found = in_guest(spec, first, "/bin/grep", "-c", text, "/var/log/squid/access.log")
+            count = int(base64.b64decode(found.get("out-data", "")) or 0)
+            if count or time.monotonic() > deadline:
+                return count
+            time.sleep(1)
 
     # 1. The profiles, backup in report mode: from the backup hosts (the LAN namespace), backup's bucket passes and
     # another destination is forwarded, judged would_deny; the user ci, enforced, is refused the bucket.
