@@ -78,6 +78,10 @@ class AgentUnavailableError(TransientError):
 
     kind = "agent_unavailable"
 
+    def __init__(self, message, reason=None, **details):
+        super().__init__(message, **details)
+        self.reason = reason  # what libvirt said, for the message of a wait that ends on it
+
 
 class GuestTimeoutError(TransientError):
     """The exchanges with a domain's guest agent took longer than its GuestBudget allows in one run."""
@@ -176,10 +180,8 @@ class GuestAgent:
             return call(self.dom, command, arguments, min(COMMAND_TIMEOUT, max(1, int(math.ceil(remaining)))))
         except KvmError as error:
             if error.code in _UNAVAILABLE_CODES:
-                raise AgentUnavailableError(
-                    "the guest agent of domain '%s' did not answer (%s): is qemu-guest-agent installed and running in "
-                    "the guest?" % (self.name, error.libvirt_message or error.message),
-                    code=error.code, libvirt_message=error.libvirt_message) from error
+                raise self._unavailable(error.libvirt_message or error.message, error.code, error.libvirt_message) \
+                    from error
             raise
         finally:
             self.budget.spend_since(started)
@@ -241,7 +243,15 @@ class GuestAgent:
                 return self.ping()
             except AgentUnavailableError as error:
                 unavailable = error
-        raise unavailable
+        raise self._unavailable(unavailable.reason, unavailable.code, unavailable.libvirt_message, deadline.seconds)
+
+    def _unavailable(self, reason, code, libvirt_message, waited=None):
+        """The AgentUnavailableError of libvirt's error ``code`` and ``reason``, after ``waited`` seconds of asking
+        when given."""
+        return AgentUnavailableError(
+            "the guest agent of domain '%s' did not answer%s (%s): is qemu-guest-agent installed and running in the "
+            "guest?" % (self.name, "" if waited is None else " within %d s" % waited, reason), reason,
+            code=code, libvirt_message=libvirt_message)
 
     def read_file(self, path, limit):
         """The bytes of ``path`` in the guest, at most ``limit`` + 1 of them (more means "larger than limit").

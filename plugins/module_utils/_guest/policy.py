@@ -278,20 +278,30 @@ def await_first_boot(agent, deadline):
                          "applied; run the task again once it has" % (agent.name, deadline.seconds))
 
 
-def await_booted(agent, deadline, started):
-    """Wait until the guest of ``agent`` answers and its first boot is over, until ``deadline`` passes: a guest the run
-    ``started`` may take that long for its agent to come up; another one's agent that is not there fails at once."""
-    if started:
+def await_booted(agent, deadline, booting):
+    """Wait until the guest of ``agent`` answers and its first boot is over, until ``deadline`` passes: a guest that may
+    be ``booting`` (the run started it, or it is that new) may take that long for its agent to come up; another one's
+    agent that is not there fails at once."""
+    if booting:
         agent.await_answer(deadline)
     else:
         agent.ping()
     await_first_boot(agent, deadline)
 
 
-def read_policy(agent, policy):
-    """The GuestPolicy of ``policy``'s files in the guest of ``agent`` (a _guest.agent.GuestAgent); reads only."""
+def read_policy(agent, policy, booting=False):
+    """The GuestPolicy of ``policy``'s files in the guest of ``agent`` (a _guest.agent.GuestAgent); reads only.
+
+    A guest that may be ``booting`` (see await_booted) whose agent is silent reads as one in its first boot: many
+    images start their agent at its end.
+    """
     try:
-        agent.ping()
+        try:
+            agent.ping()
+        except AgentUnavailableError:
+            if booting:
+                return GuestPolicy({}, booting=True)
+            raise
         if not _first_boot_over(agent):
             return GuestPolicy({}, booting=True)
         contents = {}

@@ -81,6 +81,11 @@ class InstanceMetadata:
             return created_at
         return now if created_at - now <= CLOCK_SKEW_TOLERANCE else OLDEST
 
+    def created_within(self, seconds, now):
+        """Whether createdAt (as created_at_as_of counts it) is less than ``seconds`` before ``now``: the first boot
+        of a domain created that recently may still be going on."""
+        return now - self.created_at_as_of(now) < datetime.timedelta(seconds=seconds)
+
 
 def format_rfc3339(moment):
     """Render an aware datetime as RFC 3339 in UTC with second precision (``2026-11-29T18:00:00Z``)."""

@@ -219,7 +219,8 @@ class ProxyFlow:
         images = ImageSource(self.hv, proxy, **self.image_options)
         guest_budget = GuestBudget.of_proxy(proxy.wait_timeout, self.timing.monotonic)
         try:
-            observation = observe_proxy(self.hv, proxy, images, listed, guest_budget=guest_budget)
+            observation = observe_proxy(self.hv, proxy, images, listed, guest_budget=guest_budget,
+                                        now=self.timing.clock())
             planned = plan(proxy, observation)
         except KvmError as error:
             if label is None:
@@ -303,7 +304,7 @@ class ProxyFlow:
                 agent = GuestAgent(self.hv, member.settle(self.hv)[0], member.request.name, self.timing,
                                    member.guest_budget)
                 try:
-                    await_booted(agent, member.wait, started=True)
+                    await_booted(agent, member.wait, booting=True)
                 except UNUSABLE_AGENT as error:
                     raise agent_failure(error) from error
 

@@ -334,12 +334,12 @@ class Observation:
     guest_policy: Any = None  # _guest.policy.GuestPolicy of a kept running VM with a policy: its files as read back
 
 
-def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
+def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget, now):
     """Everything the plan of ``request`` needs, read once; what is read depends on the verdict on its domain.
 
     ``images`` is the proxy's ImageSource; ``listed`` a set's Listing of every
     domain, in which the domain is found rather than looked up;
-    ``guest_budget`` the proxy's _guest.agent.GuestBudget for this run.
+    ``guest_budget`` the proxy's _guest.agent.GuestBudget for this run; ``now`` the aware time the run's clock says.
     """
     domain = observe_domain(hypervisor, request.name, listed)
     spec = digest = probe = None
@@ -358,8 +358,10 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget):
     if request.policy is not None and verdict.kind == KEEP and domain.state in (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED):
         # Read back on every run: a file edited by hand in the guest is drift, whatever the metadata records.
         # Only reads, never polls (no timing); a guest that breaks the protocol or is too slow reads as unavailable.
+        # One created less than its wait_timeout ago may still be in its first boot: the run waits for it, as for one
+        # it started, rather than warn or replace it.
         guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None, guest_budget),
-                                   request.policy)
+                                   request.policy, booting=domain.metadata.created_within(request.wait_timeout, now))
         # Replaced only when it must get a policy it does not hold: one that holds it goes on enforcing it.
         if (guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE
                 and domain.metadata.policy_digest != request.policy_digest):

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import email
 import hashlib
 import json
@@ -19,12 +20,14 @@ from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.errors 
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.ha_group import HaGroup
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._common.pooled_addresses import PooledAddresses
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._guest.policy import _STAGE, BOOT_FINISHED, SHELL, Policy
+from ansible_collections.egress_proxies.kvm.plugins.module_utils._libvirt.metadata import format_rfc3339
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy import plan as steps
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._proxy.request import ProxyRequest
 from ansible_collections.egress_proxies.kvm.plugins.module_utils._seed.nocloud import USER_DATA as USER_DATA_FILE
 from ansible_collections.egress_proxies.kvm.tests.unit.fake_hypervisor import RUNNING, SHUTOFF, FakeFile
 from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test_proxy import (
     CREATE,
+    NOW,
     USER_DATA,
     domain_of,
     params,
@@ -35,6 +38,7 @@ from ansible_collections.egress_proxies.kvm.tests.unit.plugins.module_utils.test
 SQUID_CONF = "http_port 3128\nhttp_access deny all\n"
 USERS = "alice:$6$rounds=100000$salt$hash\n"
 NAMES = ["proxy-a", "proxy-b"]
+CREATED_BEFORE = datetime.timedelta(hours=1)  # running_set's proxies: their first boot long over
 
 
 def policy(conf=SQUID_CONF, users=USERS, **changes):
@@ -55,9 +59,9 @@ def squid(refuse=None):
 
 
 def running_set(converge, **changes):
-    """Two proxies created with the policy, running, their guests holding what the seed wrote."""
+    """Two proxies created with the policy an hour ago, running, their guests holding what the seed wrote."""
     hv = ready_host()
-    converge(hv, set_request(NAMES, policy=policy(), **changes))
+    converge(hv, set_request(NAMES, policy=policy(), **changes), clock=lambda: NOW - CREATED_BEFORE)
     for name in NAMES:
         dom = hv.domains[name]
         for entry in Policy.from_params(policy()).files:
@@ -157,6 +161,55 @@ def test_an_agent_that_does_not_answer_with_a_current_policy_only_warns(run, con
     result = run(hv, set_request(NAMES, policy=policy(), on_unreachable_agent=on_unreachable_agent))
     assert result["changed"] is False
     assert "could not be read back" in result["proxies"][1]["warnings"][0]
+
+
+def created_seconds_ago(converge, seconds):
+    """running_set's proxies, proxy-b created ``seconds`` before NOW, its first boot going on, its agent silent."""
+    hv = running_set(converge)
+    dom = hv.domains["proxy-b"]
+    dom.xml = dom.xml.replace(">%s<" % format_rfc3339(NOW - CREATED_BEFORE),
+                              ">%s<" % format_rfc3339(NOW - datetime.timedelta(seconds=seconds)))
+    assert domain_of(hv, "proxy-b").metadata.created_at == NOW - datetime.timedelta(seconds=seconds)
+    del dom.guest.files[BOOT_FINISHED]
+    dom.agent_error = errors.VIR_ERR_AGENT_UNRESPONSIVE
+    return hv
+
+
+@pytest.mark.parametrize("on_unreachable_agent", ["fail", "replace"])
+def test_a_proxy_created_within_its_wait_timeout_whose_agent_is_silent_gets_a_change_once_its_first_boot_is_over(
+        run, converge, fake_time, on_unreachable_agent):
+    """A run right after the one that created it: many images start their agent at the end of the first boot. It is
+    neither warned about nor replaced; the run waits for it, within its wait_timeout, as for a proxy it started."""
+    hv = created_seconds_ago(converge, 30)
+    dom = hv.domains["proxy-b"]
+    started = fake_time.now
+
+    def boot_ends(_slept):
+        if fake_time.now - started >= 40:
+            dom.agent_error = None
+            dom.guest.files[BOOT_FINISHED] = FakeFile(b"done\n")
+    fake_time.on_sleep = boot_ends
+    changed = policy(conf=SQUID_CONF + "# changed during the first boot\n")
+    request = set_request(NAMES, policy=changed, on_unreachable_agent=on_unreachable_agent)
+    result = converge(hv, request)
+    assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.APPLY_POLICY])] * 2
+    assert hv.domains["proxy-b"] is dom and "warnings" not in result["proxies"][1]
+    assert dom.guest.files["/etc/squid/squid.conf"].content.endswith(b"boot\n")
+    assert 40 <= fake_time.now - started <= 60
+
+
+@pytest.mark.parametrize("seconds, message", [
+    (30, "the guest agent of domain 'proxy-b' did not answer within 60 s"),
+    (61, "the guest agent of domain 'proxy-b' did not answer"),
+])
+def test_a_silent_agent_fails_naming_the_proxy_at_the_end_of_its_wait_timeout_or_at_once_once_that_is_over(
+        converge, fake_time, seconds, message):
+    hv = created_seconds_ago(converge, seconds)
+    started = fake_time.now
+    with pytest.raises(errors.TransientError) as raised:
+        converge(hv, set_request(NAMES, policy=policy(conf="# changed\n"), wait_timeout=60))
+    assert message in raised.value.message and "it still enforces the policy it had" in raised.value.message
+    assert fake_time.now - started == (60 if seconds < 60 else 0), fake_time.now - started
 
 
 def test_an_owner_the_guest_lacks_fails_before_any_file_moved(converge):
