@@ -31,7 +31,9 @@ import time
 from collections import Counter
 
 import pytest
+import yaml
 
+from ansible_collections.egress_proxies.kvm.plugins.filter.metrics_pages import metrics_pages
 from ansible_collections.egress_proxies.kvm.plugins.plugin_utils.squid_conf import EXPORTER_PORT
 from tests.integration.squid_netns import SQUID_PORT, squid_namespace, tls_answered, tls_server
 from tests.unit.role_templates import (
@@ -65,6 +67,7 @@ ADDRESSES = ["93.184.216.97", "93.184.216.98", "93.184.216.99", "8.8.4.4", "169.
 BACKUP_HOST, ELSEWHERE = "127.0.0.3", "127.0.0.1"
 EXPORTER_PAGE = "# TYPE squid_up gauge\nsquid_up 1\n"
 METRICS_PORT = 9301
+STATUS_PLAY = os.path.join(os.path.dirname(__file__), "..", "..", "playbooks", "status.yml")
 # What a 407 asks for: Basic credentials, in the role's realm.
 CHALLENGE = 'Basic realm="egress proxy"'
 # (client address, user, host) -> (status, the address an origin was reached on or None, decision, profile, rule).
@@ -127,6 +130,25 @@ def reconfigured_page(namespace):
         time.sleep(0.1)
 
 
+def status_after_reconfigure(namespace):
+    """What playbooks/status.yml's read of the metrics page ({"answer", "requests", "would_deny"}) finds right after
+    squid reconfigured: its script, run in the namespace once squid listens on the port again (as ss lists it: no
+    connection, which squid would log)."""
+    namespace.run(["squid", "-k", "reconfigure", "-f", os.path.join(namespace.workdir, "squid.conf")])
+    time.sleep(1)  # squid closes its ports at the signal, and opens them again
+    deadline = time.monotonic() + 20
+    while not namespace.run(["ss", "-Hltn", "sport = :%d" % METRICS_PORT]).stdout.strip():
+        assert time.monotonic() < deadline, "squid did not listen on its metrics port again within 20 s"
+        time.sleep(0.1)
+    with open(STATUS_PLAY) as handle:
+        (play,) = yaml.safe_load(handle)
+    (read,) = [task for task in play["tasks"] if task["name"] == "Read the metrics page of each running proxy"]
+    limit = play["vars"]["status_page_bytes"]
+    url = "http://127.0.0.1:%d/metrics" % METRICS_PORT
+    completed = namespace.run(["sh", "-c", read["vars"]["status_read_pages"], "status.yml", str(limit + 1), url])
+    return metrics_pages(completed.stdout, limit)[url]
+
+
 def fields(line):
     """The key=value fields of an access line in the role's format (squid's own fields, then decision= profile= rule=)."""
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
@@ -174,6 +196,7 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
                 assert (answer["challenge"] == CHALLENGE) == (answer["status"] == 407), answer
         page = metrics_page(namespace, len(asked))
         first_after_reconfigure = reconfigured_page(namespace)
+        status = status_after_reconfigure(namespace)
     # squid writes its stdio log out when it stops.
     with open(log) as handle:
         logged = [fields(line) for line in handle.read().splitlines()]
@@ -188,6 +211,8 @@ def test_each_request_takes_its_profile_and_report_mode_forwards_what_it_says_it
         assert (line["decision"], line["profile"], line["rule"]) == expected[2:], (request, line)
     # The first scrape after a reconfigure gets the exporter's page, without counts (they start again anyway), not 502.
     assert first_after_reconfigure[0] == "200" and first_after_reconfigure[1].startswith(EXPORTER_PAGE), first_after_reconfigure
+    # status.yml reads such a page again: right after a policy change it shows the counter's count (0: it starts again).
+    assert status["would_deny"] == 0, status
     # What the operator counts before enforcing the backup profile.
     would_deny = [line for line in lines if line["decision"] == "would_deny" and line["profile"] == "backup"]
     assert len(would_deny) == 2

@@ -14,15 +14,19 @@ import threading
 
 
 class PageHandler(http.server.BaseHTTPRequestHandler):
-    """Answers with the server's ``headers`` (name, value pairs) and ``page`` (bytes; None: an endless page)."""
+    """Answers with the server's ``headers`` (name, value pairs) and ``page`` (bytes; None: an endless page; a list: its
+    pages in turn, the last one from then on)."""
 
     def do_GET(self):
         self.send_response(200)
         for name, value in self.server.headers:
             self.send_header(name, value)
         self.end_headers()
-        if self.server.page is not None:
-            self.wfile.write(self.server.page)
+        page = self.server.page
+        if isinstance(page, list):
+            page = page.pop(0) if len(page) > 1 else page[0]
+        if page is not None:
+            self.wfile.write(page)
             return
         try:
             while True:
@@ -41,7 +45,7 @@ class PageServers:
         self.servers = []
 
     def serve(self, address, port, page, headers=()):
-        """A server on address:port (port 0: any) answering ``page`` with ``headers``; its port."""
+        """A server on address:port (port 0: any) answering ``page`` (see PageHandler) with ``headers``; its port."""
         server = http.server.ThreadingHTTPServer((address, port), PageHandler)
         server.headers, server.page = list(headers), page
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -332,6 +332,25 @@ def test_status_fetches_each_page_apart_within_its_bounds(pages):
         endless: {"answer": "unreadable", "requests": None, "would_deny": None}}
 
 
+def test_status_reads_a_page_without_the_decisions_counts_once_more(pages):
+    """squid's first answer on the metrics port after a policy change is the exporter's page straight (it probes the
+    decisions' counter then): status.yml reads such a page again, so its WOULD DENY shows right after a deploy. A page
+    with the counts is read once; one of a proxy that counts nothing, twice."""
+    with open(STATUS_PLAY) as handle:
+        (play,) = yaml.safe_load(handle)
+    (read,) = [task for task in play["tasks"] if task["name"] == "Read the metrics page of each running proxy"]
+    exporter, counted = (PAGE % ("17", 1)).encode(), counter_page(b"would_deny backup not_allowed").encode()
+    served = {"reconfigured": [exporter, counted, b"unread"], "counting": [counted, b"unread"],
+              "counting nothing": [exporter, exporter, b"unread"]}
+    urls = {pages(answers): kind for kind, answers in served.items()}
+    limit = play["vars"]["status_page_bytes"]
+    completed = subprocess.run(["sh", "-c", read["vars"]["status_read_pages"], "status.yml", str(limit + 1)] + list(urls),
+                               capture_output=True, text=True, check=True, timeout=60)
+    assert {urls[url]: page["would_deny"] for url, page in metrics_pages(completed.stdout, limit).items()} == {
+        "reconfigured": 1, "counting": 1, "counting nothing": None}
+    assert all(answers == [b"unread"] for answers in served.values()), served
+
+
 def test_the_status_playbook_reads_the_pages_from_where_verify_reaches_the_proxies():
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "playbooks", "status.yml")) as handle:
         (play,) = yaml.safe_load(handle)
