@@ -42,8 +42,10 @@ HYPERVISOR_PYTHON = "/usr/bin/python3"
 
 
 # scripts/test runs the integration tests in two lanes at once, two pytest sessions: `-m hypervisors`, the
-# tests of the lab's own hypervisors (lab-hv1, lab-hv2, lab-bare: their own libvirtd, sshd and LANs), and
-# `-m "not hypervisors"`, those of the machine's libvirtd (qemu:///system, the test sshd, the lab netns).
+# tests of the lab's own hypervisors (lab-hv1, lab-hv2: their own libvirtd, sshd and LANs), and
+# `-m "not hypervisors"`, the others: those of the machine's libvirtd (qemu:///system, the test sshd, the lab netns),
+# and of the bare host (lab-bare, a host of its own that its test brings up), which would otherwise lengthen the
+# longer lane.
 # Tests of one lane run one after another, as each one cleans, freezes or lists its lane's hypervisors as a
 # whole. A test that uses fleet_fixtures' lab is in the hypervisors lane without being marked; tryfirst, so
 # the mark is there when `-m` selects.
