@@ -305,9 +305,12 @@ options:
         RV(egress_proxies.kvm.kvm_proxy#module:policy_digest). When the recorded digest is not the requested one,
         every file is written and O(policy.reload) runs, even where the guest's copy already matches.
       - A stopped VM that this run starts gets a policy it does not hold once its guest agent answers, within
-        O(wait_timeout), before it counts as up. A VM left stopped (O(state=stopped)) gets its seed written again
-        with the new files (action V(write seed)), and the policy when a later run starts it.
-      - A running VM whose guest agent does not answer is handled as O(on_unreachable_agent) says.
+        O(wait_timeout), before it counts as up. So does a running VM created less than O(wait_timeout) ago whose
+        guest agent does not answer yet, unless O(on_unreachable_agent=replace), since its first boot may still be
+        going on (many images start the agent at its end), as on a run right after the one that created it.
+      - A VM left stopped (O(state=stopped)) gets its seed written again with the new files (action V(write seed)), and
+        the policy when a later run starts it.
+      - Any other running VM whose guest agent does not answer is handled as O(on_unreachable_agent) says.
       - What the guest agent answers is the guest's word. A reply of the wrong shape, a read that makes no progress
         or more bytes than asked fails naming the proxy and what its guest did (C(error_kind=guest_protocol)). All
         the agent exchanges with one proxy in a run may take O(wait_timeout) plus 120 seconds
@@ -448,8 +451,9 @@ options:
         (M(egress_proxies.kvm.kvm_proxy_set) first applies the policy to its other proxies); the VM keeps the policy
         it had. When the recorded policy is the requested one, the VM is kept and a warning says its files could not be
         read back, so whether they were changed in the guest is unknown.
-      - V(replace) - the VM is replaced, with a warning, by one that gets the policy in its seed; this happens whether
-        or not its recorded policy is the requested one.
+      - V(replace) - when the VM's recorded policy digest is not the requested one, the VM is replaced, with a
+        warning, by one that gets the policy in its seed. When it is the requested one, the VM is kept with the warning
+        above.
     type: str
     choices: [fail, replace]
     default: fail

@@ -191,8 +191,9 @@ def test_deploy_is_predicted_idempotent_follows_drift_and_destroy_cleans_up(lab,
     # Another client network changes the rendered squid.conf, the proxy's policy, not its spec: it is applied in
     # place through the guest agent, which this image never runs. The task fails naming the proxy (by default), or
     # with on_unreachable_agent=replace the running proxy is replaced; the stopped one keeps its own allowed_clients
-    # and is left alone.
-    drift = role_vars(lab, egress_proxy_allowed_clients=["198.18.0.0/25"],
+    # and is left alone. A wait_timeout shorter than the proxy's age: a proxy created within it may still be in its
+    # first boot, and the run would wait that long for its agent before it fails.
+    drift = role_vars(lab, egress_proxy_allowed_clients=["198.18.0.0/25"], egress_proxy_wait_timeout=5,
                       egress_proxy_instances=[{"name": RUNNING},
                                               {"name": STOPPED, "state": "stopped", "allowed_clients": ["198.18.0.0/24"]}])
     silent = run_playbook(DEPLOY, drift)

@@ -173,14 +173,14 @@ class _Operations:
     def apply_policy(self, domain, outcome):
         """The policy's files written in place through the guest agent, checked, the service reloaded, then recorded.
 
-        A VM this run started, or one created less than its wait_timeout ago, waits for its agent to come up: it
+        A VM this run started, or one that may still be in its first boot, waits for its agent to come up: it
         enforces the policy before it counts as up. A VM whose first boot is still going on waits for it to end. Both
         within the proxy's one wait_timeout (``wait``), which its address wait shares.
         """
         request = self.request
         agent = GuestAgent(self.hv, domain.handle, request.name, self.timing, self.guest_budget)
-        booting = steps.START_DOMAIN in outcome.actions or domain.metadata.created_within(request.wait_timeout,
-                                                                                          self.timing.clock())
+        booting = steps.START_DOMAIN in outcome.actions or request.may_be_first_booting(domain.metadata,
+                                                                                        self.timing.clock())
         try:
             await_booted(agent, self.wait, booting)
         except UNUSABLE_AGENT as error:

@@ -358,10 +358,9 @@ def observe_proxy(hypervisor, request, images, listed=None, *, guest_budget, now
     if request.policy is not None and verdict.kind == KEEP and domain.state in (VIR_DOMAIN_RUNNING, VIR_DOMAIN_BLOCKED):
         # Read back on every run: a file edited by hand in the guest is drift, whatever the metadata records.
         # Only reads, never polls (no timing); a guest that breaks the protocol or is too slow reads as unavailable.
-        # One created less than its wait_timeout ago may still be in its first boot: the run waits for it, as for one
-        # it started, rather than warn or replace it.
+        # One that may still be in its first boot is waited for, as one this run starts, rather than warned about.
         guest_policy = read_policy(GuestAgent(hypervisor, domain.handle, request.name, None, guest_budget),
-                                   request.policy, booting=domain.metadata.created_within(request.wait_timeout, now))
+                                   request.policy, booting=request.may_be_first_booting(domain.metadata, now))
         # Replaced only when it must get a policy it does not hold: one that holds it goes on enforcing it.
         if (guest_policy.unavailable is not None and request.on_unreachable_agent == ON_UNREACHABLE_AGENT_REPLACE
                 and domain.metadata.policy_digest != request.policy_digest):

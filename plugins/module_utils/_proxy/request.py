@@ -278,6 +278,13 @@ class ProxyRequest:
         pooled = self.policy.pooled_addresses if self.policy is not None else None
         return pooled.recorded() if pooled is not None else None
 
+    def may_be_first_booting(self, metadata, now):
+        """Whether a running domain of this proxy (its InstanceMetadata ``metadata``) whose guest agent is silent may
+        still be in its first boot: created less than wait_timeout before ``now`` (many images start the agent at the
+        first boot's end). Not with on_unreachable_agent=replace, which asks for a proxy with a silent agent to be
+        replaced rather than waited for."""
+        return self.on_unreachable_agent != ON_UNREACHABLE_AGENT_REPLACE and metadata.created_within(self.wait_timeout, now)
+
     @property
     def disk_bytes(self):
         return self.disk_size_gb * GIB

@@ -175,11 +175,10 @@ def created_seconds_ago(converge, seconds):
     return hv
 
 
-@pytest.mark.parametrize("on_unreachable_agent", ["fail", "replace"])
 def test_a_proxy_created_within_its_wait_timeout_whose_agent_is_silent_gets_a_change_once_its_first_boot_is_over(
-        run, converge, fake_time, on_unreachable_agent):
+        run, converge, fake_time):
     """A run right after the one that created it: many images start their agent at the end of the first boot. It is
-    neither warned about nor replaced; the run waits for it, within its wait_timeout, as for a proxy it started."""
+    not warned about; the run waits for it, within its wait_timeout, as for a proxy it started."""
     hv = created_seconds_ago(converge, 30)
     dom = hv.domains["proxy-b"]
     started = fake_time.now
@@ -190,12 +189,20 @@ def test_a_proxy_created_within_its_wait_timeout_whose_agent_is_silent_gets_a_ch
             dom.guest.files[BOOT_FINISHED] = FakeFile(b"done\n")
     fake_time.on_sleep = boot_ends
     changed = policy(conf=SQUID_CONF + "# changed during the first boot\n")
-    request = set_request(NAMES, policy=changed, on_unreachable_agent=on_unreachable_agent)
-    result = converge(hv, request)
+    result = converge(hv, set_request(NAMES, policy=changed))
     assert [(p["outcome"], p["actions"]) for p in result["proxies"]] == [("updated", [steps.APPLY_POLICY])] * 2
     assert hv.domains["proxy-b"] is dom and "warnings" not in result["proxies"][1]
     assert dom.guest.files["/etc/squid/squid.conf"].content.endswith(b"boot\n")
     assert 40 <= fake_time.now - started <= 60
+
+
+def test_with_on_unreachable_agent_replace_a_new_proxy_whose_agent_is_silent_is_replaced_as_asked(converge):
+    hv = created_seconds_ago(converge, 30)
+    old = hv.domains["proxy-b"]
+    result = converge(hv, set_request(NAMES, policy=policy(conf="# changed\n"), on_unreachable_agent="replace",
+                                      wait_for_ip=False))
+    assert [p["outcome"] for p in result["proxies"]] == ["updated", "replaced"]
+    assert hv.domains["proxy-b"] is not old
 
 
 @pytest.mark.parametrize("seconds, message", [
