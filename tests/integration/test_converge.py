@@ -328,9 +328,11 @@ def policy_in_place(hv_fleet, spec, proxies, origin, inventory, tmp_path, deploy
 
     # roll-2's agent stopped: the change back to enforce reaches roll-1, which refuses again on the same VM; the run
     # fails naming roll-2, which keeps the policy it had (report: forwarded). The roll below replaces it with
-    # on_unreachable_agent=replace.
+    # on_unreachable_agent=replace. A wait_timeout shorter than the proxies' age: the run would wait that long for the
+    # silent agent of a proxy created within it (its first boot may still be going on).
     in_guest(spec, proxies[1], "/bin/systemctl", "stop", "qemu-guest-agent")
-    silent = hv_fleet.playbook("deploy.yml", denied, extra, timeout=600)
+    silent = hv_fleet.playbook("deploy.yml", inventory(egress_proxy_denied_destinations=[spec.lan_address],
+                                                       egress_proxy_wait_timeout=60), extra, timeout=600)
     assert silent.rc != 0, silent
     (converged,) = silent.results(CONVERGE_TASK, HV1)
     assert "proxy '%s'" % proxies[1] in converged["msg"] and "did not answer" in converged["msg"], converged["msg"]
