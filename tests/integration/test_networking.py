@@ -131,7 +131,8 @@ def lan_outsider(net_fleet):
     spec = net_fleet.hv1
     address = "%s.%d" % (spec.lan_prefix, OUTSIDER_HOST)
     device = ["ip", "-n", spec.lan_netns, "addr"]
-    subprocess.run(device + ["add", address + "/24", "dev", config.LAN_IFACE], check=True)
+    # replace, not add, here and below: an address a run killed before its teardown left is taken over, not an error.
+    subprocess.run(device + ["replace", address + "/24", "dev", config.LAN_IFACE], check=True)
     try:
         yield address
     finally:
@@ -145,7 +146,7 @@ def ipv6_segments(net_fleet, tmp_path):
     spec = net_fleet.hv1
     added = [(spec.lan_netns, LAN6, config.LAN_IFACE), (spec.outside_netns, OUTSIDE6, config.OUTSIDE_IFACE)]
     for netns, (_network, address), iface in added:
-        subprocess.run(["ip", "-n", netns, "addr", "add", address + "/64", "dev", iface, "nodad"], check=True)
+        subprocess.run(["ip", "-n", netns, "addr", "replace", address + "/64", "dev", iface, "nodad"], check=True)
     pidfile, log = str(tmp_path / "origin6.pid"), str(tmp_path / "origin6.log")
     try:
         origin.ensure_origin(spec.outside_netns, OUTSIDE6[1], config.ORIGIN_PORT, pidfile, log, hypervisors.REPO_ROOT)
@@ -343,7 +344,7 @@ def denied_origin(net_fleet, tmp_path):
     address = "%s.%d" % (spec.outside_prefix, DENIED_HOST)
     device = ["ip", "-n", spec.outside_netns, "addr"]
     pidfile, log = str(tmp_path / "denied-origin.pid"), str(tmp_path / "denied-origin.log")
-    subprocess.run(device + ["add", address + "/%d" % config.OUTSIDE_PREFIX_LEN, "dev", config.OUTSIDE_IFACE], check=True)
+    subprocess.run(device + ["replace", address + "/%d" % config.OUTSIDE_PREFIX_LEN, "dev", config.OUTSIDE_IFACE], check=True)
     try:
         origin.ensure_origin(spec.outside_netns, address, config.ORIGIN_PORT, pidfile, log, hypervisors.REPO_ROOT)
         yield address, log
@@ -363,7 +364,7 @@ def unlisted_origin(net_fleet, tmp_path):
     address = config.UNLISTED_ADDRESS + "/32"
     device = ["ip", "-n", spec.outside_netns, "addr"]
     pidfile, log = str(tmp_path / "unlisted-origin.pid"), str(tmp_path / "unlisted-origin.log")
-    subprocess.run(device + ["add", address, "dev", config.OUTSIDE_IFACE], check=True)
+    subprocess.run(device + ["replace", address, "dev", config.OUTSIDE_IFACE], check=True)
     try:
         origin.ensure_origin(spec.outside_netns, config.UNLISTED_ADDRESS, config.ORIGIN_PORT, pidfile, log,
                              hypervisors.REPO_ROOT)
